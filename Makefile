@@ -1,0 +1,45 @@
+# recrawl: the two commands are `make up` (start the stack) and `make test` (the tests).
+# Both install what they need: a venv with the pinned dependencies, Kafka's jars from Maven
+# Central (once, into .cache/), Debian's redis-server (apt-get, when missing and root).
+
+PYTHON ?= python3.11
+VENV   := .venv
+BIN    := $(VENV)/bin
+STAMP  := $(VENV)/.installed
+PYTEST_ARGS ?=
+
+.PHONY: install services test lint up status down clean
+
+$(STAMP): pyproject.toml requirements.lock
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install -q --disable-pip-version-check -c requirements.lock -e '.[dev]'
+	touch $(STAMP)
+
+install: $(STAMP)
+
+# Fetch Kafka's jars and install redis-server if missing (no service is left running).
+services: $(STAMP)
+	$(BIN)/python -m infra.prepare
+
+lint: $(STAMP)
+	$(BIN)/ruff check .
+	$(BIN)/mypy
+
+# The test command: lint, types, then every test against a real Kafka and Redis that the
+# test session starts itself (see tests/conftest.py) and stops; then check nothing is left.
+test: services lint
+	$(BIN)/pytest $(PYTEST_ARGS)
+	@if pgrep -af 'pytest-of-' >/dev/null; then \
+	  echo "processes left behind by the tests:"; pgrep -af 'pytest-of-'; exit 1; fi
+
+up: services
+	$(BIN)/recrawl infra up
+
+status: $(STAMP)
+	$(BIN)/recrawl infra status
+
+down: $(STAMP)
+	$(BIN)/recrawl infra down
+
+clean: down
+	rm -rf var

@@ -1,0 +1,39 @@
+"""The ``recrawl`` command.
+
+Each command group lives in its own module with a ``register(subparsers)`` function that
+adds its parser and sets ``func`` (``args -> int``); :data:`COMMAND_MODULES` lists them.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+
+COMMAND_MODULES = [
+    "streams.commands.infra",
+    "streams.commands.worker",
+    "streams.commands.experiments",
+]
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="recrawl", description="Re-crawl scheduler: which page to fetch next, and why."
+    )
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    for name in COMMAND_MODULES:
+        importlib.import_module(name).register(sub)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        return int(args.func(args) or 0)
+    except KeyboardInterrupt:
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

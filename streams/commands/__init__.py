@@ -1,0 +1,1 @@
+"""Sub-commands of ``recrawl``, one module per group (see :mod:`streams.cli`)."""

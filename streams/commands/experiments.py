@@ -1,0 +1,24 @@
+"""``recrawl experiments NAME``: the papers' experiments and ours (see docs/results.md)."""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+
+#: experiment name -> module with ``main(argv) -> int`` taking the name as first argument.
+EXPERIMENTS: dict[str, str] = {
+    "app-e": "streams.experiments.estimation",
+    "paper003": "streams.experiments.estimation",
+}
+
+
+def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+    p = sub.add_parser("experiments", help="run an experiment: " + ", ".join(EXPERIMENTS))
+    p.add_argument("name", choices=sorted(EXPERIMENTS))
+    p.add_argument("rest", nargs=argparse.REMAINDER, help="options of the experiment")
+    p.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    module = importlib.import_module(EXPERIMENTS[args.name])
+    return int(module.main([args.name, *args.rest]))

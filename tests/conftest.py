@@ -1,0 +1,208 @@
+"""Session fixtures for the real Kafka broker and Redis.
+
+``kafka_bootstrap`` and ``redis_url`` are resolved in this order:
+
+1. the environment: ``KAFKA_BOOTSTRAP`` and ``REDIS_URL`` pointing at running services;
+2. testcontainers, when a Docker engine answers;
+3. the project's own launcher (:mod:`infra.stack`): a private Kafka and Redis for this
+   session, in a temporary folder, stopped at the end and tied to this process so that an
+   interrupted run leaves nothing behind.
+
+With ``CI=true`` a service that cannot be reached fails the run; it never skips.
+Each test that asks for ``settings`` gets its own topics, consumer group and key prefix.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import socket
+import subprocess
+import sys
+import time
+import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from infra.proc import spawn
+from streams.settings import Settings
+
+IN_CI = os.environ.get("CI", "").lower() in ("1", "true", "yes")
+REPO = Path(__file__).resolve().parent.parent
+
+
+@dataclass
+class Services:
+    kafka_bootstrap: str
+    redis_url: str
+    how: str
+
+
+def _reachable(hostport: str) -> bool:
+    host, _, port = hostport.rpartition(":")
+    try:
+        with socket.create_connection((host or "127.0.0.1", int(port)), timeout=2):
+            return True
+    except (OSError, ValueError):
+        return False
+
+
+def _redis_hostport(url: str) -> str:
+    from urllib.parse import urlsplit
+
+    parts = urlsplit(url)
+    return f"{parts.hostname or '127.0.0.1'}:{parts.port or 6379}"
+
+
+def _docker_answers() -> bool:
+    try:
+        import docker
+
+        client = docker.from_env(timeout=3)
+        client.ping()
+        return True
+    except Exception:
+        return False
+
+
+def _unavailable(reason: str) -> None:
+    if IN_CI:
+        pytest.fail(f"CI=true and the services are unavailable: {reason}", pytrace=False)
+    pytest.skip(f"services unavailable: {reason}")
+
+
+@pytest.fixture(scope="session")
+def services(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Services]:
+    env_kafka, env_redis = os.environ.get("KAFKA_BOOTSTRAP"), os.environ.get("REDIS_URL")
+    if env_kafka and env_redis:
+        for name, hp in (("KAFKA_BOOTSTRAP", env_kafka), ("REDIS_URL", _redis_hostport(env_redis))):
+            if not _reachable(hp):
+                _unavailable(f"{name}={hp} does not answer")
+        yield Services(env_kafka, env_redis, "environment")
+        return
+    if _docker_answers():
+        from testcontainers.kafka import KafkaContainer
+        from testcontainers.redis import RedisContainer
+
+        with KafkaContainer("apache/kafka:3.9.1").with_kraft() as k, RedisContainer(
+            "redis:7"
+        ) as r:
+            url = f"redis://{r.get_container_host_ip()}:{r.get_exposed_port(6379)}/0"
+            yield Services(k.get_bootstrap_server(), url, "testcontainers")
+        return
+    from infra import InfraError
+    from infra.stack import down, up_for_session
+
+    home = tmp_path_factory.mktemp("stack")
+    try:
+        info = up_for_session([], 1, home)
+    except InfraError as exc:
+        _unavailable(f"the infra launcher failed: {exc}")
+        raise
+    try:
+        yield Services(info.kafka_bootstrap, info.redis_url, f"infra launcher ({home})")
+    finally:
+        down(home)
+
+
+@pytest.fixture(scope="session")
+def kafka_bootstrap(services: Services) -> str:
+    return services.kafka_bootstrap
+
+
+@pytest.fixture(scope="session")
+def redis_url(services: Services) -> str:
+    return services.redis_url
+
+
+@pytest.fixture
+def settings(kafka_bootstrap: str, redis_url: str, tmp_path: Path) -> Settings:
+    """Settings private to one test: own topics (created), consumer group and key prefix."""
+    from infra.kafka import create_topics
+
+    tag = uuid.uuid4().hex[:10]
+    s = Settings(
+        kafka_bootstrap=kafka_bootstrap,
+        redis_url=redis_url,
+        topic_prefix=f"t{tag}",
+        app_id=f"app{tag}",
+        key_prefix=f"k{tag}",
+        partitions=2,
+        web_enabled=False,
+        data_dir=tmp_path / "worker",
+    )
+    asyncio.run(create_topics(kafka_bootstrap, s.topic_names(), s.partitions))
+    return s
+
+
+def settings_env(s: Settings) -> dict[str, str]:
+    """The environment that makes a ``recrawl`` subprocess use ``s``."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("RECRAWL_")}
+    for name, value in s.model_dump().items():
+        env[f"RECRAWL_{name.upper()}"] = str(value).lower() if isinstance(value, bool) else str(
+            value
+        )
+    return env
+
+
+class Worker:
+    """A ``recrawl worker`` subprocess (the real thing, as an operator runs it)."""
+
+    def __init__(self, s: Settings, log_path: Path, extra_env: dict[str, str] | None = None):
+        self.settings = s
+        self.log_path = log_path
+        env = {**settings_env(s), **(extra_env or {})}
+        self.proc = spawn(
+            [sys.executable, "-m", "streams.cli", "worker", "--loglevel", "info"],
+            log_path,
+            env=env,
+            cwd=REPO,
+            tie_to_parent=True,
+        )
+
+    def wait_ready(self, timeout_s: float = 60.0) -> None:
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                raise AssertionError(f"worker exited early:\n{self.log()}")
+            if "Worker]: Ready" in self.log():
+                return
+            time.sleep(0.2)
+        raise AssertionError(f"worker not ready after {timeout_s}s:\n{self.log()[-4000:]}")
+
+    def log(self) -> str:
+        return self.log_path.read_text(errors="replace")
+
+    def kill(self) -> None:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(self.proc.pid, 9)
+        self.proc.wait(timeout=10)
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(self.proc.pid, 15)
+            try:
+                self.proc.wait(timeout=20)
+            except subprocess.TimeoutExpired:
+                self.kill()
+
+
+@pytest.fixture
+def start_worker(tmp_path: Path) -> Iterator[object]:
+    """``start_worker(settings, **env) -> Worker``; every worker is stopped after the test."""
+    started: list[Worker] = []
+
+    def _start(s: Settings, extra_env: dict[str, str] | None = None) -> Worker:
+        w = Worker(s, tmp_path / f"worker-{len(started)}.log", extra_env)
+        started.append(w)
+        w.wait_ready()
+        return w
+
+    yield _start
+    for w in started:
+        w.stop()

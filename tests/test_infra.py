@@ -1,0 +1,70 @@
+"""The launcher itself: services start, answer, and leave nothing behind when stopped."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import pytest
+
+from infra import kafka, redis, stack
+from infra.errors import ServiceStartError
+from infra.proc import pid_alive, stop_group
+
+
+def test_redis_starts_appendonly_and_stops_without_orphans(tmp_path: Path) -> None:
+    proc, cfg = redis.start(tmp_path / "r", tie_to_parent=True)
+    try:
+        redis.wait_ready(proc, cfg)
+        assert redis.ping(cfg.port)
+        import redis as redis_client
+
+        r = redis_client.Redis(port=cfg.port)
+        assert r.config_get("appendonly") == {"appendonly": "yes"}
+        assert Path(r.config_get("dir")["dir"]) == tmp_path / "r"
+        r.close()
+    finally:
+        stop_group(proc.pid)
+    assert not pid_alive(proc.pid)
+    assert not redis.ping(cfg.port)
+
+
+def test_stack_status_and_down_without_a_stack(tmp_path: Path) -> None:
+    assert stack.status(tmp_path) == {"running": False, "home": str(tmp_path)}
+    assert stack.down(tmp_path) is False
+
+
+def test_kafka_jars_are_cached_once(tmp_path: Path) -> None:
+    lib = kafka.ensure_jars(stack.default_cache())
+    assert (lib / ".complete").exists()
+    assert any(lib.glob("kafka_2.13-3.9.*.jar"))
+    mtime = (lib / ".complete").stat().st_mtime
+    assert kafka.ensure_jars(stack.default_cache()) == lib
+    assert (lib / ".complete").stat().st_mtime == mtime
+
+
+def test_topics_must_share_one_partition_count(kafka_bootstrap: str) -> None:
+    import asyncio
+    import uuid
+
+    name = f"pc-{uuid.uuid4().hex[:8]}"
+    assert asyncio.run(kafka.create_topics(kafka_bootstrap, [name], 3)) == [name]
+    assert asyncio.run(kafka.create_topics(kafka_bootstrap, [name], 3)) == []
+    with pytest.raises(ServiceStartError, match="3 partitions, expected 2"):
+        asyncio.run(kafka.create_topics(kafka_bootstrap, [name], 2))
+
+
+def test_stack_up_down_round_trip(tmp_path: Path) -> None:
+    info = stack.up(["rt.a", "rt.b"], 2, home=tmp_path, tie_to_parent=True)
+    try:
+        st = stack.status(tmp_path)
+        assert st["running"] is True and st["kafka"] is True and st["redis"] is True
+        again = stack.up(["rt.a"], 2, home=tmp_path, tie_to_parent=True)
+        assert again.kafka_pid == info.kafka_pid  # reused, not restarted
+    finally:
+        assert stack.down(tmp_path) is True
+    deadline = time.monotonic() + 5
+    while time.monotonic() < deadline and (pid_alive(info.kafka_pid) or pid_alive(info.redis_pid)):
+        time.sleep(0.1)
+    assert not pid_alive(info.kafka_pid) and not pid_alive(info.redis_pid)
+    assert stack.status(tmp_path)["running"] is False
