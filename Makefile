@@ -29,8 +29,8 @@ lint: $(STAMP)
 # test session starts itself (see tests/conftest.py) and stops; then check nothing is left.
 test: services lint
 	$(BIN)/pytest $(PYTEST_ARGS)
-	@if pgrep -af 'pytest-of-' >/dev/null; then \
-	  echo "processes left behind by the tests:"; pgrep -af 'pytest-of-'; exit 1; fi
+	@if pgrep -af '[p]ytest-of-' >/dev/null; then \
+	  echo "processes left behind by the tests:"; pgrep -af '[p]ytest-of-'; exit 1; fi
 
 up: services
 	$(BIN)/recrawl infra up
