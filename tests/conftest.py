@@ -85,10 +85,11 @@ def services(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Services]:
         yield Services(env_kafka, env_redis, "environment")
         return
     if _docker_answers():
-        from testcontainers.kafka import KafkaContainer
-        from testcontainers.redis import RedisContainer
+        from testcontainers.community.kafka import KafkaContainer
+        from testcontainers.community.redis import RedisContainer
 
-        with KafkaContainer("apache/kafka:3.9.1").with_kraft() as k, RedisContainer(
+        # testcontainers' KafkaContainer drives Confluent's image; cp-kafka 7.9 is Kafka 3.9.
+        with KafkaContainer("confluentinc/cp-kafka:7.9.0").with_kraft() as k, RedisContainer(
             "redis:7"
         ) as r:
             url = f"redis://{r.get_container_host_ip()}:{r.get_exposed_port(6379)}/0"
