@@ -1,0 +1,594 @@
+"""Exact argmax of crawl values without a full scan (Algorithm 1 and App. F of paper 004).
+
+Algorithm 1 of Busa-Fekete et al. (paper 004) crawls, at every slot ``t = j/R``, the page
+with the largest crawl value ``V(tau_eff(t))``.  Evaluating every page at every slot costs
+``m`` values per crawl.  App. F of the paper keeps pages in value *tiers* and recomputes
+the values of the upper tiers more often; this module does the same thing **exactly**:
+
+* A page's state is one number, its *origin*: ``tau_eff(t) = t - origin`` with
+  ``origin = last_crawl - sum_s beta_s n_s`` (a noiseless ping, ``beta = inf``, gives
+  ``origin = -inf`` and the value ``mu / Delta``).  Between re-keys the value only grows
+  (Lemma 2: V is increasing), so the page reaches a value level ``L`` at the fixed time
+  ``origin + iota(L)`` with ``iota = V^{-1}`` (``models.time_to_value``).
+* The index keeps a *working level* ``L`` (a tier of a geometric grid).  Pages whose key
+  ``origin + iota(L)`` has passed are *hot* (value ``>= L``); all others sit in a heap
+  ordered by that key and are known to be below ``L`` without computing anything.
+* ``best(now)`` moves the due pages from the heap to the hot set and computes exact
+  values only for the hot set (one vectorised call).  If the ``k``-th best eligible hot
+  value is ``>= L`` it is the exact answer: every other page is below ``L``.  Otherwise
+  the level is lowered (a full scan, rare), and when the hot set grows large the level
+  is raised (lazily: heap keys at a lower level are lower bounds of the keys at a
+  higher one and are corrected when they come due).
+
+``iota`` depends only on a page's parameters, not on its origin, so crawls and pings
+re-key a page in ``O(log m)`` without any root finding; ``iota`` is recomputed (in
+batches) only when parameters change or a new level is first used.
+
+Everything here is pure: no clock, no I/O; time is the ``now`` argument.
+
+References
+----------
+R. Busa-Fekete, J. Zimmert, A. György et al., "A Scalable Crawling Algorithm Utilizing
+Noisy Change-Indicating Signals" (paper 004): Algorithm 1, Sec. 5.2, Lemma 2, App. F.
+"""
+
+from __future__ import annotations
+
+import heapq
+import math
+from collections.abc import Callable, Hashable, Iterator, Sequence
+from typing import Protocol
+
+import numpy as np
+import numpy.typing as npt
+
+__all__ = ["DEFAULT_LEVELS", "CrawlIndex", "IndexStats"]
+
+FloatArray = npt.NDArray[np.float64]
+
+#: Default tier grid: ``2**(k/8)`` for ``k = -400..160`` (about 1e-15 to 1e6), ratio 1.09.
+DEFAULT_LEVELS: tuple[float, ...] = tuple(2.0 ** (k / 8.0) for k in range(-400, 161))
+
+# A computed ``iota`` is shrunk by this relative margin so that the key can only be early:
+# a page outside the hot set then has a value strictly below the level even if the root
+# finder is off by ~1e-12 relative.  Hot pages whose value is a hair below the level are
+# harmless: their exact values are computed.
+_IOTA_MARGIN = 1e-9
+
+
+class _ValueFn(Protocol):
+    def __call__(
+        self,
+        tau_eff: npt.ArrayLike,
+        alpha: npt.ArrayLike,
+        beta: npt.ArrayLike,
+        gamma: npt.ArrayLike,
+        mu: npt.ArrayLike = 1.0,
+        *,
+        terms: int | None = None,
+    ) -> FloatArray: ...
+
+
+class _InverseFn(Protocol):
+    def __call__(
+        self,
+        level: npt.ArrayLike,
+        alpha: npt.ArrayLike,
+        beta: npt.ArrayLike,
+        gamma: npt.ArrayLike,
+        mu: npt.ArrayLike = 1.0,
+    ) -> FloatArray: ...
+
+
+class IndexStats:
+    """Work counters of a :class:`CrawlIndex` (for benchmarks and tests)."""
+
+    __slots__ = ("full_scans", "iota_computed", "level_changes", "queries", "values_computed")
+
+    def __init__(self) -> None:
+        self.queries = 0
+        self.values_computed = 0
+        self.iota_computed = 0
+        self.full_scans = 0
+        self.level_changes = 0
+
+    def as_dict(self) -> dict[str, int]:
+        return {k: int(getattr(self, k)) for k in self.__slots__}
+
+
+def _default_value_fn() -> _ValueFn:
+    from models.values import crawl_value
+
+    return crawl_value
+
+
+def _default_inverse_fn() -> _InverseFn:
+    from models.values import time_to_value
+
+    return time_to_value
+
+
+class CrawlIndex:
+    """Exact argmax of crawl values over pages without a full scan (paper 004 App. F tiers, exact).
+
+    Parameters
+    ----------
+    levels : sequence of float, optional
+        Increasing grid of value levels (the tiers of App. F).  The working level is
+        always one of them.  Default :data:`DEFAULT_LEVELS` (geometric, ratio 2**(1/8)).
+    terms : int, optional
+        Approx-J: rank pages by the value truncated to ``J`` terms (App. A.1).
+    hot_target : int
+        Number of pages the hot set is sized for when a level is chosen; the level is
+        raised when the hot set exceeds ``4 * hot_target``.
+    value_fn, inverse_fn : callable, optional
+        ``crawl_value`` and ``time_to_value`` (default: :mod:`models.values`).  The
+        inverse is only used without ``terms``; with ``terms`` the index inverts
+        ``value_fn`` by bisection (V_J is increasing).
+
+    Notes
+    -----
+    Ties between exactly equal values are broken by insertion order (the page
+    upserted first wins), so the sequence of choices is deterministic.
+    """
+
+    def __init__(
+        self,
+        levels: Sequence[float] | None = None,
+        *,
+        terms: int | None = None,
+        hot_target: int = 24,
+        value_fn: _ValueFn | None = None,
+        inverse_fn: _InverseFn | None = None,
+    ) -> None:
+        grid = np.asarray(DEFAULT_LEVELS if levels is None else list(levels), dtype=np.float64)
+        if grid.ndim != 1 or grid.size == 0:
+            raise ValueError("levels must be a non-empty sequence of floats")
+        if not np.all(np.isfinite(grid)) or (grid <= 0).any() or (np.diff(grid) <= 0).any():
+            raise ValueError("levels must be finite, > 0 and strictly increasing")
+        if hot_target < 1:
+            raise ValueError(f"hot_target must be >= 1, got {hot_target!r}")
+        self._levels = grid
+        self._terms = terms
+        self._hot_target = int(hot_target)
+        self._value_fn: _ValueFn = value_fn if value_fn is not None else _default_value_fn()
+        self._inverse_fn: _InverseFn | None = inverse_fn
+        self.stats = IndexStats()
+        cap = 64
+        self._ids: list[Hashable | None] = []
+        self._slot: dict[Hashable, int] = {}
+        self._free: list[int] = []
+        self._origin = np.zeros(cap)
+        self._alpha = np.zeros(cap)
+        self._beta = np.zeros(cap)
+        self._gamma = np.zeros(cap)
+        self._mu = np.zeros(cap)
+        self._seq = np.zeros(cap, dtype=np.int64)
+        self._version = np.zeros(cap, dtype=np.int64)
+        self._alive = np.zeros(cap, dtype=bool)
+        self._hot_flag = np.zeros(cap, dtype=bool)
+        # iota at the current working level (nan: not computed for the current params)
+        self._iota = np.full(cap, np.nan)
+        # level index at which _iota was computed (-1: none)
+        self._iota_level = np.full(cap, -1, dtype=np.int64)
+        self._counter = 0
+        self._level_idx = -1  # -1: no level chosen yet (first query scans)
+        self._heap: list[tuple[float, int, int, int]] = []
+        self._hot: set[int] = set()
+        self._pending: set[int] = set()  # slots whose key must be (re)computed
+
+    # ------------------------------------------------------------------ storage
+    def _grow(self) -> None:
+        n = self._origin.size * 2
+        for name in ("_origin", "_alpha", "_beta", "_gamma", "_mu"):
+            old = getattr(self, name)
+            new = np.zeros(n)
+            new[: old.size] = old
+            setattr(self, name, new)
+        for name, fill, dt in (
+            ("_seq", 0, np.int64),
+            ("_version", 0, np.int64),
+            ("_iota_level", -1, np.int64),
+        ):
+            old = getattr(self, name)
+            new_i = np.full(n, fill, dtype=dt)
+            new_i[: old.size] = old
+            setattr(self, name, new_i)
+        for name in ("_alive", "_hot_flag"):
+            old = getattr(self, name)
+            new_b = np.zeros(n, dtype=bool)
+            new_b[: old.size] = old
+            setattr(self, name, new_b)
+        iota = np.full(n, np.nan)
+        iota[: self._iota.size] = self._iota
+        self._iota = iota
+
+    def _new_slot(self, page_id: Hashable) -> int:
+        if self._free:
+            s = self._free.pop()
+            self._ids[s] = page_id
+        else:
+            s = len(self._ids)
+            if s >= self._origin.size:
+                self._grow()
+            self._ids.append(page_id)
+        self._slot[page_id] = s
+        self._alive[s] = True
+        self._seq[s] = self._counter
+        self._counter += 1
+        return s
+
+    def __len__(self) -> int:
+        return len(self._slot)
+
+    def __contains__(self, page_id: object) -> bool:
+        return page_id in self._slot
+
+    def __iter__(self) -> Iterator[Hashable]:
+        return iter(list(self._slot))
+
+    @property
+    def levels(self) -> FloatArray:
+        """The tier grid (read-only copy)."""
+        return self._levels.copy()
+
+    # ------------------------------------------------------------------ updates
+    def upsert(
+        self,
+        page_id: Hashable,
+        *,
+        origin: float,
+        alpha: float,
+        beta: float,
+        gamma: float,
+        mu: float,
+    ) -> None:
+        """Insert or re-key a page.
+
+        ``tau_eff(t) = t - origin`` with ``origin = last_crawl - sum_s beta_s n_s``
+        (``-inf`` after a noiseless signal).  Changing only ``origin`` (a crawl or a
+        ping) costs ``O(log m)``; changing parameters also recomputes ``iota`` at the
+        working level (batched with other changes at the next query).
+        """
+        if math.isnan(origin) or origin == math.inf:
+            raise ValueError(f"origin must be a number or -inf, got {origin!r}")
+        for name, v in (("alpha", alpha), ("beta", beta), ("gamma", gamma), ("mu", mu)):
+            if math.isnan(v) or v < 0 or (v == math.inf and name != "beta"):
+                raise ValueError(f"{name} must be finite and >= 0, got {v!r}")
+        s = self._slot.get(page_id)
+        if s is None:
+            s = self._new_slot(page_id)
+            changed = True
+        else:
+            changed = (
+                self._alpha[s] != alpha
+                or self._beta[s] != beta
+                or self._gamma[s] != gamma
+                or self._mu[s] != mu
+            )
+        self._alpha[s] = alpha
+        self._beta[s] = beta
+        self._gamma[s] = gamma
+        self._mu[s] = mu
+        if changed:
+            self._iota_level[s] = -1
+        self._set_origin_slot(s, float(origin))
+
+    def set_origin(self, page_id: Hashable, origin: float) -> None:
+        """Re-key a page whose parameters are unchanged (a crawl or a ping)."""
+        if math.isnan(origin) or origin == math.inf:
+            raise ValueError(f"origin must be a number or -inf, got {origin!r}")
+        self._set_origin_slot(self._slot[page_id], float(origin))
+
+    def _set_origin_slot(self, s: int, origin: float) -> None:
+        self._origin[s] = origin
+        self._version[s] += 1
+        if self._hot_flag[s]:
+            self._hot_flag[s] = False
+            self._hot.discard(s)
+        if self._level_idx < 0:
+            return
+        if self._iota_level[s] == self._level_idx:
+            self._push(s)
+        else:
+            self._pending.add(s)
+
+    def remove(self, page_id: Hashable) -> None:
+        """Forget a page (its heap entries become stale)."""
+        s = self._slot.pop(page_id)
+        self._alive[s] = False
+        self._version[s] += 1
+        self._hot_flag[s] = False
+        self._hot.discard(s)
+        self._pending.discard(s)
+        self._iota_level[s] = -1
+        self._ids[s] = None
+        self._free.append(s)
+
+    # ------------------------------------------------------------------ keys
+    def _key(self, s: int) -> float:
+        o = self._origin[s]
+        it = self._iota[s]
+        if it == math.inf:
+            return math.inf
+        if o == -math.inf:
+            return -math.inf
+        return float(o + it)
+
+    def _push(self, s: int) -> None:
+        k = self._key(s)
+        if k != math.inf:
+            heapq.heappush(self._heap, (k, int(self._seq[s]), s, int(self._version[s])))
+        self._maybe_compact()
+
+    def _maybe_compact(self) -> None:
+        if len(self._heap) > 4 * len(self._slot) + 1024:
+            self._rebuild_heap()
+
+    def _rebuild_heap(self) -> None:
+        entries = []
+        for s in self._slot.values():
+            if self._hot_flag[s] or s in self._pending:
+                continue
+            k = self._key(s)
+            if k != math.inf:
+                entries.append((k, int(self._seq[s]), s, int(self._version[s])))
+        heapq.heapify(entries)
+        self._heap = entries
+
+    def _inverse(self, level: float, slots: npt.NDArray[np.int64]) -> FloatArray:
+        """``iota`` with ``V(iota) = level`` for the given slots (inf if never reached)."""
+        self.stats.iota_computed += int(slots.size)
+        a, b, g, m = (
+            self._alpha[slots], self._beta[slots], self._gamma[slots], self._mu[slots],
+        )
+        if self._terms is None:
+            inv = self._inverse_fn if self._inverse_fn is not None else _default_inverse_fn()
+            out = np.asarray(inv(level, a, b, g, m), dtype=np.float64)
+        else:
+            out = self._bisect(level, a, b, g, m)
+        return np.where(np.isfinite(out), out * (1.0 - _IOTA_MARGIN), out)
+
+    def _bisect(
+        self, level: float, a: FloatArray, b: FloatArray, g: FloatArray, m: FloatArray
+    ) -> FloatArray:
+        """Invert the (increasing) Approx-J value by bracketing and bisection."""
+        cap = self._value_fn(np.full(a.size, np.inf), a, b, g, m, terms=self._terms)
+        out = np.full(a.size, np.inf)
+        out[level <= 0] = 0.0
+        todo = np.nonzero((level > 0) & (cap > level))[0]
+        if not todo.size:
+            return out
+        a, b, g, m = a[todo], b[todo], g[todo], m[todo]
+        hi = np.ones(todo.size)
+        for _ in range(200):
+            v = self._value_fn(hi, a, b, g, m, terms=self._terms)
+            low = v < level
+            if not low.any():
+                break
+            hi = np.where(low, hi * 4.0, hi)
+        lo = np.zeros(todo.size)
+        for _ in range(200):
+            mid = 0.5 * (lo + hi)
+            v = self._value_fn(mid, a, b, g, m, terms=self._terms)
+            below = v < level
+            lo = np.where(below, mid, lo)
+            hi = np.where(below, hi, mid)
+            if (hi - lo <= 1e-13 * hi).all():
+                break
+        out[todo] = lo
+        return out
+
+    def _compute_iota(self, slots: Sequence[int]) -> None:
+        if not len(slots):
+            return
+        arr = np.fromiter(slots, dtype=np.int64, count=len(slots))
+        self._iota[arr] = self._inverse(float(self._levels[self._level_idx]), arr)
+        self._iota_level[arr] = self._level_idx
+
+    def _flush_pending(self) -> None:
+        if not self._pending:
+            return
+        todo = [s for s in self._pending if self._iota_level[s] != self._level_idx]
+        self._compute_iota(todo)
+        for s in self._pending:
+            self._push(s)
+        self._pending.clear()
+
+    # ------------------------------------------------------------------ values
+    def _values(self, slots: npt.NDArray[np.int64], now: float) -> FloatArray:
+        self.stats.values_computed += int(slots.size)
+        if not slots.size:
+            return np.zeros(0)
+        tau = now - self._origin[slots]
+        tau = np.maximum(tau, 0.0)
+        return np.asarray(
+            self._value_fn(
+                tau, self._alpha[slots], self._beta[slots], self._gamma[slots],
+                self._mu[slots], terms=self._terms,
+            ),
+            dtype=np.float64,
+        )
+
+    def value(self, page_id: Hashable, now: float) -> float:
+        """Exact crawl value of one page at time ``now``."""
+        s = self._slot[page_id]
+        return float(self._values(np.array([s], dtype=np.int64), now)[0])
+
+    def values(self, page_ids: Sequence[Hashable], now: float) -> FloatArray:
+        """Exact crawl values of several pages at time ``now`` (one vectorised call)."""
+        slots = np.fromiter((self._slot[p] for p in page_ids), dtype=np.int64)
+        return self._values(slots, now)
+
+    def origin(self, page_id: Hashable) -> float:
+        """The page's origin (``tau_eff(t) = t - origin``)."""
+        return float(self._origin[self._slot[page_id]])
+
+    def time_to_reach(self, page_id: Hashable, level: float) -> float:
+        """Absolute time at which the page's value reaches ``level`` (inf if never).
+
+        ``origin + iota(level)``; ``-inf`` for a page with ``origin = -inf`` whose
+        ``mu/Delta`` is at least ``level``.
+        """
+        s = self._slot[page_id]
+        it = float(
+            self._inverse(float(level), np.array([s], dtype=np.int64))[0] / (1.0 - _IOTA_MARGIN)
+        )
+        if it == math.inf:
+            return math.inf
+        o = float(self._origin[s])
+        return -math.inf if o == -math.inf else o + it
+
+    def threshold(self) -> float:
+        """The working level: every page outside the candidate (hot) set is below it.
+
+        After ``best``, the chosen page beat every other page; this level is a cheap
+        lower bound of the value any crawled page had ("the threshold it beat" in the
+        tier sense of App. F).  ``nan`` before the first query.
+        """
+        return float(self._levels[self._level_idx]) if self._level_idx >= 0 else math.nan
+
+    @property
+    def hot_size(self) -> int:
+        """Number of candidate pages currently above the working level."""
+        return len(self._hot)
+
+    # ------------------------------------------------------------------ queries
+    def _choose_level(self, values_desc: FloatArray, rank: int) -> int:
+        """Largest grid index whose level is <= the value of rank ``rank`` (0-based)."""
+        if values_desc.size == 0:
+            return 0
+        v = float(values_desc[min(rank, values_desc.size - 1)])
+        idx = int(np.searchsorted(self._levels, v, side="right")) - 1
+        return max(idx, 0)
+
+    def _set_level(self, idx: int, now: float) -> None:
+        """Make ``idx`` the working level: recompute iota and keys of all pages."""
+        self.stats.level_changes += 1
+        self._level_idx = idx
+        slots = np.fromiter(self._slot.values(), dtype=np.int64, count=len(self._slot))
+        self._compute_iota(slots.tolist())
+        self._pending.clear()
+        self._hot.clear()
+        self._hot_flag[:] = False
+        with np.errstate(invalid="ignore"):
+            keys = np.where(
+                np.isinf(self._iota[slots]),
+                np.inf,
+                np.where(np.isneginf(self._origin[slots]), -np.inf,
+                         self._origin[slots] + self._iota[slots]),
+            )
+        hot = keys <= now
+        for s in slots[hot].tolist():
+            self._hot.add(s)
+            self._hot_flag[s] = True
+        rest = slots[~hot & np.isfinite(keys)]
+        entries = [
+            (float(k), int(self._seq[s]), int(s), int(self._version[s]))
+            for k, s in zip(keys[~hot & np.isfinite(keys)].tolist(), rest.tolist(), strict=True)
+        ]
+        heapq.heapify(entries)
+        self._heap = entries
+
+    def _drain(self, now: float) -> None:
+        """Move every page whose key has passed into the hot set."""
+        heap = self._heap
+        while True:
+            stale: list[int] = []
+            while heap and heap[0][0] <= now:
+                _, _, s, ver = heapq.heappop(heap)
+                if ver != self._version[s] or not self._alive[s] or self._hot_flag[s]:
+                    continue
+                if self._iota_level[s] != self._level_idx:
+                    stale.append(s)
+                    continue
+                self._hot.add(s)
+                self._hot_flag[s] = True
+            if not stale:
+                return
+            self._compute_iota(stale)
+            for s in stale:
+                self._push(s)
+
+    def _full_scan(
+        self, now: float, eligible: Callable[[Hashable], bool] | None, k: int
+    ) -> list[tuple[Hashable, float]]:
+        """Brute force over all pages; also re-chooses the working level."""
+        self.stats.full_scans += 1
+        slots = np.fromiter(self._slot.values(), dtype=np.int64, count=len(self._slot))
+        vals = self._values(slots, now)
+        order = np.lexsort((self._seq[slots], -vals))
+        out: list[tuple[Hashable, float]] = []
+        last_rank = 0
+        for rank, j in enumerate(order.tolist()):
+            s = int(slots[j])
+            pid = self._ids[s]
+            if eligible is None or eligible(pid):
+                out.append((pid, float(vals[j])))
+                last_rank = rank
+                if len(out) == k:
+                    break
+        vals_desc = vals[order]
+        idx = self._choose_level(vals_desc, max(self._hot_target, 2 * (last_rank + 1)))
+        self._set_level(idx, now)
+        return out
+
+    def best(
+        self,
+        now: float,
+        *,
+        eligible: Callable[[Hashable], bool] | None = None,
+        k: int = 1,
+    ) -> list[tuple[Hashable, float]]:
+        """The ``k`` eligible pages with the highest exact crawl value at ``now``.
+
+        Returns ``[(page_id, value), ...]`` highest first (ties: earlier insertion
+        first); fewer than ``k`` if fewer pages are eligible.  Exact: equal to the
+        brute-force argmax of ``crawl_value`` over all pages (Algorithm 1).
+        """
+        if k < 1:
+            raise ValueError(f"k must be >= 1, got {k!r}")
+        self.stats.queries += 1
+        if not self._slot:
+            return []
+        if self._level_idx < 0:
+            return self._full_scan(now, eligible, k)
+        self._flush_pending()
+        self._drain(now)
+        level = float(self._levels[self._level_idx])
+        hot = np.fromiter(self._hot, dtype=np.int64, count=len(self._hot))
+        vals = self._values(hot, now)
+        order = np.lexsort((self._seq[hot], -vals))
+        out: list[tuple[Hashable, float]] = []
+        for j in order.tolist():
+            if vals[j] < level:
+                break
+            pid = self._ids[int(hot[j])]
+            if eligible is None or eligible(pid):
+                out.append((pid, float(vals[j])))
+                if len(out) == k:
+                    break
+        if len(out) < k:
+            # not enough certified candidates above the level: lower it (full scan)
+            return self._full_scan(now, eligible, k)
+        if hot.size > 4 * self._hot_target:
+            self._raise_level(hot, vals, vals[order])
+        return out
+
+    def _raise_level(
+        self, hot: npt.NDArray[np.int64], vals: FloatArray, vals_desc: FloatArray
+    ) -> None:
+        """Shrink the hot set: pages below the new level go back to the heap (lazily)."""
+        idx = self._choose_level(vals_desc, self._hot_target)
+        if idx <= self._level_idx:
+            return
+        self.stats.level_changes += 1
+        self._level_idx = idx
+        level = float(self._levels[idx])
+        demote = hot[vals < level]
+        for s in demote.tolist():
+            self._hot.discard(s)
+            self._hot_flag[s] = False
+        self._compute_iota(demote.tolist())
+        for s in demote.tolist():
+            self._push(s)

@@ -1,0 +1,185 @@
+"""CrawlIndex == brute-force argmax of crawl_value (Algorithm 1 of paper 004, App. F tiers)."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+from models.index import CrawlIndex
+from models.values import crawl_value, signal_params
+
+
+class BruteForce:
+    """Reference: evaluate every page, argmax with ties by insertion order."""
+
+    def __init__(self, terms: int | None = None) -> None:
+        self.pages: dict[int, list[float]] = {}
+        self.seq: dict[int, int] = {}
+        self.terms = terms
+        self._n = 0
+
+    def upsert(self, pid: int, origin: float, a: float, b: float, g: float, mu: float) -> None:
+        if pid not in self.pages:
+            self.seq[pid] = self._n
+            self._n += 1
+        self.pages[pid] = [origin, a, b, g, mu]
+
+    def remove(self, pid: int) -> None:
+        del self.pages[pid]
+        del self.seq[pid]
+
+    def best(self, now: float, eligible=None, k: int = 1) -> list[tuple[int, float]]:
+        ids = list(self.pages)
+        arr = np.array([self.pages[i] for i in ids])
+        tau = np.maximum(now - arr[:, 0], 0.0)
+        v = crawl_value(tau, arr[:, 1], arr[:, 2], arr[:, 3], arr[:, 4], terms=self.terms)
+        order = sorted(range(len(ids)), key=lambda j: (-v[j], self.seq[ids[j]]))
+        out = [(ids[j], float(v[j])) for j in order if eligible is None or eligible(ids[j])]
+        return out[:k]
+
+
+def _random_params(rng: np.random.Generator, m: int) -> np.ndarray:
+    delta = rng.uniform(0.01, 1.0, m)
+    mu = rng.uniform(0.01, 1.0, m)
+    lam = rng.beta(0.25, 0.25, m)
+    nu = rng.uniform(0.1, 0.6, m)
+    kind = rng.integers(0, 3, m)  # 0: NCIS, 1: no signals (Greedy), 2: noiseless (CIS)
+    nu = np.where(kind == 2, 0.0, nu)
+    lam = np.where(kind == 1, 0.0, lam)
+    a, b, g = signal_params(delta, lam, np.where(kind == 1, 0.0, nu))
+    return np.column_stack([a, b, g, mu])
+
+
+def _run(seed: int, *, m: int, slots: int, terms: int | None, levels=None, k: int = 1,
+         with_eligible: bool = False) -> tuple[CrawlIndex, int]:
+    rng = np.random.default_rng(seed)
+    R = 10.0
+    params = _random_params(rng, m)
+    idx = CrawlIndex(levels, terms=terms, hot_target=4)
+    ref = BruteForce(terms)
+    origin = {i: -rng.uniform(0, 5) for i in range(m)}
+    for i in range(m):
+        a, b, g, mu = params[i]
+        idx.upsert(i, origin=origin[i], alpha=a, beta=b, gamma=g, mu=mu)
+        ref.upsert(i, origin[i], a, b, g, mu)
+    next_id = m
+    live = set(range(m))
+    checks = 0
+    for j in range(1, slots + 1):
+        t = j / R
+        # pings: each live page with prob 0.05 per slot
+        for p in sorted(live):
+            if rng.random() < 0.05:
+                a, b, g, mu = ref.pages[p][1:]
+                if g == 0:
+                    continue
+                o = -math.inf if b == math.inf else ref.pages[p][0] - b
+                idx.set_origin(p, o)
+                ref.pages[p][0] = o
+        # occasional parameter change, removal, insertion
+        u = rng.random()
+        if u < 0.05:
+            p = int(rng.choice(sorted(live)))
+            a, b, g, mu = _random_params(rng, 1)[0]
+            o = ref.pages[p][0]
+            idx.upsert(p, origin=o, alpha=a, beta=b, gamma=g, mu=mu)
+            ref.upsert(p, o, a, b, g, mu)
+        elif u < 0.08 and len(live) > 5:
+            p = int(rng.choice(sorted(live)))
+            idx.remove(p)
+            ref.remove(p)
+            live.discard(p)
+        elif u < 0.11:
+            a, b, g, mu = _random_params(rng, 1)[0]
+            idx.upsert(next_id, origin=t, alpha=a, beta=b, gamma=g, mu=mu)
+            ref.upsert(next_id, t, a, b, g, mu)
+            live.add(next_id)
+            next_id += 1
+        elig = None
+        if with_eligible:
+            salt = int(rng.integers(0, 1 << 30))
+            elig = lambda p, salt=salt: (hash((p, salt)) % 3) != 0  # noqa: E731
+        got = idx.best(t, eligible=elig, k=k)
+        want = ref.best(t, eligible=elig, k=k)
+        assert [p for p, _ in got] == [p for p, _ in want], (seed, j)
+        np.testing.assert_allclose([v for _, v in got], [v for _, v in want], rtol=1e-12)
+        checks += 1
+        for p, _ in got[:1]:  # crawl the best page
+            idx.set_origin(p, t)
+            ref.pages[p][0] = t
+    return idx, checks
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_best_matches_brute_force_exact_ncis(seed: int) -> None:
+    idx, checks = _run(seed, m=25, slots=250, terms=None)
+    assert checks == 250
+    # the index did not degenerate into a scan per query
+    assert idx.stats.full_scans < 0.3 * idx.stats.queries
+
+
+@pytest.mark.parametrize("terms", [1, 2])
+def test_best_matches_brute_force_approx(terms: int) -> None:
+    _run(10 + terms, m=20, slots=150, terms=terms)
+
+
+def test_best_with_eligible_filter_and_k() -> None:
+    _run(21, m=25, slots=150, terms=None, k=3, with_eligible=True)
+
+
+def test_coarse_levels_force_level_changes() -> None:
+    idx, _ = _run(31, m=25, slots=150, terms=None, levels=[1e-3, 1e-2, 0.1, 1.0, 10.0])
+    assert idx.stats.level_changes >= 1
+
+
+def test_ties_broken_by_insertion_order() -> None:
+    idx = CrawlIndex()
+    for p in ["b", "a", "c"]:
+        idx.upsert(p, origin=0.0, alpha=0.5, beta=0.0, gamma=0.0, mu=1.0)
+    assert [p for p, _ in idx.best(3.0, k=3)] == ["b", "a", "c"]
+    idx.set_origin("b", 1.0)
+    assert [p for p, _ in idx.best(3.0, k=2)] == ["a", "c"]
+
+
+def test_noiseless_ping_gives_value_at_infinity() -> None:
+    idx = CrawlIndex()
+    a, b, g = signal_params(0.5, 0.6, 0.0)
+    idx.upsert("p", origin=0.0, alpha=float(a), beta=float(b), gamma=float(g), mu=2.0)
+    idx.upsert("q", origin=0.0, alpha=0.5, beta=0.0, gamma=0.0, mu=1.0)
+    idx.set_origin("p", -math.inf)
+    (pid, v), = idx.best(0.1)
+    assert pid == "p"
+    assert v == pytest.approx(2.0 / 0.5, rel=1e-12)
+    assert idx.time_to_reach("p", 1.0) == -math.inf
+
+
+def test_time_to_reach_inverts_value() -> None:
+    idx = CrawlIndex()
+    a, b, g = signal_params(0.7, 0.4, 0.3)
+    idx.upsert(7, origin=2.0, alpha=float(a), beta=float(b), gamma=float(g), mu=1.5)
+    t = idx.time_to_reach(7, 0.5)
+    assert idx.value(7, t) == pytest.approx(0.5, rel=1e-9)
+    assert idx.time_to_reach(7, 1.5 / 0.7 + 1e-9) == math.inf
+
+
+def test_remove_and_contains() -> None:
+    idx = CrawlIndex()
+    idx.upsert(1, origin=0.0, alpha=1.0, beta=0.0, gamma=0.0, mu=1.0)
+    idx.upsert(2, origin=0.0, alpha=0.1, beta=0.0, gamma=0.0, mu=1.0)
+    assert idx.best(5.0)[0][0] == 1
+    idx.remove(1)
+    assert 1 not in idx and 2 in idx and len(idx) == 1
+    assert idx.best(6.0)[0][0] == 2
+    assert idx.best(6.0, eligible=lambda p: False) == []
+
+
+def test_bad_arguments() -> None:
+    idx = CrawlIndex()
+    with pytest.raises(ValueError, match="alpha"):
+        idx.upsert(1, origin=0.0, alpha=-1.0, beta=0.0, gamma=0.0, mu=1.0)
+    with pytest.raises(ValueError, match="origin"):
+        idx.upsert(1, origin=math.nan, alpha=1.0, beta=0.0, gamma=0.0, mu=1.0)
+    with pytest.raises(ValueError, match="levels"):
+        CrawlIndex([1.0, 0.5])
