@@ -1,0 +1,283 @@
+"""Vectorised streaming estimator: the :class:`~models.estimators.signals.SignalEstimator`
+update and result over ``N`` pages at once, for the simulator.
+
+The arithmetic is the scalar estimator's (same ring, same eviction rule, same Newton steps),
+so a page updated here and the same page updated with ``SignalEstimator.update`` agree to
+rounding (``tests/models`` check it).  The ring is circular here (``ring_pos`` = oldest).
+Unlike the scalar form, :func:`batch_update` updates the arrays in place, for speed.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+import numpy.typing as npt
+
+from . import _numeric as nm
+from ._prior import SignalPrior
+from .signals import FIRST_EVICTION_STEPS, SignalEstimator, SignalState, _estimates_from
+
+__all__ = ["BatchEstimate", "BatchSignalState", "batch_init", "batch_result", "batch_update"]
+
+IntArray = npt.NDArray[np.int64]
+
+
+@dataclass(slots=True)
+class BatchSignalState:
+    """Structure-of-arrays state of ``N`` pages (``d = 1 + n_sources``, ``K`` ring slots).
+
+    ``end_s (N,)`` (``-inf`` before the first interval), ``n_intervals (N,)``,
+    ``theta (N,d)``, ``unchanged (N,d)``, ``totals (N,d)``, ``ring (N,K,d+1)``,
+    ``ring_len (N,)``, ``ring_pos (N,)``, ``quad_b (N,d)``, ``quad_a (N,d,d)``.
+    """
+
+    end_s: nm.FloatArray
+    n_intervals: IntArray
+    theta: nm.FloatArray
+    unchanged: nm.FloatArray
+    totals: nm.FloatArray
+    ring: nm.FloatArray
+    ring_len: IntArray
+    ring_pos: IntArray
+    quad_b: nm.FloatArray
+    quad_a: nm.FloatArray
+
+    @property
+    def n_pages(self) -> int:
+        """Number of pages ``N``."""
+        return int(self.end_s.shape[0])
+
+    def page_state(self, page: int, ring_capacity: int) -> SignalState:
+        """The scalar :class:`SignalState` of one page (ring in chronological order)."""
+        d = self.theta.shape[1]
+        k = self.ring.shape[1]
+        n = int(self.ring_len[page])
+        order = [(int(self.ring_pos[page]) + j) % k for j in range(n)]
+        ring = tuple(tuple(float(x) for x in self.ring[page, j]) for j in order)
+        quad_a = tuple(float(self.quad_a[page, i, j]) for i in range(d) for j in range(i, d))
+        return SignalState(
+            d - 1,
+            float(self.end_s[page]),
+            int(self.n_intervals[page]),
+            tuple(float(x) for x in self.theta[page]),
+            tuple(float(x) for x in self.unchanged[page]),
+            tuple(float(x) for x in self.totals[page]),
+            ring,
+            tuple(float(x) for x in self.quad_b[page]),
+            quad_a,
+            ring_capacity,
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class BatchEstimate:
+    """Arrays of :class:`~models.estimators.signals.SignalEstimate` fields over pages."""
+
+    alpha_per_s: nm.FloatArray
+    alpha_se_per_s: nm.FloatArray
+    kappa: nm.FloatArray
+    kappa_se: nm.FloatArray
+    gamma_per_s: nm.FloatArray
+    gamma_se_per_s: nm.FloatArray
+    change_rate_per_s: nm.FloatArray
+    change_rate_se_per_s: nm.FloatArray
+    precision: nm.FloatArray
+    precision_se: nm.FloatArray
+    recall: nm.FloatArray
+    recall_se: nm.FloatArray
+    nu_per_s: nm.FloatArray
+    beta_s: nm.FloatArray
+
+
+def batch_init(estimator: SignalEstimator, n_pages: int) -> BatchSignalState:
+    """State of ``n_pages`` pages never crawled."""
+    if not (isinstance(n_pages, int) and n_pages >= 0):
+        raise ValueError(f"n_pages must be an integer >= 0, got {n_pages!r}")
+    d = 1 + estimator.n_sources
+    k = estimator.ring_capacity
+    theta0 = np.array(estimator.init().theta)
+    return BatchSignalState(
+        end_s=np.full(n_pages, -np.inf),
+        n_intervals=np.zeros(n_pages, dtype=np.int64),
+        theta=np.tile(theta0, (n_pages, 1)),
+        unchanged=np.zeros((n_pages, d)),
+        totals=np.zeros((n_pages, d)),
+        ring=np.zeros((n_pages, k, d + 1)),
+        ring_len=np.zeros(n_pages, dtype=np.int64),
+        ring_pos=np.zeros(n_pages, dtype=np.int64),
+        quad_b=np.zeros((n_pages, d)),
+        quad_a=np.zeros((n_pages, d, d)),
+    )
+
+
+def _prior_arrays(
+    estimator: SignalEstimator, n: int, prior: SignalPrior | None = None
+) -> tuple[nm.FloatArray, nm.FloatArray, nm.FloatArray]:
+    d = 1 + estimator.n_sources
+    if prior is None:
+        plin, pent = estimator._prior_lin, estimator._prior_entries
+    else:
+        plin, pent = prior.compiled(estimator.n_sources)
+    lin = np.tile(np.array(plin), (n, 1))
+    if pent:
+        v = np.tile(np.array([e[:d] for e in pent])[None], (n, 1, 1))
+        w = np.tile(np.array([e[d] for e in pent])[None], (n, 1))
+    else:
+        v, w = np.zeros((n, 0, d)), np.zeros((n, 0))
+    return lin, v, w
+
+
+def _ring_weights(ring: nm.FloatArray, ring_len: IntArray, ring_pos: IntArray) -> nm.FloatArray:
+    k = ring.shape[1]
+    slot_age = (np.arange(k)[None, :] - ring_pos[:, None]) % k
+    w: nm.FloatArray = np.where(slot_age < ring_len[:, None], ring[:, :, -1], 0.0)
+    return w
+
+
+def batch_update(
+    estimator: SignalEstimator,
+    state: BatchSignalState,
+    interval_s: nm.FloatArray,
+    changed: npt.NDArray[np.bool_],
+    n_signals: nm.FloatArray | None = None,
+    *,
+    pages: IntArray | None = None,
+    end_s: nm.FloatArray | None = None,
+) -> None:
+    """Add one crawl interval to each page in ``pages`` (all pages if ``None``), in place.
+
+    Parameters are arrays over the updated pages (``n_signals`` is ``(M, S)``); ``pages``
+    must not repeat a page.  Validation and semantics are those of
+    :meth:`SignalEstimator.update`; a ``ValueError`` names the offending field.
+    """
+    s = estimator.n_sources
+    d = 1 + s
+    idx = np.arange(state.n_pages) if pages is None else np.asarray(pages, dtype=np.int64)
+    m = idx.size
+    tau = np.asarray(interval_s, dtype=np.float64)
+    ch = np.asarray(changed, dtype=bool)
+    if tau.shape != (m,) or not np.all((tau >= 0.0) & np.isfinite(tau)):
+        raise ValueError(f"interval_s must be {m} finite values >= 0")
+    if ch.shape != (m,):
+        raise ValueError(f"changed must have shape ({m},), got {ch.shape}")
+    sig = np.zeros((m, 0)) if n_signals is None else np.asarray(n_signals, dtype=np.float64)
+    if sig.ndim == 1 and s == 1:
+        sig = sig[:, None]
+    if sig.shape != (m, s) or not np.all((sig >= 0.0) & np.isfinite(sig)):
+        raise ValueError(f"n_signals must be finite counts >= 0 of shape ({m}, {s})")
+    if pages is not None and np.unique(idx).size != m:
+        raise ValueError("pages must not repeat a page")
+    prev = state.end_s[idx]
+    has_prev = prev > -np.inf
+    if end_s is None:
+        end = np.where(has_prev, prev + tau, tau)
+    else:
+        end = np.asarray(end_s, dtype=np.float64)
+        if end.shape != (m,) or not np.all(np.isfinite(end)):
+            raise ValueError(f"end_s must be {m} finite values")
+        if np.any(has_prev & (end < prev)):
+            raise ValueError("end_s is before the previous crawl for some pages")
+    state.end_s[idx] = end
+    v = np.concatenate([tau[:, None], sig], axis=1)
+    informative = np.any(v > 0.0, axis=1)
+    unchanged = state.unchanged[idx]
+    totals = state.totals[idx]
+    ring = state.ring[idx]
+    quad_b = state.quad_b[idx]
+    quad_a = state.quad_a[idx]
+    if estimator.half_life_s < math.inf:
+        lapse = np.where(has_prev & (end > prev), end - prev, 0.0)
+        decay = np.exp2(-lapse / estimator.half_life_s)
+        unchanged *= decay[:, None]
+        totals *= decay[:, None]
+        ring[:, :, d] *= decay[:, None]
+        quad_b *= decay[:, None]
+        quad_a *= decay[:, None, None]
+    totals += np.where(informative[:, None], v, 0.0)
+    unchanged += np.where((informative & ~ch)[:, None], v, 0.0)
+    state.n_intervals[idx] += informative
+    add = informative & ch
+    ring_len = state.ring_len[idx]
+    ring_pos = state.ring_pos[idx]
+    k = estimator.ring_capacity
+    full = add & (ring_len >= k)
+    if full.any():
+        f = np.flatnonzero(full)
+        th = state.theta[idx[f]]
+        lin_p, v_p, w_p = _prior_arrays(estimator, f.size)
+        rw = _ring_weights(ring[f], ring_len[f], ring_pos[f])
+        vv = np.concatenate([ring[f, :, :d], v_p], axis=1)
+        ww = np.concatenate([rw, w_p], axis=1)
+        lin = unchanged[f] + lin_p
+        qb, qa = quad_b[f], quad_a[f]
+        first = ~(qa[:, 0, 0] > 0.0)
+        th = nm.newton_step(th, lin, vv, ww, qb, qa)
+        if first.any():
+            fi = np.flatnonzero(first)
+            for _ in range(FIRST_EVICTION_STEPS - 1):
+                th[fi] = nm.newton_step(th[fi], lin[fi], vv[fi], ww[fi], qb[fi], qa[fi])
+        old = ring[f, ring_pos[f]]
+        ov, ow = old[:, :d], old[:, d]
+        x = np.einsum("nd,nd->n", th, ov)
+        _, c1, c2 = nm.entry_coefficients(x)
+        quad_b[f] += ((ow * (c1 + c2 * x))[:, None]) * ov
+        quad_a[f] += (ow * c2)[:, None, None] * ov[:, :, None] * ov[:, None, :]
+        ring[f, ring_pos[f]] = np.concatenate([v[f], np.ones((f.size, 1))], axis=1)
+        ring_pos[f] = (ring_pos[f] + 1) % k
+        state.theta[idx[f]] = th
+    grow = add & ~full
+    if grow.any():
+        g = np.flatnonzero(grow)
+        slot = (ring_pos[g] + ring_len[g]) % k
+        ring[g, slot] = np.concatenate([v[g], np.ones((g.size, 1))], axis=1)
+        ring_len[g] += 1
+    state.unchanged[idx] = unchanged
+    state.totals[idx] = totals
+    state.ring[idx] = ring
+    state.quad_b[idx] = quad_b
+    state.quad_a[idx] = quad_a
+    state.ring_len[idx] = ring_len
+    state.ring_pos[idx] = ring_pos
+
+
+def batch_result(
+    estimator: SignalEstimator,
+    state: BatchSignalState,
+    *,
+    pages: IntArray | None = None,
+    prior: SignalPrior | None = None,
+) -> BatchEstimate:
+    """Converged estimates (as :meth:`SignalEstimator.result`) for ``pages`` (default all)."""
+    d = 1 + estimator.n_sources
+    idx = np.arange(state.n_pages) if pages is None else np.asarray(pages, dtype=np.int64)
+    n = idx.size
+    lin_p, v_p, w_p = _prior_arrays(estimator, n, prior)
+    ring = state.ring[idx]
+    rw = _ring_weights(ring, state.ring_len[idx], state.ring_pos[idx])
+    vv = np.concatenate([ring[:, :, :d], v_p], axis=1)
+    ww = np.concatenate([rw, w_p], axis=1)
+    theta, hess = nm.newton_solve(
+        state.theta[idx], state.unchanged[idx] + lin_p, vv, ww, state.quad_b[idx],
+        state.quad_a[idx],
+    )
+    est = _estimates_from(
+        theta, hess, state.totals[idx], estimator.prior if prior is None else prior
+    )
+    return BatchEstimate(
+        alpha_per_s=est["alpha"],
+        alpha_se_per_s=est["alpha_se"],
+        kappa=est["kappa"],
+        kappa_se=est["kappa_se"],
+        gamma_per_s=est["gamma"],
+        gamma_se_per_s=est["gamma_se"],
+        change_rate_per_s=est["change_rate"],
+        change_rate_se_per_s=est["change_rate_se"],
+        precision=est["precision"],
+        precision_se=est["precision_se"],
+        recall=est["recall"],
+        recall_se=est["recall_se"],
+        nu_per_s=est["nu"],
+        beta_s=est["beta"],
+    )

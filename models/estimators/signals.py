@@ -1,0 +1,715 @@
+"""Online MLE of a page's change rate and of its ping sources' precision and recall.
+
+The model is paper 004 App. E: a crawl interval of length ``tau`` (``tau_elap``) in which
+source ``s`` sent ``n_s`` change-indicating signals is unchanged with probability::
+
+    P(no change) = exp(-alpha*tau - sum_s kappa_s*n_s),   kappa_s = alpha*beta_s,
+
+where ``alpha`` is the rate of changes no source signals.  With one source this is exact
+(``exp(-alpha*tau)*(nu/gamma)^n``, paper 004 Sec. 3).  With several sources it is exact when
+each change is signalled by at most one source (the true signals of the sources are then
+independent Poisson processes, and ``Delta = alpha + sum_s recall_s*Delta``); when sources
+overlap (a change signalled by two sources) it is the best product approximation, the one
+that lets ``tau_eff = tau + sum_s beta_s*n_s`` add one ``beta_s`` per source, and ``kappa_s``
+then measures a source's evidence *given* the others.
+Without sources it is Cho and Garcia-Molina's change model, and the estimate solves eq. (2)
+of paper 003 (see :mod:`models.estimators.change_rate`).
+
+Streaming state
+---------------
+A :class:`SignalState` keeps, with exponential forgetting (weights halve every
+``half_life_s`` of crawl time):
+
+* exact weighted sums of ``(tau, n_1..n_S)`` over unchanged intervals (their log-likelihood
+  ``-alpha*tau - kappa.n`` is linear, so the sums are sufficient);
+* exact weighted sums over all intervals (for ``gamma_s = signals/time``);
+* the last ``K`` changed intervals exactly (a ring of ``(tau, n_1..n_S, weight)``);
+* older changed intervals as a quadratic summary ``b.theta - theta'A theta/2`` of their
+  log-likelihood ``log(1 - exp(-theta.v))``, each expanded at the running estimate when it
+  left the ring (a streaming Laplace approximation).  A term is exact at its expansion point
+  and its error is second order in the estimate's drift since then; as the running estimate
+  converges, the drift shrinks, so the streaming estimate converges to the full-data MLE
+  (``tests/models`` check the gap against the standard error).  Its weak spot is an estimate
+  that keeps drifting, e.g. a page changed at every one of many crawls: the summary then
+  under-states the rate (still finite and far above the prior).
+
+The state serialises to at most 256 bytes (``SignalState.to_bytes``) whatever the page's age.
+"""
+
+from __future__ import annotations
+
+import math
+import struct
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from . import _numeric as nm
+from ._prior import SignalPrior
+
+__all__ = [
+    "MAX_STATE_BYTES",
+    "CrawlInterval",
+    "SignalEstimate",
+    "SignalEstimator",
+    "SignalState",
+    "fit_signal_mle",
+    "naive_precision_recall",
+    "state_size_bytes",
+]
+
+#: The default weak prior (Grimes-Ford points, precision prior centred on 0.5).
+DEFAULT_PRIOR = SignalPrior()
+#: Upper bound on ``len(SignalState.to_bytes())`` for every configuration we accept.
+MAX_STATE_BYTES = 256
+_VERSION = 1
+_HEADER = struct.Struct("<BBBBdI")
+_X_MAX = 700.0
+_X_MIN = 1e-150
+_RIDGE = 1e-12
+#: Newton steps at a page's first eviction (the estimate then still sits at the prior).
+FIRST_EVICTION_STEPS = 8
+#: Newton steps at later evictions.
+EVICTION_STEPS = 1
+
+
+def state_size_bytes(n_sources: int, ring_capacity: int) -> int:
+    """Serialised size of a full :class:`SignalState` (its maximum)."""
+    d = 1 + n_sources
+    n_quad = d + d * (d + 1) // 2
+    return _HEADER.size + 4 * d + 8 * d + 8 * d + 4 * ring_capacity * (d + 1) + 4 * n_quad
+
+
+def _default_ring_capacity(n_sources: int) -> int:
+    for k in range(8, 0, -1):
+        if state_size_bytes(n_sources, k) <= MAX_STATE_BYTES:
+            return k
+    raise ValueError(f"n_sources={n_sources} does not fit in {MAX_STATE_BYTES} bytes")
+
+
+@dataclass(frozen=True, slots=True)
+class CrawlInterval:
+    """One crawl interval of one page: the observation every estimator here consumes.
+
+    Parameters
+    ----------
+    interval_s
+        Time since the previous crawl (``tau_elap``), finite and ``>= 0``.
+    changed
+        Whether the crawl found the page changed.
+    n_signals
+        Signals received during the interval, one count per source (``()`` without sources).
+    end_s
+        Time of this crawl.  Optional; when given it must not precede the previous crawl.
+        When omitted it is the previous crawl's time plus ``interval_s``.
+    """
+
+    interval_s: float
+    changed: bool
+    n_signals: tuple[float, ...] = ()
+    end_s: float | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class SignalState:
+    """Bounded streaming state of one page (see the module docstring for the layout).
+
+    ``theta = (alpha_per_s, kappa_1..kappa_S)`` is the running estimate, refreshed when a
+    changed interval leaves the ring (warm start and expansion point).  ``ring`` (oldest
+    first) holds ``(tau, n_1..n_S, weight)``; ``quad_a`` is the upper triangle of ``A``.
+    """
+
+    n_sources: int
+    end_s: float = -math.inf
+    n_intervals: int = 0
+    theta: tuple[float, ...] = ()
+    unchanged: tuple[float, ...] = ()
+    totals: tuple[float, ...] = ()
+    ring: tuple[tuple[float, ...], ...] = ()
+    quad_b: tuple[float, ...] = ()
+    quad_a: tuple[float, ...] = ()
+    ring_capacity: int = field(default=8)
+
+    def to_bytes(self) -> bytes:
+        """Pack into at most :data:`MAX_STATE_BYTES` bytes (little-endian struct).
+
+        Layout: ``<BBBBdI`` header (version, n_sources, ring capacity, ring length, end_s,
+        n_intervals), then float32 ``theta[d]``, float64 ``unchanged[d]``, float64
+        ``totals[d]``, float32 ring ``[len][d+1]``, float32 ``quad_b[d]`` and
+        ``quad_a[d(d+1)/2]``, with ``d = 1 + n_sources``.
+        """
+        d = 1 + self.n_sources
+        head = _HEADER.pack(
+            _VERSION, self.n_sources, self.ring_capacity, len(self.ring), self.end_s,
+            min(self.n_intervals, 0xFFFFFFFF),
+        )
+        flat = [x for e in self.ring for x in e]
+        body = struct.pack(
+            f"<{d}f{2 * d}d{len(flat) + len(self.quad_b) + len(self.quad_a)}f",
+            *self.theta, *self.unchanged, *self.totals, *flat, *self.quad_b, *self.quad_a,
+        )
+        return head + body
+
+    @classmethod
+    def from_bytes(cls, data: bytes) -> SignalState:
+        """Inverse of :meth:`to_bytes`; raises ``ValueError`` naming ``data`` if malformed."""
+        if len(data) < _HEADER.size:
+            raise ValueError(f"data: {len(data)} bytes is shorter than the header")
+        version, s, cap, ring_len, end_s, n_int = _HEADER.unpack_from(data)
+        if version != _VERSION:
+            raise ValueError(f"data: unknown state version {version}")
+        d = 1 + s
+        nq = d + d * (d + 1) // 2
+        fmt = f"<{d}f{2 * d}d{ring_len * (d + 1) + nq}f"
+        if struct.calcsize(fmt) != len(data) - _HEADER.size:
+            raise ValueError(f"data: expected {struct.calcsize(fmt) + _HEADER.size} bytes")
+        vals = struct.unpack_from(fmt, data, _HEADER.size)
+        i = 0
+        theta = tuple(vals[i : i + d])
+        i += d
+        unchanged = tuple(vals[i : i + d])
+        i += d
+        totals = tuple(vals[i : i + d])
+        i += d
+        ring = tuple(tuple(vals[i + j * (d + 1) : i + (j + 1) * (d + 1)]) for j in range(ring_len))
+        i += ring_len * (d + 1)
+        quad_b = tuple(vals[i : i + d])
+        quad_a = tuple(vals[i + d : i + nq])
+        return cls(s, end_s, n_int, theta, unchanged, totals, ring, quad_b, quad_a, cap)
+
+
+@dataclass(frozen=True, slots=True)
+class SignalEstimate:
+    """Estimates of one page, each with its standard error (Laplace posterior + delta method).
+
+    Attributes are per second (``*_per_s``) or dimensionless; per-source values are tuples.
+    ``covariance`` is the posterior covariance of ``(alpha, kappa_1..kappa_S)``.
+    """
+
+    alpha_per_s: float
+    alpha_se_per_s: float
+    kappa: tuple[float, ...]
+    kappa_se: tuple[float, ...]
+    gamma_per_s: tuple[float, ...]
+    gamma_se_per_s: tuple[float, ...]
+    change_rate_per_s: float
+    change_rate_se_per_s: float
+    precision: tuple[float, ...]
+    precision_se: tuple[float, ...]
+    recall: tuple[float, ...]
+    recall_se: tuple[float, ...]
+    nu_per_s: tuple[float, ...]
+    beta_s: tuple[float, ...]
+    covariance: tuple[tuple[float, ...], ...]
+    n_intervals: int
+    observed_time_s: float
+
+
+def _check_interval(obs: CrawlInterval, n_sources: int) -> None:
+    t = obs.interval_s
+    if not (isinstance(t, (int, float)) and t >= 0.0 and t < math.inf):
+        raise ValueError(f"interval_s must be a finite number >= 0, got {t!r}")
+    if len(obs.n_signals) != n_sources:
+        raise ValueError(
+            f"n_signals must have one count per source ({n_sources}), got {obs.n_signals!r}"
+        )
+    for n in obs.n_signals:
+        if not (n >= 0.0 and n < math.inf):
+            raise ValueError(f"n_signals must be finite counts >= 0, got {obs.n_signals!r}")
+    if obs.end_s is not None and not math.isfinite(obs.end_s):
+        raise ValueError(f"end_s must be finite, got {obs.end_s!r}")
+
+
+def _solve_py(h: list[list[float]], g: list[float]) -> list[float]:
+    """Solve a small SPD system (Gaussian elimination, ridge as in ``_numeric.solve_spd``)."""
+    d = len(g)
+    if d == 1:
+        return [g[0] / (h[0][0] * (1.0 + _RIDGE))]
+    m = [[*row, g[i]] for i, row in enumerate(h)]
+    for i in range(d):
+        m[i][i] += _RIDGE * max(m[i][i], 1e-300)
+    if d == 2:
+        h00, h01, h11 = m[0][0], m[0][1], m[1][1]
+        det = h00 * h11 - h01 * h01
+        if not det > 0.0:
+            det = 1e-300
+        return [(h11 * g[0] - h01 * g[1]) / det, (h00 * g[1] - h01 * g[0]) / det]
+    for i in range(d):
+        piv = m[i][i] if m[i][i] != 0.0 else 1e-300
+        for r in range(i + 1, d):
+            f = m[r][i] / piv
+            for c in range(i, d + 1):
+                m[r][c] -= f * m[i][c]
+    x = [0.0] * d
+    for i in range(d - 1, -1, -1):
+        acc = m[i][d] - sum(m[i][c] * x[c] for c in range(i + 1, d))
+        x[i] = acc / (m[i][i] if m[i][i] != 0.0 else 1e-300)
+    return x
+
+
+def _coefficients(x: float) -> tuple[float, float]:
+    """``1/(e^x - 1)`` and ``1/((e^x - 1)(1 - e^-x))`` (see ``_numeric.entry_coefficients``)."""
+    if x > _X_MAX:
+        return 0.0, 0.0
+    if x < _X_MIN:
+        x = _X_MIN
+    em1 = math.expm1(x)
+    return 1.0 / em1, 1.0 / (em1 * -math.expm1(-x))
+
+
+def _unpack_quad(quad_a: tuple[float, ...] | list[float], d: int) -> list[list[float]]:
+    a = [[0.0] * d for _ in range(d)]
+    k = 0
+    for i in range(d):
+        for j in range(i, d):
+            a[i][j] = a[j][i] = quad_a[k]
+            k += 1
+    return a
+
+
+class SignalEstimator:
+    """Streaming MAP estimator of ``(alpha, kappa_1..kappa_S)`` and ``gamma_s`` (paper 004 App. E).
+
+    Parameters
+    ----------
+    n_sources
+        Number of ping sources ``S`` (0 = change rate only, Cho and Garcia-Molina).
+    prior
+        Pseudo-observations (default :class:`SignalPrior`: the Grimes-Ford points for
+        ``alpha`` and a ``Beta(2, 2)``-like prior on each source's precision).
+    half_life_s
+        Exponential forgetting: an interval's weight halves every ``half_life_s`` of crawl
+        time after it ended (``inf`` = no forgetting).
+    ring_capacity
+        Changed intervals kept exactly (default: the largest ``K <= 8`` such that the state
+        fits in 256 bytes: 8 for ``S <= 2``, 5 for ``S = 3``).
+
+    Notes
+    -----
+    ``update`` is O(1) bookkeeping, except when a changed interval leaves the ring: the
+    running estimate then takes one Newton step on the bounded state (``FIRST_EVICTION_STEPS``
+    at the first eviction) and is the expansion point of the evicted term.  ``result`` runs
+    Newton to convergence and derives ``Delta``, ``nu``, precision, recall and ``beta`` with
+    delta-method standard errors.  The state is immutable; ``update`` returns a new one.
+    """
+
+    def __init__(
+        self,
+        n_sources: int = 1,
+        *,
+        prior: SignalPrior | None = None,
+        half_life_s: float = math.inf,
+        ring_capacity: int | None = None,
+    ) -> None:
+        if not (isinstance(n_sources, int) and 0 <= n_sources <= 3):
+            raise ValueError(f"n_sources must be an integer in [0, 3], got {n_sources!r}")
+        if not half_life_s > 0.0:
+            raise ValueError(f"half_life_s must be > 0, got {half_life_s!r}")
+        cap = _default_ring_capacity(n_sources) if ring_capacity is None else ring_capacity
+        if not (isinstance(cap, int) and 1 <= cap <= 255):
+            raise ValueError(f"ring_capacity must be an integer in [1, 255], got {cap!r}")
+        if state_size_bytes(n_sources, cap) > MAX_STATE_BYTES:
+            raise ValueError(
+                f"ring_capacity={cap} with n_sources={n_sources} needs "
+                f"{state_size_bytes(n_sources, cap)} bytes > {MAX_STATE_BYTES}"
+            )
+        self.n_sources = n_sources
+        self.prior = prior if prior is not None else SignalPrior()
+        self.half_life_s = float(half_life_s)
+        self.ring_capacity = cap
+        self._prior_lin, self._prior_entries = self.prior.compiled(n_sources)
+
+    # -- streaming interface -------------------------------------------------------------
+    def init(self) -> SignalState:
+        """State of a page never crawled: only the prior."""
+        d = 1 + self.n_sources
+        theta = self._initial_theta()
+        return SignalState(
+            self.n_sources,
+            -math.inf,
+            0,
+            theta,
+            (0.0,) * d,
+            (0.0,) * d,
+            (),
+            (0.0,) * d,
+            (0.0,) * (d * (d + 1) // 2),
+            self.ring_capacity,
+        )
+
+    def _initial_theta(self) -> tuple[float, ...]:
+        d = 1 + self.n_sources
+        lin = np.array([self._prior_lin])
+        ents = self._prior_entries
+        v = np.array([[e[:d] for e in ents]]) if ents else np.zeros((1, 0, d))
+        w = np.array([[e[d] for e in ents]]) if ents else np.zeros((1, 0))
+        theta0 = np.full((1, d), 1e-5)
+        theta0[0, 1:] = 1.0
+        theta, _ = nm.newton_solve(theta0, lin, v, w, np.zeros((1, d)), np.zeros((1, d, d)))
+        return tuple(float(x) for x in theta[0])
+
+    def update(self, state: SignalState, obs: CrawlInterval) -> SignalState:
+        """Add one crawl interval (pure: returns a new state).
+
+        Raises
+        ------
+        ValueError
+            Naming ``interval_s`` (negative, NaN, infinite), ``n_signals`` (wrong length,
+            negative, NaN), or ``end_s`` (not finite, or before the previous crawl).
+
+        Notes
+        -----
+        A zero-length interval without signals carries no information (and a change in it
+        is impossible under the model); it only moves ``end_s``.
+        """
+        if state.n_sources != self.n_sources:
+            raise ValueError(f"state has {state.n_sources} sources, estimator {self.n_sources}")
+        _check_interval(obs, self.n_sources)
+        tau = float(obs.interval_s)
+        prev = state.end_s
+        has_prev = prev > -math.inf
+        if obs.end_s is None:
+            end = prev + tau if has_prev else tau
+        else:
+            end = float(obs.end_s)
+            if has_prev and end < prev:
+                raise ValueError(f"end_s={end!r} is before the previous crawl at {prev!r}")
+        decay = 1.0
+        if has_prev and self.half_life_s < math.inf and end > prev:
+            decay = math.exp2(-(end - prev) / self.half_life_s)
+        n_sig = tuple(float(x) for x in obs.n_signals)
+        d = 1 + self.n_sources
+        if decay != 1.0:
+            unchanged = [u * decay for u in state.unchanged]
+            totals = [u * decay for u in state.totals]
+            ring = [(*e[:d], e[d] * decay) for e in state.ring]
+            quad_b = [u * decay for u in state.quad_b]
+            quad_a = [u * decay for u in state.quad_a]
+        else:
+            unchanged = list(state.unchanged)
+            totals = list(state.totals)
+            ring = list(state.ring)
+            quad_b = list(state.quad_b)
+            quad_a = list(state.quad_a)
+        if tau == 0.0 and not any(n_sig):
+            return SignalState(
+                self.n_sources, end, state.n_intervals, state.theta, tuple(unchanged),
+                tuple(totals), tuple(ring), tuple(quad_b), tuple(quad_a),
+                self.ring_capacity,
+            )
+        theta = state.theta
+        v = (tau, *n_sig)
+        totals[0] += tau
+        for s in range(self.n_sources):
+            totals[1 + s] += n_sig[s]
+        if obs.changed:
+            if len(ring) >= self.ring_capacity:
+                steps = EVICTION_STEPS if quad_a[0] > 0.0 else FIRST_EVICTION_STEPS
+                for _ in range(steps):
+                    theta = self._newton_step(theta, unchanged, ring, quad_b, quad_a)
+                old = ring.pop(0)
+                self._evict(theta, old, quad_b, quad_a)
+            ring.append((*v, 1.0))
+        else:
+            for j in range(d):
+                unchanged[j] += v[j]
+        return SignalState(
+            self.n_sources, end, state.n_intervals + 1, theta, tuple(unchanged),
+            tuple(totals), tuple(ring), tuple(quad_b), tuple(quad_a),
+                self.ring_capacity,
+        )
+
+    def _evict(
+        self,
+        theta: tuple[float, ...],
+        old: tuple[float, ...],
+        quad_b: list[float],
+        quad_a: list[float],
+    ) -> None:
+        """Fold a changed interval into the quadratic summary, expanded at ``theta``.
+
+        With ``x = theta.v``, ``log(1 - e^-x)`` has gradient ``c1*v`` and negative Hessian
+        ``c2*v v'`` (``c1 = 1/(e^x - 1)``, ``c2 = 1/((e^x - 1)(1 - e^-x))``); its second-order
+        expansion adds ``w*(c1 + c2*x)*v`` to ``b`` and ``w*c2*v v'`` to ``A``.
+        """
+        d = 1 + self.n_sources
+        x = 0.0
+        for j in range(d):
+            x += theta[j] * old[j]
+        c1, c2 = _coefficients(x)
+        w = old[d]
+        cb = w * (c1 + c2 * x)
+        ca = w * c2
+        k = 0
+        for i in range(d):
+            quad_b[i] += cb * old[i]
+            for j in range(i, d):
+                quad_a[k] += ca * old[i] * old[j]
+                k += 1
+
+    def _newton_step(
+        self,
+        theta: tuple[float, ...],
+        unchanged: list[float],
+        ring: list[tuple[float, ...]],
+        quad_b: list[float],
+        quad_a: list[float],
+    ) -> tuple[float, ...]:
+        """One Newton step with the fraction-to-boundary rule (``_numeric.newton_step``)."""
+        d = 1 + self.n_sources
+        plin = self._prior_lin
+        expm1 = math.expm1
+        if d == 1:
+            th = theta[0]
+            g = unchanged[0] + plin[0] - quad_b[0] + quad_a[0] * th
+            h = quad_a[0]
+            for e in (*ring, *self._prior_entries):
+                x = th * e[0]
+                if x > _X_MAX:
+                    continue
+                if x < _X_MIN:
+                    x = _X_MIN
+                em1 = expm1(x)
+                c1 = e[1] / em1
+                g -= c1 * e[0]
+                h += c1 / -expm1(-x) * e[0] * e[0]
+            step = g / (h * (1.0 + _RIDGE)) if h > 0.0 else 0.0
+            t = 1.0
+            if step > 0.0:
+                t = min(1.0, 0.9 * th / step)
+            return (th - t * step,)
+        if d == 2:
+            t0, t1 = theta
+            a00, a01, a11 = quad_a
+            g0 = unchanged[0] + plin[0] - quad_b[0] + a00 * t0 + a01 * t1
+            g1 = unchanged[1] + plin[1] - quad_b[1] + a01 * t0 + a11 * t1
+            for e in (*ring, *self._prior_entries):
+                v0, v1, w = e
+                x = t0 * v0 + t1 * v1
+                if x > _X_MAX:
+                    continue
+                if x < _X_MIN:
+                    x = _X_MIN
+                em1 = expm1(x)
+                c1 = w / em1
+                c2 = c1 / -expm1(-x)
+                g0 -= c1 * v0
+                g1 -= c1 * v1
+                a00 += c2 * v0 * v0
+                a01 += c2 * v0 * v1
+                a11 += c2 * v1 * v1
+            s0, s1 = _solve_py([[a00, a01], [a01, a11]], [g0, g1])
+            t = 1.0
+            if s0 > 0.0:
+                t = min(t, 0.9 * t0 / s0)
+            if s1 > 0.0:
+                t = min(t, 0.9 * t1 / s1)
+            return (t0 - t * s0, t1 - t * s1)
+        a = _unpack_quad(quad_a, d)
+        grad = [
+            unchanged[i] + plin[i] - quad_b[i] + sum(a[i][j] * theta[j] for j in range(d))
+            for i in range(d)
+        ]
+        for e in (*ring, *self._prior_entries):
+            x = 0.0
+            for j in range(d):
+                x += theta[j] * e[j]
+            c1, c2 = _coefficients(x)
+            w = e[d]
+            for i in range(d):
+                vi = e[i]
+                if vi == 0.0:
+                    continue
+                grad[i] -= w * c1 * vi
+                for j in range(d):
+                    a[i][j] += w * c2 * vi * e[j]
+        steps = _solve_py(a, grad)
+        t = 1.0
+        for j in range(d):
+            if steps[j] > 0.0:
+                t = min(t, 0.9 * theta[j] / steps[j])
+        return tuple(theta[j] - t * steps[j] for j in range(d))
+
+    def result(self, state: SignalState, *, prior: SignalPrior | None = None) -> SignalEstimate:
+        """Converged MAP estimate with standard errors (``prior`` overrides the estimator's)."""
+        if state.n_sources != self.n_sources:
+            raise ValueError(f"state has {state.n_sources} sources, estimator {self.n_sources}")
+        d = 1 + self.n_sources
+        plin, pent = (
+            (self._prior_lin, self._prior_entries)
+            if prior is None
+            else prior.compiled(self.n_sources)
+        )
+        ents = (*state.ring, *pent)
+        lin = np.array([state.unchanged]) + np.array([plin])
+        v = np.array([[e[:d] for e in ents]]) if ents else np.zeros((1, 0, d))
+        w = np.array([[e[d] for e in ents]]) if ents else np.zeros((1, 0))
+        b = np.array([state.quad_b])
+        a = np.array([_unpack_quad(state.quad_a, d)])
+        theta, hess = nm.newton_solve(np.array([state.theta]), lin, v, w, b, a)
+        est = _estimates_from(
+            theta, hess, np.array([state.totals]), self.prior if prior is None else prior
+        )
+        return _scalar_estimate(est, 0, state.n_intervals)
+
+
+def _estimates_from(
+    theta: nm.FloatArray, hess: nm.FloatArray, totals: nm.FloatArray, prior: SignalPrior
+) -> dict[str, nm.FloatArray]:
+    """Everything :class:`SignalEstimate` holds, as arrays over ``N`` pages."""
+    s = theta.shape[1] - 1
+    cov = nm.covariance(hess)
+    time_s = totals[:, 0]
+    counts = totals[:, 1:]
+    # gamma = signals / observed time; observed time under one second counts as one second,
+    # and the standard error counts at least one signal (before any observation: over the
+    # prior's unchanged pseudo-interval)
+    pos = time_s > 0.0
+    safe_t = np.maximum(time_s, 1.0)
+    gamma = np.where(pos[:, None], counts / safe_t[:, None], 0.0)
+    t_ref = np.where(pos, safe_t, prior.change.unchanged_interval_s)
+    var_gamma = np.maximum(counts, 1.0) / (t_ref**2)[:, None]
+    alpha = theta[:, 0]
+    kappa = theta[:, 1:]
+    der = nm.derive(alpha, kappa, gamma)
+    ses = nm.derived_standard_errors(alpha, kappa, gamma, cov, var_gamma.reshape(theta.shape[0], s))
+    out = {
+        "alpha": alpha,
+        "alpha_se": np.sqrt(np.maximum(cov[:, 0, 0], 0.0)),
+        "kappa": kappa,
+        "kappa_se": np.sqrt(np.maximum(np.einsum("nii->ni", cov)[:, 1:], 0.0)),
+        "gamma": gamma,
+        "gamma_se": np.sqrt(var_gamma),
+        "cov": cov,
+        "time": time_s,
+    }
+    for k, val in der.items():
+        out[k] = val
+        out[k + "_se"] = ses[k]
+    return out
+
+
+def _scalar_estimate(est: dict[str, nm.FloatArray], i: int, n_intervals: int) -> SignalEstimate:
+    def tup(key: str) -> tuple[float, ...]:
+        return tuple(float(x) for x in est[key][i])
+
+    return SignalEstimate(
+        alpha_per_s=float(est["alpha"][i]),
+        alpha_se_per_s=float(est["alpha_se"][i]),
+        kappa=tup("kappa"),
+        kappa_se=tup("kappa_se"),
+        gamma_per_s=tup("gamma"),
+        gamma_se_per_s=tup("gamma_se"),
+        change_rate_per_s=float(est["change_rate"][i]),
+        change_rate_se_per_s=float(est["change_rate_se"][i]),
+        precision=tup("precision"),
+        precision_se=tup("precision_se"),
+        recall=tup("recall"),
+        recall_se=tup("recall_se"),
+        nu_per_s=tup("nu"),
+        beta_s=tup("beta"),
+        covariance=tuple(tuple(float(x) for x in row) for row in est["cov"][i]),
+        n_intervals=n_intervals,
+        observed_time_s=float(est["time"][i]),
+    )
+
+
+def _as_signal_matrix(n_signals: nm.FloatArray | None, m: int) -> nm.FloatArray:
+    if n_signals is None:
+        return np.zeros((m, 0))
+    arr = np.asarray(n_signals, dtype=np.float64)
+    if arr.ndim == 1:
+        arr = arr[:, None]
+    if arr.ndim != 2 or arr.shape[0] != m:
+        raise ValueError(f"n_signals must have shape ({m},) or ({m}, S), got {arr.shape}")
+    if not np.all(np.isfinite(arr) & (arr >= 0.0)):
+        raise ValueError("n_signals must be finite counts >= 0")
+    return arr
+
+
+def fit_signal_mle(
+    interval_s: nm.FloatArray,
+    n_signals: nm.FloatArray | None,
+    changed: nm.FloatArray,
+    *,
+    weights: nm.FloatArray | None = None,
+    prior: SignalPrior | None = DEFAULT_PRIOR,
+) -> SignalEstimate:
+    """Full-data MAP/MLE of paper 004 App. E for one page (all intervals kept).
+
+    Maximises ``sum_unchanged -(alpha*tau + kappa.n) + sum_changed log(1 - exp(-(alpha*tau +
+    kappa.n)))`` plus the prior's pseudo-intervals, over ``alpha, kappa_s > 0``; ``gamma_s``
+    is the signal count over the observed time.  ``prior=None`` gives the plain MLE, which
+    is only well defined when both changed and unchanged intervals occur (otherwise the
+    estimate runs to the boundary and a tiny or huge finite value is returned).
+
+    Parameters
+    ----------
+    interval_s : array (M,)
+        Interval lengths ``tau_elap``.
+    n_signals : array (M,) or (M, S), or None
+        Signal counts per interval (and source).
+    changed : array (M,) of bool
+        Whether each interval ended with a change.
+    weights : array (M,), optional
+        Observation weights (default 1).
+    """
+    tau = np.asarray(interval_s, dtype=np.float64)
+    if tau.ndim != 1 or not np.all(np.isfinite(tau) & (tau >= 0.0)):
+        raise ValueError("interval_s must be a 1-D array of finite values >= 0")
+    m = tau.size
+    sig = _as_signal_matrix(n_signals, m)
+    s = sig.shape[1]
+    d = 1 + s
+    ch = np.asarray(changed).astype(bool)
+    if ch.shape != (m,):
+        raise ValueError(f"changed must have shape ({m},), got {ch.shape}")
+    wt = np.ones(m) if weights is None else np.asarray(weights, dtype=np.float64)
+    if wt.shape != (m,) or not np.all(np.isfinite(wt) & (wt >= 0.0)):
+        raise ValueError("weights must be finite values >= 0, one per interval")
+    vmat = np.concatenate([tau[:, None], sig], axis=1)
+    informative = np.any(vmat > 0.0, axis=1)
+    lin = (wt[~ch, None] * vmat[~ch]).sum(axis=0)
+    keep = ch & informative
+    v = vmat[keep]
+    w = wt[keep]
+    pr = prior if prior is not None else SignalPrior()
+    if prior is not None:
+        plin, pent = prior.compiled(s)
+        lin = lin + np.array(plin)
+        if pent:
+            v = np.concatenate([v, np.array([e[:d] for e in pent])])
+            w = np.concatenate([w, np.array([e[d] for e in pent])])
+    theta0 = np.empty((1, d))
+    total_t = float((wt * tau).sum())
+    n_changed = float(w.sum())
+    theta0[0, 0] = max(n_changed, 1.0) / max(total_t, 1e-300) if total_t > 0 else 1e-5
+    theta0[0, 1:] = 1.0
+    theta, hess = nm.newton_solve(
+        theta0, lin[None, :], v[None], w[None], np.zeros((1, d)), np.zeros((1, d, d)),
+        max_iter=200,
+    )
+    totals = np.concatenate([[total_t], (wt[:, None] * sig).sum(axis=0)])[None, :]
+    est = _estimates_from(theta, hess, totals, pr)
+    return _scalar_estimate(est, 0, m)
+
+
+def naive_precision_recall(
+    n_signals: nm.FloatArray, changed: nm.FloatArray
+) -> tuple[nm.FloatArray, nm.FloatArray]:
+    """The interval-counting estimator of paper 004 App. E (biased; Fig. 13).
+
+    ``precision = #(intervals with a signal and a change) / #(intervals with a signal)`` and
+    ``recall = #(intervals with a signal and a change) / #(intervals with a change)`` (the
+    brief's correction of the copy's denominator).  Per source when ``n_signals`` is
+    ``(M, S)``.  Degenerate: 0 when a denominator is 0.
+    """
+    ch = np.asarray(changed).astype(bool)
+    sig = _as_signal_matrix(np.asarray(n_signals, dtype=np.float64), ch.size)
+    has = sig > 0.0
+    both = (has & ch[:, None]).sum(axis=0).astype(np.float64)
+    n_sig = has.sum(axis=0).astype(np.float64)
+    n_ch = float(ch.sum())
+    precision = np.where(n_sig > 0, both / np.maximum(n_sig, 1.0), 0.0)
+    recall = both / n_ch if n_ch > 0 else np.zeros_like(both)
+    return precision, recall
