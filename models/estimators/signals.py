@@ -43,6 +43,7 @@ import struct
 from dataclasses import dataclass, field
 
 import numpy as np
+import numpy.typing as npt
 
 from . import _numeric as nm
 from ._prior import SignalPrior
@@ -614,7 +615,7 @@ def _scalar_estimate(est: dict[str, nm.FloatArray], i: int, n_intervals: int) ->
     )
 
 
-def _as_signal_matrix(n_signals: nm.FloatArray | None, m: int) -> nm.FloatArray:
+def _as_signal_matrix(n_signals: npt.ArrayLike | None, m: int) -> nm.FloatArray:
     if n_signals is None:
         return np.zeros((m, 0))
     arr = np.asarray(n_signals, dtype=np.float64)
@@ -628,11 +629,11 @@ def _as_signal_matrix(n_signals: nm.FloatArray | None, m: int) -> nm.FloatArray:
 
 
 def fit_signal_mle(
-    interval_s: nm.FloatArray,
-    n_signals: nm.FloatArray | None,
-    changed: nm.FloatArray,
+    interval_s: npt.ArrayLike,
+    n_signals: npt.ArrayLike | None,
+    changed: npt.ArrayLike,
     *,
-    weights: nm.FloatArray | None = None,
+    weights: npt.ArrayLike | None = None,
     prior: SignalPrior | None = DEFAULT_PRIOR,
 ) -> SignalEstimate:
     """Full-data MAP/MLE of paper 004 App. E for one page (all intervals kept).
@@ -695,7 +696,7 @@ def fit_signal_mle(
 
 
 def naive_precision_recall(
-    n_signals: nm.FloatArray, changed: nm.FloatArray
+    n_signals: npt.ArrayLike, changed: npt.ArrayLike
 ) -> tuple[nm.FloatArray, nm.FloatArray]:
     """The interval-counting estimator of paper 004 App. E (biased; Fig. 13).
 
