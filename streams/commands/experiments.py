@@ -9,6 +9,9 @@ import importlib
 EXPERIMENTS: dict[str, str] = {
     "app-e": "streams.experiments.estimation",
     "paper003": "streams.experiments.estimation",
+    # simulator experiments of paper 004 Sec. 6 and the peers comparison (issue 5)
+    **{name: "streams.experiments.papers" for name in (
+        "fig3", "fig4", "fig6", "fig8", "fig11", "fig12", "peers", "est")},
 }
 
 

@@ -1,0 +1,427 @@
+"""Crawl policies for the simulator, all spending the same slots (one crawl per slot).
+
+* :class:`Algorithm1` - Algorithm 1 of paper 004: at each slot crawl the page with the
+  largest crawl value, found by :class:`models.index.CrawlIndex` (the same index the
+  streaming scheduler uses).  :func:`algorithm1` builds Greedy, Greedy-CIS, Greedy-NCIS,
+  G-NCIS-Approx-1/2 and Greedy-CIS+ (Sec. 5.1, 6.2, 6.7) from true or believed
+  parameters; :class:`EstimatingAlgorithm1` re-estimates the parameters online from crawl
+  outcomes and pings (App. E MLE, :mod:`models.estimators`).
+* :class:`ScheduledPolicy` - a precomputed sequence, e.g. LDS (Azar et al., Algorithm 3;
+  :func:`models.policies.low_discrepancy_schedule`) on the optimal rates of eq. 5.
+* Peers, from their documented rules, serving due pages in order at rate R:
+  :class:`NutchAdaptive` (Apache Nutch ``AdaptiveFetchSchedule``),
+  :class:`StormCrawlerAdaptive` (StormCrawler ``AdaptiveScheduler``) and
+  :class:`RoundRobin`.
+
+Ping rules (App. C): ``"accept"`` every ping; ``"tdelay"`` drops a ping arriving within
+``t_delay`` after the page's last crawl; ``"strict"`` drops a ping whose emission time
+precedes the last crawl.
+"""
+
+from __future__ import annotations
+
+import heapq
+import math
+from collections.abc import Callable, Hashable
+from typing import Literal, Protocol, cast
+
+import numpy as np
+import numpy.typing as npt
+
+from models.index import CrawlIndex
+from models.values import signal_params
+
+__all__ = [
+    "POLICY_NAMES",
+    "Algorithm1",
+    "EstimatingAlgorithm1",
+    "NutchAdaptive",
+    "Policy",
+    "RoundRobin",
+    "ScheduledPolicy",
+    "StormCrawlerAdaptive",
+    "algorithm1",
+    "value_params",
+]
+
+FloatArray = npt.NDArray[np.float64]
+IntArray = npt.NDArray[np.int64]
+PingRule = Literal["accept", "tdelay", "strict"]
+Eligible = Callable[[int], bool] | None
+
+#: Algorithm 1 variants (Sec. 5.1, 6.2, 6.7 of paper 004).
+POLICY_NAMES = (
+    "greedy", "greedy-cis", "greedy-ncis", "ncis-approx-1", "ncis-approx-2", "greedy-cis-plus",
+)
+
+
+class Policy(Protocol):
+    """What the simulation loop needs from a policy."""
+
+    name: str
+
+    def on_ping(self, page: int, arrival: float, emitted: float) -> None: ...
+
+    def choose(self, t: float, eligible: Eligible) -> int | None: ...
+
+    def on_crawl(self, page: int, t: float, changed: bool, last_modified: float) -> None: ...
+
+
+def _ping_ok(rule: PingRule, t_delay: float, last_crawl: float, arrival: float,
+             emitted: float) -> bool:
+    if rule == "tdelay":
+        return arrival - last_crawl > t_delay
+    if rule == "strict":
+        return emitted >= last_crawl
+    return True
+
+
+def value_params(
+    kind: str,
+    delta: FloatArray,
+    lam: FloatArray,
+    nu: FloatArray,
+    *,
+    top: npt.NDArray[np.bool_] | None = None,
+) -> tuple[FloatArray, FloatArray, FloatArray, int | None]:
+    """``(alpha, beta, gamma, terms)`` a policy ranks pages with (Sec. 5.1 of paper 004).
+
+    ``greedy`` ignores pings (``alpha = Delta``, ``gamma = 0``); ``greedy-cis`` believes
+    pings noiseless (``nu = 0``, ``beta = inf``); ``greedy-ncis`` uses the exact value;
+    ``ncis-approx-J`` its first J terms; ``greedy-cis-plus`` uses Greedy-CIS on pages
+    whose (believed) precision > 0.7 and recall > 0.6, Greedy elsewhere (Sec. 6.7);
+    ``top`` overrides that split when given.
+    """
+    zeros = np.zeros_like(delta)
+    if kind == "greedy":
+        return delta.copy(), zeros, zeros.copy(), None
+    if kind == "greedy-cis":
+        a, b, g = signal_params(delta, lam, zeros)
+        return a, b, g, None
+    if kind in ("greedy-ncis", "ncis-approx-1", "ncis-approx-2"):
+        a, b, g = signal_params(delta, lam, nu)
+        terms = None if kind == "greedy-ncis" else int(kind[-1])
+        return a, b, g, terms
+    if kind == "greedy-cis-plus":
+        s = lam * delta
+        with np.errstate(divide="ignore", invalid="ignore"):
+            precision = np.where(s + nu > 0, s / (s + nu), 0.0)
+        good = (precision > 0.7) & (lam > 0.6) if top is None else top
+        a, b, g = signal_params(delta, np.where(good, lam, 0.0), zeros)
+        return a, b, g, None
+    raise ValueError(f"unknown policy kind {kind!r}; expected one of {POLICY_NAMES}")
+
+
+class Algorithm1:
+    """Algorithm 1 of paper 004 over a :class:`CrawlIndex`.
+
+    The state of page ``i`` is its origin ``last_crawl - beta_i n_i`` (Sec. 3); a
+    page with ``gamma_i = 0`` ignores pings, one with ``beta_i = inf`` jumps to
+    ``origin = -inf`` (value ``mu/Delta``) on its first accepted ping.
+    """
+
+    def __init__(
+        self,
+        name: str,
+        mu: FloatArray,
+        alpha: FloatArray,
+        beta: FloatArray,
+        gamma: FloatArray,
+        *,
+        terms: int | None = None,
+        ping_rule: PingRule = "accept",
+        t_delay: float = 0.0,
+        index: CrawlIndex | None = None,
+    ) -> None:
+        self.name = name
+        self.mu = np.asarray(mu, dtype=np.float64)
+        self.alpha = np.asarray(alpha, dtype=np.float64)
+        self.beta = np.asarray(beta, dtype=np.float64)
+        self.gamma = np.asarray(gamma, dtype=np.float64)
+        self.ping_rule: PingRule = ping_rule
+        self.t_delay = float(t_delay)
+        m = self.mu.size
+        self.last_crawl = np.zeros(m)
+        self.origin = np.zeros(m)
+        self.index = index if index is not None else CrawlIndex(terms=terms)
+        for i in range(m):
+            self.index.upsert(
+                i, origin=0.0, alpha=float(self.alpha[i]), beta=float(self.beta[i]),
+                gamma=float(self.gamma[i]), mu=float(self.mu[i]),
+            )
+
+    def on_ping(self, page: int, arrival: float, emitted: float) -> None:
+        if self.gamma[page] == 0.0:
+            return
+        if not _ping_ok(self.ping_rule, self.t_delay, float(self.last_crawl[page]), arrival,
+                        emitted):
+            return
+        b = float(self.beta[page])
+        o = -math.inf if b == math.inf else float(self.origin[page]) - b
+        if o != self.origin[page]:
+            self.origin[page] = o
+            self.index.set_origin(page, o)
+
+    def choose(self, t: float, eligible: Eligible) -> int | None:
+        got = self.index.best(t, eligible=cast(Callable[[Hashable], bool] | None, eligible))
+        if not got:
+            return None
+        page = got[0][0]
+        assert isinstance(page, int)
+        return page
+
+    def on_crawl(self, page: int, t: float, changed: bool, last_modified: float) -> None:
+        self.last_crawl[page] = t
+        self.origin[page] = t
+        self.index.set_origin(page, t)
+
+
+def algorithm1(
+    kind: str,
+    mu: FloatArray,
+    delta: FloatArray,
+    lam: FloatArray,
+    nu: FloatArray,
+    *,
+    top: npt.NDArray[np.bool_] | None = None,
+    ping_rule: PingRule = "accept",
+    t_delay: float = 0.0,
+) -> Algorithm1:
+    """Algorithm 1 with the value function of ``kind`` (see :func:`value_params`)."""
+    a, b, g, terms = value_params(kind, delta, lam, nu, top=top)
+    return Algorithm1(kind, mu, a, b, g, terms=terms, ping_rule=ping_rule, t_delay=t_delay)
+
+
+class EstimatingAlgorithm1(Algorithm1):
+    """Algorithm 1 with ``(alpha, beta, gamma)`` estimated online (App. E of paper 004).
+
+    Each crawl closes an interval ``(tau_elap, n_pings, changed)``; the page's estimator
+    state (:class:`models.estimators.SignalEstimator`, Grimes-Ford pseudo-datapoints for
+    young pages) is updated and the page is re-keyed in the index with the new estimate.
+    ``mu`` is taken as known (Sec. E: requests are observed directly).
+    """
+
+    def __init__(
+        self,
+        name: str,
+        mu: FloatArray,
+        *,
+        use_pings: bool = True,
+        ping_rule: PingRule = "accept",
+        t_delay: float = 0.0,
+        refit_every: int = 1,
+    ) -> None:
+        from models.estimators import PseudoDatapoints, SignalEstimator, SignalPrior
+
+        # Grimes-Ford's 1 h / 57 h pseudo-intervals, rescaled to the simulator's time unit
+        # (the prior rate ln(1 + 1/57)/0.05 = 0.35 is near the mean change rate 0.5).
+        prior = SignalPrior(
+            change=PseudoDatapoints(changed_interval_s=0.05, unchanged_interval_s=2.85),
+            precision_changed=(1.0,) if use_pings else (),
+            precision_unchanged=(1.0,) if use_pings else (),
+        )
+        self._est = SignalEstimator(1 if use_pings else 0, prior=prior)
+        m = np.asarray(mu).size
+        self._state = [self._est.init() for _ in range(m)]
+        self._n = np.zeros(m, dtype=np.int64)
+        self._use_pings = use_pings
+        self._refit_every = max(1, int(refit_every))
+        self._crawls = np.zeros(m, dtype=np.int64)
+        a0, b0, g0 = self._params(0)
+        super().__init__(
+            name, mu, np.full(m, a0), np.full(m, b0), np.full(m, g0),
+            ping_rule=ping_rule, t_delay=t_delay,
+        )
+
+    def _params(self, page: int) -> tuple[float, float, float]:
+        r = self._est.result(self._state[page])
+        if not self._use_pings:
+            return float(r.change_rate_per_s), 0.0, 0.0
+        return float(r.alpha_per_s), float(r.beta_s[0]), float(r.gamma_per_s[0])
+
+    def on_ping(self, page: int, arrival: float, emitted: float) -> None:
+        if self._use_pings and _ping_ok(self.ping_rule, self.t_delay,
+                                        float(self.last_crawl[page]), arrival, emitted):
+            self._n[page] += 1
+        super().on_ping(page, arrival, emitted)
+
+    def on_crawl(self, page: int, t: float, changed: bool, last_modified: float) -> None:
+        from models.estimators import CrawlInterval
+
+        tau = t - float(self.last_crawl[page])
+        self._state[page] = self._est.update(
+            self._state[page],
+            CrawlInterval(
+                tau, bool(changed), (float(self._n[page]),) if self._use_pings else (), t
+            ),
+        )
+        self._n[page] = 0
+        self._crawls[page] += 1
+        self.last_crawl[page] = t
+        self.origin[page] = t
+        if self._crawls[page] % self._refit_every == 0:
+            a, b, g = self._params(page)
+            self.alpha[page], self.beta[page], self.gamma[page] = a, b, g
+            self.index.upsert(page, origin=t, alpha=a, beta=b, gamma=g,
+                              mu=float(self.mu[page]))
+        else:
+            self.index.set_origin(page, t)
+
+
+class ScheduledPolicy:
+    """Crawl a precomputed page sequence (LDS of Azar et al., Sec. 6.4 of paper 004)."""
+
+    def __init__(self, name: str, sequence: IntArray) -> None:
+        self.name = name
+        self._seq = np.asarray(sequence, dtype=np.int64)
+        self._j = 0
+
+    def on_ping(self, page: int, arrival: float, emitted: float) -> None:
+        return None
+
+    def choose(self, t: float, eligible: Eligible) -> int | None:
+        if self._j >= self._seq.size:
+            return None
+        p = int(self._seq[self._j])
+        self._j += 1
+        if eligible is not None and not eligible(p):
+            return None
+        return p
+
+    def on_crawl(self, page: int, t: float, changed: bool, last_modified: float) -> None:
+        return None
+
+
+class _DueOrder:
+    """Serve pages in order of their due time, one per slot (peers' fetch queues).
+
+    A page whose host has no token is skipped (it keeps its place); a ping, when
+    ``use_pings``, makes the page due at the ping's arrival (a "refetch now" hint).
+    """
+
+    name = "due-order"
+
+    def __init__(self, m: int, first_due: FloatArray, *, use_pings: bool,
+                 ping_rule: PingRule = "accept", t_delay: float = 0.0) -> None:
+        self.due = np.asarray(first_due, dtype=np.float64).copy()
+        self.last_crawl = np.zeros(m)
+        self.use_pings = use_pings
+        self.ping_rule: PingRule = ping_rule
+        self.t_delay = t_delay
+        self._ver = np.zeros(m, dtype=np.int64)
+        self._heap = [(float(self.due[i]), i, 0) for i in range(m)]
+        heapq.heapify(self._heap)
+
+    def _set_due(self, page: int, due: float) -> None:
+        self.due[page] = due
+        self._ver[page] += 1
+        heapq.heappush(self._heap, (due, page, int(self._ver[page])))
+
+    def on_ping(self, page: int, arrival: float, emitted: float) -> None:
+        if not self.use_pings or not _ping_ok(
+            self.ping_rule, self.t_delay, float(self.last_crawl[page]), arrival, emitted
+        ):
+            return
+        if arrival < self.due[page]:
+            self._set_due(page, arrival)
+
+    def choose(self, t: float, eligible: Eligible) -> int | None:
+        skipped: list[tuple[float, int, int]] = []
+        out: int | None = None
+        heap = self._heap
+        while heap and len(skipped) < 4096:
+            due, p, ver = heapq.heappop(heap)
+            if ver != self._ver[p]:
+                continue
+            if eligible is None or eligible(p):
+                out = p
+                self._ver[p] += 1  # taken; on_crawl sets the next due time
+                break
+            skipped.append((due, p, ver))
+        for e in skipped:
+            heapq.heappush(heap, e)
+        return out
+
+    def on_crawl(self, page: int, t: float, changed: bool, last_modified: float) -> None:
+        self.last_crawl[page] = t
+        self._set_due(page, self.next_due(page, t, changed, last_modified))
+
+    def next_due(self, page: int, t: float, changed: bool, last_modified: float) -> float:
+        raise NotImplementedError
+
+
+class NutchAdaptive(_DueOrder):
+    """Apache Nutch ``AdaptiveFetchSchedule``, from its documented rules.
+
+    Documented in ``nutch-default.xml`` / the class javadoc: the fetch interval is
+    multiplied by ``1 + inc_rate`` (0.4) when the page is unmodified and by
+    ``1 - dec_rate`` (0.2) when modified, then clamped to ``[min_interval,
+    max_interval]``.  With ``sync_delta`` the next fetch is pulled towards the page's
+    change time: ``delta = fetch_time - last_modified``; if ``delta`` is shorter than
+    the interval the interval becomes ``delta``, and the next fetch time is
+    ``fetch_time + interval - sync_delta_rate * delta`` (rate 0.3).  ``last_modified``
+    is the page's ``Last-Modified``, its latest change before the fetch.
+    """
+
+    def __init__(self, m: int, *, initial_interval: float, min_interval: float,
+                 max_interval: float, rng: np.random.Generator, use_pings: bool = False,
+                 ping_rule: PingRule = "accept", inc_rate: float = 0.4, dec_rate: float = 0.2,
+                 sync_delta: bool = True, sync_delta_rate: float = 0.3) -> None:
+        super().__init__(m, rng.uniform(0, initial_interval, m), use_pings=use_pings,
+                         ping_rule=ping_rule)
+        self.name = "nutch"
+        self.interval = np.full(m, float(initial_interval))
+        self.min_interval, self.max_interval = float(min_interval), float(max_interval)
+        self.inc, self.dec = inc_rate, dec_rate
+        self.sync, self.sync_rate = sync_delta, sync_delta_rate
+
+    def next_due(self, page: int, t: float, changed: bool, last_modified: float) -> float:
+        iv = float(self.interval[page]) * ((1 - self.dec) if changed else (1 + self.inc))
+        ref = t
+        if self.sync and changed and last_modified > -math.inf:
+            delta = t - last_modified
+            if delta < iv:
+                iv = delta
+            ref = t - self.sync_rate * delta
+        iv = min(max(iv, self.min_interval), self.max_interval)
+        self.interval[page] = iv
+        return ref + iv
+
+
+class StormCrawlerAdaptive(_DueOrder):
+    """StormCrawler ``AdaptiveScheduler``, from its documented rules.
+
+    Changed (signature differs): ``I <- (1 - 0.5) I + 0.5 I_min``; unchanged:
+    ``I <- min(I (1 + 0.5), I_max)``; next fetch at ``t + I``.
+    """
+
+    def __init__(self, m: int, *, initial_interval: float, min_interval: float,
+                 max_interval: float, rng: np.random.Generator, use_pings: bool = False,
+                 ping_rule: PingRule = "accept", fetch_interval_rate: float = 0.5) -> None:
+        super().__init__(m, rng.uniform(0, initial_interval, m), use_pings=use_pings,
+                         ping_rule=ping_rule)
+        self.name = "stormcrawler"
+        self.interval = np.full(m, float(initial_interval))
+        self.min_interval, self.max_interval = float(min_interval), float(max_interval)
+        self.rate = fetch_interval_rate
+
+    def next_due(self, page: int, t: float, changed: bool, last_modified: float) -> float:
+        iv = float(self.interval[page])
+        if changed:
+            iv = (1 - self.rate) * iv + self.rate * self.min_interval
+        else:
+            iv = min(iv * (1 + self.rate), self.max_interval)
+        self.interval[page] = iv
+        return t + iv
+
+
+class RoundRobin(_DueOrder):
+    """Uniform round robin: every page once per cycle, in a fixed random order."""
+
+    def __init__(self, m: int, *, rng: np.random.Generator, use_pings: bool = False) -> None:
+        super().__init__(m, rng.permutation(m).astype(np.float64), use_pings=use_pings)
+        self.name = "round-robin"
+        self._m = m
+
+    def next_due(self, page: int, t: float, changed: bool, last_modified: float) -> float:
+        return float(self.due[page]) + self._m
