@@ -14,6 +14,12 @@ COMMAND_MODULES = [
     "streams.commands.infra",
     "streams.commands.worker",
     "streams.commands.experiments",
+    "streams.commands.ping",
+    "streams.commands.fetch",
+    "streams.commands.indexnow",
+    "streams.commands.sitemaps",
+    "streams.commands.testweb",
+    "streams.commands.demo",
 ]
 
 

@@ -1,0 +1,78 @@
+"""``recrawl fetch``: the reference fetcher (orders in, outcomes out)."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import signal
+import sys
+
+
+def add_egress_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--allow-loopback", action="store_true", help="allow 127.0.0.0/8 and ::1")
+    p.add_argument("--allow-private", action="store_true", help="allow RFC 1918 / ULA addresses")
+    p.add_argument(
+        "--loopback-only", action="store_true", help="refuse everything but loopback (demo, tests)"
+    )
+    p.add_argument(
+        "--resolve",
+        action="append",
+        metavar="SUFFIX=ADDR",
+        help="resolve hosts ending in SUFFIX to ADDR without DNS (.test=127.0.0.1); repeatable",
+    )
+
+
+def policy_from_args(args: argparse.Namespace):  # type: ignore[no-untyped-def]
+    from streams.fetcher.egress import EgressPolicy, parse_overrides
+
+    return EgressPolicy(
+        allow_loopback=args.allow_loopback,
+        allow_private=args.allow_private,
+        loopback_only=args.loopback_only,
+        overrides=parse_overrides(args.resolve),
+    )
+
+
+def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+    p = sub.add_parser("fetch", help="run the reference fetcher: consume orders, publish outcomes")
+    add_egress_args(p)
+    p.add_argument("--group", help="consumer group (default <app_id>-fetcher)")
+    p.add_argument("--per-host", type=int, default=1, help="fetches in flight per host")
+    p.add_argument("--max-in-flight", type=int, default=64)
+    p.add_argument("--timeout", type=float, default=20.0, help="seconds per fetch, all hops")
+    p.add_argument("--max-redirects", type=int, default=5)
+    p.add_argument("--max-body-bytes", type=int, default=5 * 1024 * 1024)
+    p.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    from streams.fetcher.client import FetchLimits
+    from streams.fetcher.service import FetcherService
+    from streams.settings import load_settings
+
+    try:
+        policy = policy_from_args(args)
+    except ValueError as exc:
+        print(f"recrawl fetch: {exc}", file=sys.stderr)
+        return 2
+    limits = FetchLimits(
+        total_timeout_s=args.timeout,
+        max_redirects=args.max_redirects,
+        max_body_bytes=args.max_body_bytes,
+        per_host_concurrency=args.per_host,
+        max_in_flight=args.max_in_flight,
+    )
+    service = FetcherService(load_settings(), policy, limits, group_id=args.group)
+
+    async def main() -> None:
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            with contextlib.suppress(NotImplementedError):
+                loop.add_signal_handler(sig, service.stop)
+        await service.run()
+
+    asyncio.run(main())
+    st = service.stats
+    print(f"fetched {st.fetched_ok} ok, {st.failed} failed, {st.bad_orders} unreadable orders")
+    return 0

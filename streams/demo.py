@@ -1,0 +1,491 @@
+"""``recrawl demo``: the whole loop on one machine, measured against the simulator.
+
+Starts (or reuses) Kafka and Redis, a ``recrawl worker`` subprocess, and in this process:
+the test web (:mod:`streams.testweb`), the IndexNow receiver and the sitemap poller (the
+real producers, fed by the test web's announcements), and the reference fetcher.  Loads
+the world's pages, host limits and the budget into the input topics, runs for
+``duration_s`` with a live view, then reports the live accuracy (measured by the test
+web after ``warmup_s``) next to the accuracy the models expect for the same world and
+budget, and stops everything it started.
+
+Everything runs on loopback: the fetcher's policy is ``loopback_only`` with
+``.test -> 127.0.0.1``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import math
+import os
+import signal
+import sys
+import time
+import uuid
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+import numpy as np
+import redis.asyncio as aioredis
+from aiokafka import AIOKafkaProducer
+
+from streams.edges.indexnow import IndexNowReceiver, KeyRegistry, start_receiver
+from streams.edges.pings import PingProducer
+from streams.edges.sitemaps import MAX_BYTES, SitemapPoller
+from streams.fetcher.client import FetchLimits, SafeClient
+from streams.fetcher.egress import EgressPolicy
+from streams.fetcher.service import FetcherService
+from streams.settings import Settings
+from streams.testweb.server import TestWeb
+from streams.testweb.world import World, generate_world
+
+DEMO_POLICY = EgressPolicy(loopback_only=True, overrides={".test": "127.0.0.1"})
+
+
+@dataclass
+class DemoConfig:
+    duration_s: float = 120.0
+    #: Accuracy is measured after this; default a third of the duration.
+    warmup_s: float | None = None
+    budget_per_s: float = 10.0
+    hosts: int = 20
+    pages_per_host: int = 20
+    seed: int = 0
+    time_unit_s: float = 10.0
+    sitemap_share: float = 0.5
+    poll_interval_s: float = 1.0
+    #: Give the worker the true change rates as priors (``pages.change_rate_per_s``).
+    give_rates: bool = True
+    #: Per-host crawl limit; default ``4 * budget / hosts`` (rarely binding).
+    host_limit_per_s: float | None = None
+    live: bool = True
+
+    @property
+    def warmup(self) -> float:
+        return self.duration_s / 3 if self.warmup_s is None else self.warmup_s
+
+
+def expected_accuracy(
+    world: World,
+    budget_per_s: float,
+    *,
+    kind: str = "greedy-ncis",
+    horizon_s: float | None = None,
+    runs: int = 3,
+    seed: int = 0,
+) -> tuple[float, str]:
+    """What the simulator expects of this world at this budget, and which model said so.
+
+    Runs helper C's simulator (:mod:`models.sim`: Algorithm 1 with the exact crawl value
+    and the world's true parameters, pings delayed by about ``delay_s``) on the same
+    pages, rates and budget, in real seconds, and averages the steady-state accuracy
+    (the last two thirds of ``horizon_s``) over ``runs`` seeds.  Falls back to the
+    optimal continuous policy with signals (Theorem 1 of Busa-Fekete et al.,
+    :func:`models.policies.optimal_thresholds`) if the simulator is unavailable.
+    """
+    a = world.arrays()
+    m = len(world.pages)
+    try:
+        from models import sim
+    except ImportError:
+        sim = None  # type: ignore[assignment]
+    if sim is not None:
+        sw = sim.World(
+            mu=a["importance"], delta=a["change_rate_per_s"], lam=a["recall"],
+            nu=a["false_rate_per_s"], host=np.zeros(m, dtype=np.int64),
+            host_rate=np.array([np.inf]), top=np.zeros(m, dtype=bool),
+        )  # fmt: skip
+        horizon = horizon_s or max(600.0, 30.0 * m / budget_per_s)
+        delay = float(np.mean(a["delay_s"]))
+        accs = []
+        for r in range(runs):
+            rng = np.random.default_rng(seed + r)
+            ev = sim.simulate_events(sw, horizon, rng, delay_mean=1.0 if delay > 0 else 0.0,
+                                     delay_unit=delay)  # fmt: skip
+            pol = sim.algorithm1(kind, sw.mu, sw.delta, sw.lam, sw.nu)
+            res = sim.run(sw, ev, pol, sim.Budget(budget_per_s))
+            accs.append(sim.accuracy(sw, ev, res, start=horizon / 3))
+        return float(np.mean(accs)), f"models.sim Algorithm 1 ({kind}, {runs} runs)"
+    from models.policies import optimal_thresholds
+    from models.values import signal_params
+
+    sp = signal_params(a["change_rate_per_s"], a["recall"], a["false_rate_per_s"])
+    sol = optimal_thresholds(a["importance"], sp.alpha, sp.beta, sp.gamma, budget_per_s)
+    return float(sol.accuracy), "models.policies.optimal_thresholds"
+
+
+@dataclass
+class LiveNumbers:
+    t_s: float = 0.0
+    orders: int = 0
+    orders_per_s: float = 0.0
+    threshold: float | None = None
+    outcomes_ok: int = 0
+    outcomes_failed: int = 0
+    changed: int = 0
+    unchanged: int = 0
+    pings_published: int = 0
+    worker_pings: dict[str, float] = field(default_factory=dict)
+    accuracy: float | None = None
+    fresh_now: float = 0.0
+
+
+def _settings_env(s: Settings) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("RECRAWL_")}
+    for name, value in s.model_dump().items():
+        env[f"RECRAWL_{name.upper()}"] = (
+            str(value).lower() if isinstance(value, bool) else str(value)
+        )
+    return env
+
+
+class WorkerProcess:
+    """The ``recrawl worker`` subprocess (helper D's scheduler)."""
+
+    def __init__(self, settings: Settings, log_path: Path) -> None:
+        from infra.proc import spawn
+
+        log_path.parent.mkdir(parents=True, exist_ok=True)
+        self.log_path = log_path
+        self.settings = settings
+        self.proc = spawn(
+            [sys.executable, "-m", "streams.cli", "worker", "--loglevel", "info",
+             "--web-port", str(settings.web_port)],
+            log_path, env=_settings_env(settings), tie_to_parent=True,
+        )  # fmt: skip
+
+    def wait_ready(self, timeout_s: float = 90.0) -> None:
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            text = self.log_path.read_text(errors="replace")
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"the worker exited early; see {self.log_path}:\n{text[-3000:]}")
+            if "Worker]: Ready" in text:
+                return
+            time.sleep(0.2)
+        raise RuntimeError(f"the worker was not ready after {timeout_s:.0f} s; see {self.log_path}")
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(self.proc.pid, signal.SIGTERM)
+            try:
+                self.proc.wait(timeout=20)
+            except Exception:
+                with contextlib.suppress(ProcessLookupError):
+                    os.killpg(self.proc.pid, signal.SIGKILL)
+                self.proc.wait(timeout=10)
+
+
+async def load_inputs(
+    settings: Settings, web: TestWeb, cfg: DemoConfig
+) -> None:
+    """Publish the catalogue (pages), host limits and the budget."""
+    world = web.world
+    host_limit = cfg.host_limit_per_s or max(0.5, 4 * cfg.budget_per_s / max(1, len(world.hosts)))
+    producer = AIOKafkaProducer(bootstrap_servers=settings.kafka_bootstrap, acks="all")
+    await producer.start()
+    try:
+        for host in world.hosts:
+            v = {"host": host, "max_crawls_per_s": host_limit, "max_in_flight": 1}
+            await producer.send(settings.topic("hosts"), json.dumps(v).encode(), key=host.encode())
+        for i, p in enumerate(world.pages):
+            page: dict[str, Any] = {"url": web.url(i), "importance": p.importance}
+            if cfg.give_rates:
+                page["change_rate_per_s"] = p.change_rate_per_s
+            await producer.send(
+                settings.topic("pages"), json.dumps(page).encode(), key=p.host.encode()
+            )
+        ctl = {"budget_per_s": cfg.budget_per_s}
+        for part in range(settings.partitions):
+            # one control message per partition: every shard hears the budget
+            await producer.send(
+                settings.topic("control"), json.dumps(ctl).encode(), key=b"control",
+                partition=part,
+            )  # fmt: skip
+        await producer.flush()
+    finally:
+        await producer.stop()
+
+
+async def _worker_pings(session: aiohttp.ClientSession, port: int) -> dict[str, float]:
+    """Ping counters from the worker's ``/stats`` (whatever it calls them)."""
+    for path in ("/stats", "/stats/"):
+        try:
+            async with session.get(f"http://127.0.0.1:{port}{path}") as resp:
+                if resp.status != 200:
+                    continue
+                data = await resp.json(content_type=None)
+        except (aiohttp.ClientError, TimeoutError, ValueError):
+            continue
+        flat: dict[str, float] = {}
+        _flatten(data, "", flat)
+        return {k: v for k, v in flat.items() if "ping" in k.lower()}
+    return {}
+
+
+def _flatten(obj: Any, prefix: str, out: dict[str, float]) -> None:
+    if isinstance(obj, dict):
+        for k, v in obj.items():
+            _flatten(v, f"{prefix}.{k}" if prefix else str(k), out)
+    elif isinstance(obj, int | float) and not isinstance(obj, bool):
+        out[prefix] = float(obj)
+
+
+def _table(n: LiveNumbers, cfg: DemoConfig, expected: float, source: str) -> Any:
+    from rich.table import Table
+
+    t = Table(title=f"recrawl demo — {n.t_s:5.1f} / {cfg.duration_s:.0f} s", min_width=60)
+    t.add_column("what")
+    t.add_column("value", justify="right")
+    t.add_row("orders (total, per s over 10 s)", f"{n.orders}  ({n.orders_per_s:.2f}/s)")
+    t.add_row("budget", f"{cfg.budget_per_s:.2f}/s")
+    t.add_row("threshold (last order)", "-" if n.threshold is None else f"{n.threshold:.4g}")
+    t.add_row("outcomes ok / failed", f"{n.outcomes_ok} / {n.outcomes_failed}")
+    t.add_row("changed / unchanged", f"{n.changed} / {n.unchanged}")
+    t.add_row("pings published", str(n.pings_published))
+    for k, v in sorted(n.worker_pings.items()):
+        t.add_row(f"worker {k}", f"{v:g}")
+    phase = "warm-up" if n.t_s < cfg.warmup else "measuring"
+    acc = "-" if n.accuracy is None or n.t_s < cfg.warmup else f"{n.accuracy:.3f}"
+    t.add_row(f"live accuracy ({phase})", acc)
+    t.add_row("fresh now", f"{n.fresh_now:.3f}")
+    t.add_row("expected accuracy", f"{expected:.3f} ({source})")
+    return t
+
+
+async def run_loop(
+    settings: Settings,
+    cfg: DemoConfig,
+    world: World,
+    *,
+    expected: tuple[float, str],
+    worker_web_port: int | None = None,
+) -> dict[str, Any]:
+    """Run the edges against an already running worker; returns the summary."""
+    from rich.console import Console
+    from rich.live import Live
+
+    console = Console()
+    rclient = aioredis.from_url(settings.redis_url)
+    fetcher = FetcherService(
+        settings, DEMO_POLICY, FetchLimits(total_timeout_s=10), group_id=f"{settings.app_id}-fetch"
+    )
+    stop = asyncio.Event()
+    tasks: list[asyncio.Task[Any]] = []
+    async with PingProducer(settings) as producer, SafeClient(
+        DEMO_POLICY, FetchLimits(total_timeout_s=10, max_body_bytes=MAX_BYTES)
+    ) as http:
+        receiver = IndexNowReceiver(
+            producer, KeyRegistry(rclient, settings.key_prefix), verifier=http,
+            rate_per_s=50, burst=100,
+        )  # fmt: skip
+        runner, rport = await start_receiver(receiver)
+        web = TestWeb(world, indexnow_endpoint=f"http://127.0.0.1:{rport}/indexnow")
+        await web.start()
+        poller = SitemapPoller(http, rclient, settings.key_prefix, producer)
+        try:
+            tasks.append(asyncio.create_task(fetcher.run()))
+            await asyncio.wait_for(fetcher.ready.wait(), 30)
+            for u in web.sitemap_urls():  # baseline before anything is announced
+                await poller.poll(u)
+            polling = poller.run(web.sitemap_urls(), cfg.poll_interval_s, stop)
+            tasks.append(asyncio.create_task(polling))
+            await load_inputs(settings, web, cfg)
+            started = time.time()
+            window_started = False
+            numbers = LiveNumbers()
+            async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=2)) as session:
+                live_cm: Any = (
+                    Live(console=console, refresh_per_second=2)
+                    if cfg.live and console.is_terminal
+                    else contextlib.nullcontext()
+                )
+                with live_cm as live:
+                    last_print = 0.0
+                    while True:
+                        now = time.time()
+                        t = now - started
+                        if not window_started and t >= cfg.warmup:
+                            web.truth.start_window(now)
+                            window_started = True
+                        st = fetcher.stats
+                        numbers = LiveNumbers(
+                            t_s=t, orders=st.orders, orders_per_s=st.orders_per_s(10.0, now),
+                            threshold=st.last_threshold, outcomes_ok=st.fetched_ok,
+                            outcomes_failed=st.failed, changed=st.changed,
+                            unchanged=st.unchanged,
+                            pings_published=receiver.stats["pings"] + poller.stats["pings"],
+                            worker_pings=(
+                                await _worker_pings(session, worker_web_port)
+                                if worker_web_port else {}
+                            ),
+                            accuracy=web.truth.accuracy(now) if window_started else None,
+                            fresh_now=web.truth.fresh_now(),
+                        )  # fmt: skip
+                        if live is not None:
+                            live.update(_table(numbers, cfg, *expected))
+                        elif cfg.live and t - last_print >= 10:
+                            last_print = t
+                            console.print(_table(numbers, cfg, *expected))
+                        if t >= cfg.duration_s:
+                            break
+                        for task in tasks:
+                            if task.done() and task.exception() is not None:
+                                raise RuntimeError("a demo component failed") from task.exception()
+                        await asyncio.sleep(min(1.0, cfg.duration_s - t))
+            end = time.time()
+            accuracy = web.truth.accuracy(end)
+            window_s = end - web.truth.window_start
+            st = fetcher.stats
+            summary: dict[str, Any] = {
+                "accuracy": accuracy,
+                "expected_accuracy": expected[0],
+                "expected_source": expected[1],
+                "difference": None if accuracy is None else accuracy - expected[0],
+                "orders": st.orders,
+                "orders_per_s": st.orders / max(end - started, 1e-9),
+                "budget_per_s": cfg.budget_per_s,
+                "pings": receiver.stats["pings"] + poller.stats["pings"],
+                "pings_indexnow": receiver.stats["pings"],
+                "pings_sitemap": poller.stats["pings"],
+                "worker_pings": numbers.worker_pings,
+                "outcomes_ok": st.fetched_ok,
+                "outcomes_failed": st.failed,
+                "changed": st.changed,
+                "unchanged": st.unchanged,
+                "first_fetches": st.first_seen,
+                "duration_s": end - started,
+                "window_s": window_s,
+                "warmup_s": cfg.warmup,
+                "world": {
+                    "pages": len(world.pages), "hosts": len(world.hosts), "seed": world.seed,
+                    "time_unit_s": world.time_unit_s,
+                    "changes_per_s": float(world.arrays()["change_rate_per_s"].sum()),
+                },
+                "testweb": dict(web.stats),
+                "indexnow": dict(receiver.stats),
+                "sitemaps": dict(poller.stats),
+                "config": asdict(cfg),
+            }
+            return summary
+        finally:
+            stop.set()
+            fetcher.stop()
+            for task in tasks:
+                with contextlib.suppress(asyncio.CancelledError, Exception):
+                    await asyncio.wait_for(task, 10)
+            await web.stop()
+            await runner.cleanup()
+            await rclient.aclose()
+
+
+def demo_settings(base: Settings | None = None, *, web_port: int = 0) -> Settings:
+    """Fresh topics, consumer groups and key prefix for one demo run."""
+    from infra.proc import free_port
+    from streams.settings import load_settings
+
+    tag = f"demo{time.strftime('%Y%m%d%H%M%S')}{uuid.uuid4().hex[:4]}"
+    s = base or load_settings()
+    return s.model_copy(
+        update={
+            "topic_prefix": tag, "app_id": tag, "key_prefix": tag,
+            "web_enabled": True, "web_port": web_port or free_port(),
+            "data_dir": Path("var") / "demo" / tag / "worker",
+        }
+    )  # fmt: skip
+
+
+def print_summary(summary: dict[str, Any]) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    t = Table(title="recrawl demo: summary")
+    t.add_column("what")
+    t.add_column("value", justify="right")
+    acc = summary["accuracy"]
+    s, w = summary, summary["world"]
+    rows = [
+        ("live accuracy", "-" if acc is None else f"{acc:.3f}"),
+        ("expected accuracy", f"{summary['expected_accuracy']:.3f} ({summary['expected_source']})"),
+        ("difference", "-" if acc is None else f"{100 * summary['difference']:+.1f} points"),
+        ("orders", f"{s['orders']} ({s['orders_per_s']:.2f}/s, budget {s['budget_per_s']:g}/s)"),
+        ("outcomes ok / failed", f"{summary['outcomes_ok']} / {summary['outcomes_failed']}"),
+        ("changed / unchanged / first",
+         f"{s['changed']} / {s['unchanged']} / {s['first_fetches']}"),
+        ("pings (indexnow + sitemap)",
+         f"{s['pings']} ({s['pings_indexnow']} + {s['pings_sitemap']})"),
+        ("world",
+         f"{w['pages']} pages, {w['hosts']} hosts, {w['changes_per_s']:.1f} changes/s"),
+        ("measured over", f"{summary['window_s']:.0f} s after {summary['warmup_s']:.0f} s warm-up"),
+    ]  # fmt: skip
+    for k, v in summary["worker_pings"].items():
+        rows.append((f"worker {k}", f"{v:g}"))
+    for k, v in rows:
+        t.add_row(k, v)
+    Console().print(t)
+
+
+def run_demo(cfg: DemoConfig, json_path: str | None = None) -> dict[str, Any]:
+    """The whole thing: stack, worker, edges, summary; stops what it started."""
+    from infra import stack
+    from streams.settings import load_settings
+
+    world = generate_world(
+        cfg.seed, n_hosts=cfg.hosts, pages_per_host=cfg.pages_per_host,
+        time_unit_s=cfg.time_unit_s, sitemap_share=cfg.sitemap_share,
+    )  # fmt: skip
+    expected = expected_accuracy(world, cfg.budget_per_s)
+    was_running = bool(stack.status()["running"])
+    base = load_settings()
+    if not was_running:
+        print("starting Kafka and Redis ...", flush=True)
+    info = stack.up(base.topic_names(), base.partitions)
+    base = base.model_copy(
+        update={"kafka_bootstrap": info.kafka_bootstrap, "redis_url": info.redis_url,
+                "partitions": info.partitions}
+    )  # fmt: skip
+    settings = demo_settings(base)
+    worker: WorkerProcess | None = None
+    try:
+        from infra.kafka import create_topics
+
+        asyncio.run(
+            create_topics(settings.kafka_bootstrap, settings.topic_names(), settings.partitions)
+        )
+        log_path = Path(stack.default_home()) / "demo" / settings.topic_prefix / "worker.log"
+        print(f"starting the worker (log {log_path}) ...", flush=True)
+        worker = WorkerProcess(settings, log_path)
+        worker.wait_ready()
+        print(
+            f"running {cfg.duration_s:.0f} s: {len(world.pages)} pages on {len(world.hosts)} "
+            f"hosts, budget {cfg.budget_per_s:g}/s, expected accuracy {expected[0]:.3f}",
+            flush=True,
+        )
+        summary = asyncio.run(
+            run_loop(settings, cfg, world, expected=expected, worker_web_port=settings.web_port)
+        )
+    finally:
+        if worker is not None:
+            worker.stop()
+        if not was_running:
+            stack.down()
+    print_summary(summary)
+    if json_path:
+        Path(json_path).write_text(json.dumps(_jsonable(summary), indent=2) + "\n")
+    return summary
+
+
+def _jsonable(obj: Any) -> Any:
+    if isinstance(obj, dict):
+        return {str(k): _jsonable(v) for k, v in obj.items()}
+    if isinstance(obj, list | tuple):
+        return [_jsonable(v) for v in obj]
+    if isinstance(obj, float) and not math.isfinite(obj):
+        return None
+    if isinstance(obj, np.generic):
+        return obj.item()
+    return obj

@@ -1,0 +1,329 @@
+"""An IndexNow receiver (https://www.indexnow.org/documentation), publishing pings.
+
+``GET /indexnow?url=URL&key=KEY[&keyLocation=LOC]`` submits one URL;
+``POST /indexnow`` with JSON ``{"host", "key", "keyLocation"?, "urlList"}`` up to 10,000.
+Answers as the protocol says:
+
+=====  ==========================================================================
+200    submitted: the key is verified for the host, the pings are published
+202    received; the key is not known yet and is being verified (key file fetched);
+       the pings are published only if the verification succeeds
+400    bad format (not JSON, missing or mistyped fields, empty or over 10,000 URLs,
+       a URL that is not an absolute http(s) URL)
+403    key not valid (not registered and no verification possible, key file missing or
+       not containing the key; remembered for ``failed_ttl_s``)
+422    URLs that do not belong to the host, or outside the key file's folder, or a key
+       not matching the schema (8-128 characters of a-z, A-Z, 0-9, '-')
+429    too many requests for this host (token bucket per host)
+=====  ==========================================================================
+
+Keys are registered per host in Redis (``recrawl indexnow add-key HOST KEY``), or learnt
+by fetching the key file (``keyLocation``, else ``https://HOST/KEY.txt``) through the
+fetcher's egress policy.  An unverified key publishes nothing.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import re
+import time
+from collections import Counter
+from dataclasses import dataclass, field
+from typing import Any
+from urllib.parse import urlsplit
+
+import redis.asyncio as aioredis
+from aiohttp import web
+
+from streams.edges.pings import Ping, PingProducer, new_ping_id
+from streams.fetcher.client import SafeClient
+from streams.records import check_url, host_of
+
+log = logging.getLogger(__name__)
+
+KEY_RE = re.compile(r"^[a-zA-Z0-9-]{8,128}$")
+MAX_URLS = 10_000
+MAX_BODY_BYTES = 24 * 1024 * 1024  # 10,000 URLs of up to 2 KB, plus JSON
+
+
+class KeyRegistry:
+    """Verified IndexNow keys per host, in Redis.
+
+    ``<prefix>:indexnow:{<host>}:keys`` is a hash ``key -> scope`` (a URL prefix the key
+    may submit, ``""`` for the whole host); ``...:failed:<key>`` marks a failed
+    verification for a while.
+    """
+
+    def __init__(self, client: aioredis.Redis, prefix: str) -> None:
+        self.redis = client
+        self.prefix = prefix
+
+    def _keys(self, host: str) -> str:
+        return f"{self.prefix}:indexnow:{{{host.lower()}}}:keys"
+
+    def _failed(self, host: str, key: str) -> str:
+        return f"{self.prefix}:indexnow:{{{host.lower()}}}:failed:{key}"
+
+    async def add(self, host: str, key: str, scope: str = "") -> None:
+        if not KEY_RE.match(key):
+            raise ValueError("an IndexNow key is 8-128 characters of a-z, A-Z, 0-9 and '-'")
+        await self.redis.hset(self._keys(host), key, scope)
+        await self.redis.delete(self._failed(host, key))
+
+    async def remove(self, host: str, key: str) -> bool:
+        return bool(await self.redis.hdel(self._keys(host), key))
+
+    async def scope(self, host: str, key: str) -> str | None:
+        v = await self.redis.hget(self._keys(host), key)
+        if v is None:
+            return None
+        return v.decode() if isinstance(v, bytes) else str(v)
+
+    async def mark_failed(self, host: str, key: str, ttl_s: float) -> None:
+        await self.redis.set(self._failed(host, key), "1", px=max(1, int(ttl_s * 1000)))
+
+    async def failed(self, host: str, key: str) -> bool:
+        return bool(await self.redis.exists(self._failed(host, key)))
+
+
+@dataclass
+class TokenBucket:
+    rate_per_s: float
+    burst: float
+    _state: dict[str, tuple[float, float]] = field(default_factory=dict)
+
+    def allow(self, name: str, now_s: float | None = None) -> bool:
+        now_s = time.monotonic() if now_s is None else now_s
+        tokens, last = self._state.get(name, (self.burst, now_s))
+        tokens = min(self.burst, tokens + (now_s - last) * self.rate_per_s)
+        if tokens < 1.0:
+            self._state[name] = (tokens, now_s)
+            return False
+        self._state[name] = (tokens - 1.0, now_s)
+        return True
+
+
+class Rejection(Exception):
+    def __init__(self, status: int, message: str) -> None:
+        super().__init__(message)
+        self.status = status
+        self.message = message
+
+
+@dataclass(frozen=True)
+class Submission:
+    host: str
+    key: str
+    key_location: str | None
+    urls: tuple[str, ...]
+
+
+def key_scope(key_location: str | None) -> str:
+    """The URL prefix a key file at ``key_location`` may submit ('' = the whole host)."""
+    if not key_location:
+        return ""
+    parts = urlsplit(key_location)
+    folder = parts.path.rsplit("/", 1)[0] + "/"
+    return f"{parts.scheme}://{parts.netloc}{folder}" if folder != "/" else ""
+
+
+def validate_submission(
+    host: Any, key: Any, key_location: Any, url_list: Any
+) -> Submission:
+    """Check the protocol's rules; raises :class:`Rejection` with the status to answer."""
+    if not isinstance(host, str) or not host.strip():
+        raise Rejection(400, "'host' must be a non-empty string")
+    if not isinstance(key, str) or not key:
+        raise Rejection(400, "'key' must be a non-empty string")
+    if key_location is not None and not isinstance(key_location, str):
+        raise Rejection(400, "'keyLocation' must be a string")
+    if not isinstance(url_list, list) or not url_list:
+        raise Rejection(400, "'urlList' must be a non-empty list")
+    if len(url_list) > MAX_URLS:
+        raise Rejection(400, f"'urlList' has {len(url_list)} URLs; at most {MAX_URLS}")
+    if not all(isinstance(u, str) for u in url_list):
+        raise Rejection(400, "'urlList' must hold strings")
+    for u in url_list:
+        try:
+            check_url(u)
+        except ValueError as exc:
+            raise Rejection(400, f"bad URL {u[:100]!r}: {exc}") from None
+    if not KEY_RE.match(key):
+        raise Rejection(422, "the key does not match the schema (8-128 of a-z, A-Z, 0-9, '-')")
+    host = host.strip().lower()
+    foreign = [u for u in url_list if host_of(u) != host]
+    if foreign:
+        raise Rejection(422, f"{len(foreign)} URL(s) do not belong to host {host!r}")
+    if key_location:
+        try:
+            check_url(key_location)
+        except ValueError as exc:
+            raise Rejection(422, f"bad keyLocation: {exc}") from None
+        if host_of(key_location) != host:
+            raise Rejection(422, "keyLocation is not on the host")
+        scope = key_scope(key_location)
+        outside = [u for u in url_list if scope and not u.startswith(scope)]
+        if outside:
+            raise Rejection(422, f"{len(outside)} URL(s) are outside the key file's folder")
+    return Submission(host, key, key_location or None, tuple(dict.fromkeys(url_list)))
+
+
+class IndexNowReceiver:
+    """The HTTP endpoint; ``app()`` gives the aiohttp application."""
+
+    def __init__(
+        self,
+        producer: PingProducer,
+        registry: KeyRegistry,
+        *,
+        verifier: SafeClient | None = None,
+        rate_per_s: float = 20.0,
+        burst: float = 40.0,
+        failed_ttl_s: float = 600.0,
+    ) -> None:
+        self.producer = producer
+        self.registry = registry
+        self.verifier = verifier
+        self.limiter = TokenBucket(rate_per_s, burst)
+        self.failed_ttl_s = failed_ttl_s
+        self.stats: Counter[str] = Counter()
+        self._verifying: dict[tuple[str, str], asyncio.Task[bool]] = {}
+        self._background: set[asyncio.Task[None]] = set()
+
+    def app(self) -> web.Application:
+        app = web.Application(client_max_size=MAX_BODY_BYTES)
+        app.router.add_get("/indexnow", self.handle_get)
+        app.router.add_post("/indexnow", self.handle_post)
+        app.router.add_get("/indexnow/stats", self.handle_stats)
+        app.on_cleanup.append(self._cleanup)
+        return app
+
+    async def _cleanup(self, _app: web.Application) -> None:
+        for t in list(self._background):
+            t.cancel()
+        for t in list(self._background):
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await t
+
+    async def handle_stats(self, request: web.Request) -> web.Response:
+        return web.json_response(dict(self.stats))
+
+    async def handle_get(self, request: web.Request) -> web.Response:
+        url = request.query.get("url")
+        key = request.query.get("key")
+        if not url or not key:
+            return self._answer(400, "'url' and 'key' query parameters are required")
+        try:
+            host = host_of(url)
+        except ValueError:
+            host = ""
+        return await self._submit(host, key, request.query.get("keyLocation"), [url])
+
+    async def handle_post(self, request: web.Request) -> web.Response:
+        try:
+            body = await request.json()
+        except web.HTTPRequestEntityTooLarge:
+            return self._answer(400, f"body larger than {MAX_BODY_BYTES} bytes")
+        except ValueError:
+            return self._answer(400, "body is not JSON")
+        if not isinstance(body, dict):
+            return self._answer(400, "body must be a JSON object")
+        return await self._submit(
+            body.get("host"), body.get("key"), body.get("keyLocation"), body.get("urlList")
+        )
+
+    def _answer(self, status: int, message: str) -> web.Response:
+        self.stats[str(status)] += 1
+        return web.json_response({"status": status, "message": message}, status=status)
+
+    async def _submit(
+        self, host: Any, key: Any, key_location: Any, url_list: Any
+    ) -> web.Response:
+        try:
+            sub = validate_submission(host, key, key_location, url_list)
+        except Rejection as r:
+            return self._answer(r.status, r.message)
+        if not self.limiter.allow(sub.host):
+            return self._answer(429, f"too many requests for {sub.host}")
+        try:
+            if await self.registry.failed(sub.host, sub.key):
+                return self._answer(403, "key verification failed recently")
+            scope = await self.registry.scope(sub.host, sub.key)
+        except Exception as exc:  # Redis unreachable: tell the client to retry later
+            log.exception("key registry failed")
+            return self._answer(503, f"key registry unavailable: {exc!r}")
+        if scope is not None:
+            if scope and not all(u.startswith(scope) for u in sub.urls):
+                return self._answer(422, "URLs outside the key's folder")
+            await self._publish(sub)
+            return self._answer(200, f"{len(sub.urls)} URL(s) submitted")
+        if self.verifier is None:
+            return self._answer(403, "key not registered for this host")
+        task = self._background_task(self._verify_then_publish(sub))
+        del task
+        return self._answer(202, "received; key validation pending")
+
+    def _background_task(self, coro: Any) -> asyncio.Task[None]:
+        t: asyncio.Task[None] = asyncio.create_task(coro)
+        self._background.add(t)
+        t.add_done_callback(self._background.discard)
+        return t
+
+    async def _publish(self, sub: Submission) -> None:
+        now = time.time()
+        for u in sub.urls:
+            await self.producer.send(
+                Ping(url=u, source="indexnow", received_at=now, id=new_ping_id("indexnow"))
+            )
+        await self.producer.flush()
+        self.stats["pings"] += len(sub.urls)
+
+    async def _verify_then_publish(self, sub: Submission) -> None:
+        name = (sub.host, sub.key)
+        task = self._verifying.get(name)
+        if task is None:
+            task = asyncio.create_task(self._verify(sub))
+            self._verifying[name] = task
+            task.add_done_callback(lambda _t: self._verifying.pop(name, None))
+        try:
+            ok = await task
+        except Exception:
+            log.exception("key verification crashed")
+            ok = False
+        if ok:
+            await self._publish(sub)
+        else:
+            self.stats["unverified_urls_dropped"] += len(sub.urls)
+
+    async def _verify(self, sub: Submission) -> bool:
+        assert self.verifier is not None
+        locations = (
+            [sub.key_location]
+            if sub.key_location
+            else [f"https://{sub.host}/{sub.key}.txt", f"http://{sub.host}/{sub.key}.txt"]
+        )
+        for loc in locations:
+            result, _ = await self.verifier.get(loc, max_body_bytes=4096, keep_body=True)
+            if result.ok and result.body is not None:
+                first = result.body.decode("utf-8", "replace").strip().splitlines()[:1]
+                if first and first[0].strip() == sub.key:
+                    await self.registry.add(sub.host, sub.key, key_scope(sub.key_location))
+                    self.stats["keys_verified"] += 1
+                    return True
+        await self.registry.mark_failed(sub.host, sub.key, self.failed_ttl_s)
+        self.stats["keys_failed"] += 1
+        return False
+
+
+async def start_receiver(
+    receiver: IndexNowReceiver, bind: str = "127.0.0.1", port: int = 0
+) -> tuple[web.AppRunner, int]:
+    """Serve ``receiver`` on ``bind:port``; returns the runner (``cleanup()`` stops it) and
+    the bound port."""
+    runner = web.AppRunner(receiver.app(), access_log=None)
+    await runner.setup()
+    site = web.TCPSite(runner, bind, port)
+    await site.start()
+    return runner, int(runner.addresses[0][1])

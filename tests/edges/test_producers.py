@@ -1,0 +1,221 @@
+"""The producers against the real Kafka and Redis: ``recrawl ping``, IndexNow, sitemaps."""
+
+from __future__ import annotations
+
+import asyncio
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import aiohttp
+import pytest
+import redis.asyncio as aioredis
+from edges_helpers import LOOPBACK, read_topic
+
+from streams.demo import _settings_env as settings_env
+from streams.edges.indexnow import IndexNowReceiver, KeyRegistry, start_receiver
+from streams.edges.pings import PingProducer
+from streams.edges.sitemaps import SitemapPoller
+from streams.fetcher.client import FetchLimits, SafeClient
+from streams.settings import Settings
+from streams.testweb.server import TestWeb
+
+pytestmark = pytest.mark.integration
+REPO = Path(__file__).resolve().parents[2]
+
+
+# ---------------------------------------------------------------- recrawl ping
+def test_ping_command_single_and_batch(settings: Settings, tmp_path: Path) -> None:
+    env = settings_env(settings)
+    cmd = [sys.executable, "-m", "streams.cli", "ping"]
+    one = subprocess.run(
+        [*cmd, "https://a.org/x", "--source", "cdn", "--changed-at", "2024-01-01T00:00:00Z"],
+        env=env, cwd=REPO, capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+    assert one.returncode == 0, one.stderr
+    batch = tmp_path / "pings.txt"
+    batch.write_text(
+        "# comment\nhttps://b.org/1 1700000000\n\n"
+        '{"url": "https://b.org/2", "source": "websub", "changed_at": null}\n'
+    )
+    two = subprocess.run([*cmd, "--file", str(batch), "--source", "sitemap"], env=env,
+                         cwd=REPO, capture_output=True, text=True, timeout=60)  # fmt: skip
+    assert two.returncode == 0, two.stderr
+    assert "published 2 pings" in two.stdout
+    bad = tmp_path / "bad.txt"
+    bad.write_text("https://b.org/3\nftp://nope/\n")
+    three = subprocess.run([*cmd, "--file", str(bad)], env=env, cwd=REPO,
+                           capture_output=True, text=True, timeout=60)  # fmt: skip
+    assert three.returncode == 2 and "bad.txt:2" in three.stderr  # nothing published
+
+    got = asyncio.run(read_topic(settings, "pings", 3, settle_s=1.0))
+    by_url = {v["url"]: (k, v) for k, v in got}
+    assert set(by_url) == {"https://a.org/x", "https://b.org/1", "https://b.org/2"}
+    key, a = by_url["https://a.org/x"]
+    assert key == b"a.org"
+    assert (a["source"], a["changed_at"]) == ("cdn", 1704067200.0)
+    assert abs(a["received_at"] - time.time()) < 120
+    assert by_url["https://b.org/1"][1]["changed_at"] == 1700000000.0
+    assert by_url["https://b.org/1"][1]["source"] == "sitemap"
+    assert by_url["https://b.org/2"][1]["source"] == "websub"
+
+
+# ---------------------------------------------------------------- IndexNow
+async def _receiver(settings: Settings, rclient: aioredis.Redis, verify: bool, **kw):  # type: ignore[no-untyped-def]
+    producer = PingProducer(settings)
+    await producer.start()
+    verifier = SafeClient(LOOPBACK, FetchLimits(total_timeout_s=5)) if verify else None
+    if verifier is not None:
+        await verifier.start()
+    receiver = IndexNowReceiver(
+        producer, KeyRegistry(rclient, settings.key_prefix), verifier=verifier, **kw
+    )
+    runner, port = await start_receiver(receiver)
+
+    async def close() -> None:
+        await runner.cleanup()
+        if verifier is not None:
+            await verifier.close()
+        await producer.stop()
+
+    return receiver, f"http://127.0.0.1:{port}/indexnow", close
+
+
+async def test_indexnow_status_codes_and_registered_keys(
+    settings: Settings, rclient: aioredis.Redis, testweb: TestWeb
+) -> None:
+    receiver, endpoint, close = await _receiver(settings, rclient, verify=False, rate_per_s=0.001,
+                                                burst=5)  # fmt: skip
+    host = "h2.test"
+    key = testweb.key(host)
+    await KeyRegistry(rclient, settings.key_prefix).add(host, key)
+    urls = [testweb.url(i) for i in range(12, 15)]
+    assert all(f"//{host}:" in u for u in urls)
+    try:
+        async with aiohttp.ClientSession() as http:
+
+            async def post(body: object, raw: bytes | None = None) -> int:
+                kw = {"data": raw} if raw is not None else {"json": body}
+                async with http.post(endpoint, **kw) as r:
+                    return r.status
+
+            async def get(**q: str) -> int:
+                async with http.get(endpoint, params=q) as r:
+                    return r.status
+
+            assert await post({"host": host, "key": key, "urlList": urls}) == 200
+            assert await get(url=urls[0], key=key) == 200
+            assert await post(None, raw=b"{not json") == 400
+            assert await post({"host": host, "key": key}) == 400
+            assert await post({"host": host, "key": key, "urlList": "x"}) == 400
+            assert await post({"host": host, "key": key, "urlList": [urls[0]] * 10_001}) == 400
+            assert await get(url=urls[0]) == 400
+            assert await post({"host": host, "key": "nope", "urlList": urls}) == 422
+            assert await post({"host": host, "key": key, "urlList": [testweb.url(0)]}) == 422
+            other = "0123456789abcdef0123"
+            assert await post({"host": host, "key": other, "urlList": urls}) == 403
+            assert await get(url=urls[0], key=other) == 403
+            # the bucket holds 5 requests for this host; the 4 well-formed ones above used 4
+            # (malformed requests are refused before the bucket)
+            assert await post({"host": host, "key": key, "urlList": urls}) == 200
+            assert await post({"host": host, "key": key, "urlList": urls}) == 429
+        got = await read_topic(settings, "pings", 7, settle_s=1.0)
+    finally:
+        await close()
+    # 3 + 1 + 3 published (the 429, 400s, 403s and 422s published nothing)
+    assert len(got) == 7
+    assert {v["url"] for _, v in got} == set(urls)
+    assert all(k == host.encode() and v["source"] == "indexnow" for k, v in got)
+    assert all(v["changed_at"] is None and v["id"] for _, v in got)
+    assert receiver.stats["200"] == 3 and receiver.stats["429"] == 1
+
+
+async def test_indexnow_key_file_verification(
+    settings: Settings, rclient: aioredis.Redis, testweb: TestWeb
+) -> None:
+    _receiver_obj, endpoint, close = await _receiver(settings, rclient, verify=True)
+    good, bad = "h1.test", "h3.test"
+    good_urls = [testweb.url(6), testweb.url(7)]
+    bad_urls = [testweb.url(18)]
+    wrong_key = "ffffffffffffffffffffffffffffffff"
+    try:
+        async with aiohttp.ClientSession() as http:
+            body = {"host": good, "key": testweb.key(good),
+                    "keyLocation": testweb.key_location(good), "urlList": good_urls}  # fmt: skip
+            async with http.post(endpoint, json=body) as r:
+                assert r.status == 202
+            # a key whose file does not exist on the host: 202, then nothing, then 403
+            body_bad = {"host": bad, "key": wrong_key, "urlList": bad_urls,
+                        "keyLocation": f"{testweb.base(bad)}/{wrong_key}.txt"}  # fmt: skip
+            async with http.post(endpoint, json=body_bad) as r:
+                assert r.status == 202
+            await asyncio.sleep(1.0)
+            async with http.post(endpoint, json=body) as r:
+                assert r.status == 200  # verified and remembered
+            async with http.post(endpoint, json=body_bad) as r:
+                assert r.status == 403
+        got = await read_topic(settings, "pings", 4, timeout_s=10, settle_s=1.0)
+    finally:
+        await close()
+    assert sorted(v["url"] for _, v in got) == sorted(good_urls * 2)
+    scope = await KeyRegistry(rclient, settings.key_prefix).scope(good, testweb.key(good))
+    assert scope == ""  # the key file sits at the root: the whole host
+
+
+# ---------------------------------------------------------------- sitemaps
+async def test_sitemap_poller_conditional_get_memory_and_gzip_index(
+    settings: Settings, rclient: aioredis.Redis, testweb: TestWeb
+) -> None:
+    plain = testweb.base("h0.test") + "/sitemap.xml"
+    index = testweb.base("h1.test") + "/sitemap_index.xml.gz"
+    async with PingProducer(settings) as producer, SafeClient(LOOPBACK) as http:
+        poller = SitemapPoller(http, rclient, settings.key_prefix, producer)
+        first = [await poller.poll(plain), await poller.poll(index)]
+        assert [(r.status, r.pings) for r in first] == [("changed", 0), ("changed", 0)]
+        assert [(await poller.poll(u)).status for u in (plain, index)] == ["not-modified"] * 2
+        # the site announces changes of /p/2 on h0 and /p/4 on h1 (index chunk 0)
+        t_change = time.time()
+        testweb._announce(testweb.world.pages[2], 2, changed_at=t_change)
+        testweb._announce(testweb.world.pages[10], 10, changed_at=t_change + 0.01)
+        await asyncio.sleep(0.05)  # a lastmod in the future would be clamped to "now"
+        r_plain, r_index = await poller.poll(plain), await poller.poll(index)
+        assert (r_plain.status, r_plain.pings) == ("changed", 1)
+        assert (r_index.status, r_index.pings) == ("changed", 1)
+        # a restarted poller (same Redis) neither re-fetches nor re-pings
+        again = SitemapPoller(http, rclient, settings.key_prefix, producer)
+        assert [(await again.poll(u)).status for u in (plain, index)] == ["not-modified"] * 2
+        await rclient.delete(again._http_key(plain))  # forget the ETag: full GET, no re-ping
+        full = await again.poll(plain)
+        assert (full.status, full.pings, full.entries) == ("changed", 0, 6)
+    got = await read_topic(settings, "pings", 2, settle_s=1.0)
+    assert sorted((v["url"], v["changed_at"]) for _, v in got) == [
+        (testweb.url(2), pytest.approx(t_change, abs=1e-5)),
+        (testweb.url(10), pytest.approx(t_change + 0.01, abs=1e-5)),
+    ]
+    assert all(v["source"] == "sitemap" for _, v in got)
+    assert testweb.stats["sitemap_304"] >= 4
+
+
+@pytest.mark.parametrize(
+    ("path", "reason"),
+    [
+        ("/bad/bomb.xml", "unsafe XML"),
+        ("/bad/xxe.xml", "unsafe XML"),
+        ("/bad/bomb.xml.gz", "uncompressed size"),
+        ("/bad/huge.xml", "body larger than"),
+        ("/bad/many.xml", "more than 50000 entries"),
+    ],
+)
+async def test_sitemap_poller_refuses_hostile_files(
+    settings: Settings, rclient: aioredis.Redis, testweb: TestWeb, path: str, reason: str
+) -> None:
+    async with PingProducer(settings) as producer, SafeClient(LOOPBACK) as http:
+        poller = SitemapPoller(http, rclient, settings.key_prefix, producer, ping_new=True)
+        t = time.monotonic()
+        result = await poller.poll(testweb.base("h0.test") + path)
+        assert time.monotonic() - t < 20
+    assert result.status in ("refused", "error")
+    assert reason in (result.error or "")
+    assert result.pings == 0
+    assert await read_topic(settings, "pings", 1, timeout_s=1.5) == []
