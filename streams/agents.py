@@ -1,28 +1,356 @@
-"""Faust agents: decode, validate, call ``models``, write Redis state, emit.
+"""Faust agents: decode, validate, write Redis state (one Lua script per event), tell the
+scheduler, and send what cannot be processed to ``recrawl.rejects``.
 
-Every agent runs with ``concurrency=1`` (faust-streaming issue #606) and catches every
-exception: a message that cannot be processed goes to the rejects topic with its reason,
-so nothing escapes (an escaped exception would ack the message anyway).
+Every agent runs with ``concurrency=1`` (faust-streaming issue #606) and takes events in
+batches (``stream.take_events``), applied in one Redis pipeline; a batch is acked only
+after it has been applied.  Nothing escapes an agent (an escaped exception would ack the
+message anyway): bad input goes to rejects with its reason, a Redis or Kafka outage is
+retried with backoff until it ends (the batch waits; offsets make the retry harmless).
 """
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
-from collections.abc import Awaitable, Callable
-from typing import Any
+import time
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
 
 import faust
-from pydantic import ValidationError
+from pydantic import BaseModel, ValidationError
+from redis.exceptions import ConnectionError as RedisConnectionError
+from redis.exceptions import TimeoutError as RedisTimeoutError
 
-from streams.records import PageEvent, reject_payload
+from streams.metrics import Metrics
+from streams.params import update_estimator
+from streams.records import (
+    ControlEvent,
+    HostEvent,
+    OutcomeEvent,
+    PageEvent,
+    PingEvent,
+    reject_payload,
+    validation_reason,
+)
 from streams.settings import Settings
-from streams.state import Store
+from streams.state import PageState, Store
+
+if TYPE_CHECKING:
+    from streams.scheduler import Scheduler
 
 log = logging.getLogger(__name__)
 
-
 RejectSink = Callable[[bytes | None, bytes], Awaitable[Any]]
+TRANSIENT = (RedisConnectionError, RedisTimeoutError, ConnectionError, OSError)
+
+
+@dataclass(slots=True)
+class Job:
+    event: faust.types.EventT[Any]
+    record: Any
+    topic: str
+    partition: int
+    offset: int
+
+
+class Agents:
+    """The agents' logic, independent of Faust's plumbing so it is testable directly."""
+
+    def __init__(
+        self,
+        settings: Settings,
+        store: Store,
+        metrics: Metrics,
+        reject_sink: RejectSink,
+        *,
+        scheduler: Scheduler | None = None,
+        forward: Callable[[bytes, bytes], Awaitable[Any]] | None = None,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        self.settings = settings
+        self.store = store
+        self.metrics = metrics
+        self.reject_sink = reject_sink
+        self.scheduler = scheduler
+        self.forward = forward
+        self.clock = clock
+        self.stopping = False
+
+    # -- plumbing ------------------------------------------------------------------------
+    async def reject(self, event: faust.types.EventT[Any], reason: str) -> None:
+        msg = event.message
+        payload = reject_payload(msg.value, msg.topic, msg.partition, msg.offset, reason)
+        self.metrics.reject(_logical(msg.topic))
+        await self._retry(
+            "kafka", lambda: self.reject_sink(msg.key, json.dumps(payload).encode())
+        )
+
+    async def _retry(self, where: str, fn: Callable[[], Awaitable[Any]]) -> Any:
+        """Run ``fn`` until it succeeds; transient failures (outages) back off and retry."""
+        delay = 0.05
+        while True:
+            try:
+                return await fn()
+            except TRANSIENT as exc:
+                self.metrics.retry(where)
+                log.warning("%s unavailable (%r); retrying in %.1fs", where, exc, delay)
+                await asyncio.sleep(delay)
+                delay = min(delay * 2, 2.0)
+            except Exception as exc:
+                if where == "kafka" and "Kafka" in type(exc).__name__:
+                    self.metrics.retry(where)
+                    log.warning("kafka error (%r); retrying in %.1fs", exc, delay)
+                    await asyncio.sleep(delay)
+                    delay = min(delay * 2, 2.0)
+                    continue
+                raise
+
+    def _validate(
+        self, events: Sequence[faust.types.EventT[Any]], model: type[BaseModel]
+    ) -> tuple[list[Job], list[tuple[faust.types.EventT[Any], str]]]:
+        ctx = {"now_s": self.clock(), "max_future_s": self.settings.max_future_s}
+        jobs, bad = [], []
+        for ev in events:
+            msg = ev.message
+            try:
+                rec = model.model_validate_json(msg.value or b"", context=ctx)
+            except ValidationError as exc:
+                bad.append((ev, validation_reason(exc)))
+                continue
+            except Exception as exc:  # e.g. a value that is not bytes at all
+                bad.append((ev, f"undecodable: {exc!r}"))
+                continue
+            key_host = getattr(rec, "host", None)
+            if msg.key and key_host is not None:
+                key = msg.key.decode("utf-8", "replace").lower() if isinstance(
+                    msg.key, bytes) else str(msg.key).lower()
+                if key != key_host:
+                    bad.append((ev, f"key {key!r} does not match the url's host {key_host!r}"))
+                    continue
+            jobs.append(Job(ev, rec, msg.topic, msg.partition, msg.offset))
+        return jobs, bad
+
+    async def _pipeline(self, queue: Callable[[Any], Awaitable[None]]) -> list[Any]:
+        async def run() -> list[Any]:
+            pipe = self.store.redis.pipeline(transaction=False)
+            await queue(pipe)
+            return list(await pipe.execute(raise_on_error=False))
+
+        result: list[Any] = await self._retry("redis", run)
+        return result
+
+    async def _safely(self, events: Sequence[faust.types.EventT[Any]], name: str,
+                      fn: Callable[[], Awaitable[None]]) -> None:
+        try:
+            await fn()
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:  # a bug: make it visible, never lose the batch silently
+            log.exception("%s batch failed", name)
+            for ev in events:
+                await self.reject(ev, f"internal error: {exc!r}")
+
+    # -- pages ---------------------------------------------------------------------------
+    async def on_pages(self, events: Sequence[faust.types.EventT[Any]]) -> None:
+        await self._safely(events, "pages", lambda: self._pages(events))
+
+    async def _pages(self, events: Sequence[faust.types.EventT[Any]]) -> None:
+        jobs, bad = self._validate(events, PageEvent)
+        for ev, reason in bad:
+            await self.reject(ev, reason)
+
+        async def queue(pipe: Any) -> None:
+            for j in jobs:
+                p: PageEvent = j.record
+                await self.store.queue_page(
+                    pipe, p.url, p.host, importance=p.importance, prior=p.change_rate_per_s,
+                    deleted=p.deleted, topic=j.topic, partition=j.partition, offset=j.offset,
+                )
+                pipe.sadd(self.store.shard_key(j.partition), p.host)
+
+        results = await self._pipeline(queue)
+        for j, res in zip(jobs, results[0::2], strict=True):
+            p = j.record
+            if isinstance(res, Exception):
+                await self.reject(j.event, f"internal error: {res!r}")
+                continue
+            code, value = _s(res[0]), _s(res[1])
+            self.metrics.event("pages", code)
+            if self.scheduler is not None:
+                await self.scheduler.on_page(j.partition, p.host, p.url, value or None)
+
+    # -- pings ---------------------------------------------------------------------------
+    async def on_pings(self, events: Sequence[faust.types.EventT[Any]]) -> None:
+        await self._safely(events, "pings", lambda: self._pings(events))
+
+    async def _pings(self, events: Sequence[faust.types.EventT[Any]]) -> None:
+        jobs, bad = self._validate(events, PingEvent)
+        for ev, reason in bad:
+            await self.reject(ev, reason)
+        ctl = self.scheduler.control if self.scheduler is not None else None
+        t_delay = ctl.t_delay_s if ctl is not None else self.settings.t_delay_s
+
+        async def queue(pipe: Any) -> None:
+            for j in jobs:
+                g: PingEvent = j.record
+                await self.store.queue_ping(
+                    pipe, g.url, g.host, source=g.source, changed_at=g.changed_at,
+                    received_at=g.received_at, fingerprint=g.fingerprint(), t_delay_s=t_delay,
+                    window_s=self.settings.ping_dedup_window_s,
+                    keep=self.settings.decisions_per_page, topic=j.topic,
+                    partition=j.partition, offset=j.offset,
+                )
+
+        results = await self._pipeline(queue)
+        for j, res in zip(jobs, results, strict=True):
+            g = j.record
+            if isinstance(res, Exception):
+                await self.reject(j.event, f"internal error: {res!r}")
+                continue
+            code, value = _s(res[0]), _s(res[1])
+            self.metrics.event("pings", code)
+            if code == "unknown" and self.forward is not None:
+                body = json.dumps({"url": g.url}).encode()
+                await self._retry("kafka", lambda g=g, body=body: self.forward(  # type: ignore[misc]
+                    g.host.encode(), body))
+            if code in ("applied", "dup-offset") and value and self.scheduler is not None:
+                await self.scheduler.on_page(j.partition, g.host, g.url, value)
+
+    # -- outcomes ------------------------------------------------------------------------
+    async def on_outcomes(self, events: Sequence[faust.types.EventT[Any]]) -> None:
+        await self._safely(events, "outcomes", lambda: self._outcomes(events))
+
+    async def _outcomes(self, events: Sequence[faust.types.EventT[Any]]) -> None:
+        jobs, bad = self._validate(events, OutcomeEvent)
+        for ev, reason in bad:
+            await self.reject(ev, reason)
+        # A url at most once per chunk: its estimator update reads the previous one's result.
+        chunk: list[Job] = []
+        urls: set[str] = set()
+        for j in jobs:
+            if j.record.url in urls:
+                await self._outcome_chunk(chunk)
+                chunk, urls = [], set()
+            chunk.append(j)
+            urls.add(j.record.url)
+        if chunk:
+            await self._outcome_chunk(chunk)
+
+    async def _outcome_chunk(self, jobs: list[Job]) -> None:
+        async def read(pipe: Any) -> None:
+            for j in jobs:
+                o: OutcomeEvent = j.record
+                pipe.hget(self.store.key(o.host, "pages"), o.url)
+                pipe.hget(self.store.key(o.host, "est"), o.url)
+
+        current = await self._pipeline(read)
+        plans: list[tuple[Job, str | None, str, str | None]] = []
+        for i, j in enumerate(jobs):
+            o = j.record
+            value, est = _opt(current[2 * i]), _opt(current[2 * i + 1])
+            new_est = None
+            if value:
+                state = PageState.decode(value)
+                if state.crawled and o.fetched_at >= state.last_crawl_s:
+                    new_est = update_estimator(
+                        est, state, o.fetched_at - state.last_crawl_s, o.changed
+                    )
+            status = o.error or (f"HTTP {o.status}" if o.status is not None else "")
+            changed = {True: "changed", False: "unchanged", None: "change unknown"}[o.changed]
+            decision = f"{o.fetched_at:.3f} fetched: {changed} {status}".rstrip()
+            plans.append((j, new_est, decision, new_est or est))
+
+        async def write(pipe: Any) -> None:
+            for j, new_est, decision, _after in plans:
+                o = j.record
+                await self.store.queue_outcome(
+                    pipe, o.url, o.host, order_id=o.order_id, fetched_at=o.fetched_at,
+                    new_estimator=new_est, keep=self.settings.decisions_per_page,
+                    decision=decision, topic=j.topic, partition=j.partition, offset=j.offset,
+                )
+
+        results = await self._pipeline(write)
+        for (j, _e, _d, est_after), res in zip(plans, results, strict=True):
+            o = j.record
+            if isinstance(res, Exception):
+                await self.reject(j.event, f"internal error: {res!r}")
+                continue
+            code, value, cleared = _s(res[0]), _s(res[1]), int(res[2])
+            self.metrics.event("outcomes", code)
+            if value and self.scheduler is not None:
+                await self.scheduler.on_page(
+                    j.partition, o.host, o.url, value, in_flight_cleared=bool(cleared),
+                    estimator=est_after,
+                )
+
+    # -- hosts ---------------------------------------------------------------------------
+    async def on_hosts(self, events: Sequence[faust.types.EventT[Any]]) -> None:
+        await self._safely(events, "hosts", lambda: self._hosts(events))
+
+    async def _hosts(self, events: Sequence[faust.types.EventT[Any]]) -> None:
+        jobs, bad = self._validate(events, HostEvent)
+        for ev, reason in bad:
+            await self.reject(ev, reason)
+
+        async def queue(pipe: Any) -> None:
+            for j in jobs:
+                h: HostEvent = j.record
+                await self.store.queue_host(
+                    pipe, h.host, rate_per_s=h.max_crawls_per_s, max_in_flight=h.max_in_flight,
+                    topic=j.topic, partition=j.partition, offset=j.offset,
+                )
+                pipe.sadd(self.store.shard_key(j.partition), h.host)
+
+        results = await self._pipeline(queue)
+        for j, res in zip(jobs, results[0::2], strict=True):
+            h = j.record
+            if isinstance(res, Exception):
+                await self.reject(j.event, f"internal error: {res!r}")
+                continue
+            self.metrics.event("hosts", _s(res))
+            if self.scheduler is not None:
+                self.scheduler.on_host(j.partition, h.host, h.max_crawls_per_s, h.max_in_flight)
+
+    # -- control -------------------------------------------------------------------------
+    async def on_control(self, events: Sequence[faust.types.EventT[Any]]) -> None:
+        await self._safely(events, "control", lambda: self._control(events))
+
+    async def _control(self, events: Sequence[faust.types.EventT[Any]]) -> None:
+        jobs, bad = self._validate(events, ControlEvent)
+        for ev, reason in bad:
+            await self.reject(ev, reason)
+
+        async def queue(pipe: Any) -> None:
+            for j in jobs:
+                await self.store.queue_control(
+                    pipe, j.record.fields(), topic=j.topic, partition=j.partition,
+                    offset=j.offset,
+                )
+
+        results = await self._pipeline(queue)
+        for j, res in zip(jobs, results, strict=True):
+            if isinstance(res, Exception):
+                await self.reject(j.event, f"internal error: {res!r}")
+                continue
+            self.metrics.event("control", _s(res))
+        if jobs and self.scheduler is not None:
+            await self.scheduler.refresh_control()
+
+
+def _s(x: Any) -> str:
+    return x.decode() if isinstance(x, bytes) else str(x)
+
+
+def _opt(x: Any) -> str | None:
+    if x is None or x == "":
+        return None
+    return _s(x)
+
+
+def _logical(topic: str) -> str:
+    return topic.rsplit(".", 1)[-1]
 
 
 def register_agents(
@@ -31,47 +359,51 @@ def register_agents(
     *,
     store: Store | None = None,
     reject_sink: RejectSink | None = None,
+    metrics: Metrics | None = None,
+    scheduler: Scheduler | None = None,
 ) -> dict[str, faust.types.AgentT[Any]]:
     """Attach the agents to ``app``; ``store`` and ``reject_sink`` default to the real ones."""
     if store is None:
         store = Store.from_url(settings.redis_url, settings.key_prefix)
+    metrics = metrics or Metrics()
     app.recrawl_store = store  # type: ignore[attr-defined]
-    pages_topic = app.topic(settings.topic("pages"), value_serializer="raw", key_serializer="raw")
-    rejects_topic = app.topic(
-        settings.topic("rejects"), value_serializer="raw", key_serializer="raw"
-    )
+
+    def topic(name: str) -> Any:
+        return app.topic(settings.topic(name), value_serializer="raw", key_serializer="raw")
+
+    rejects_topic, pages_topic = topic("rejects"), topic("pages")
 
     async def send_to_rejects(key: bytes | None, value: bytes) -> None:
         await rejects_topic.send(key=key, value=value)
 
-    sink = reject_sink or send_to_rejects
+    async def forward_page(key: bytes, value: bytes) -> None:
+        await pages_topic.send(key=key, value=value)
 
-    async def reject(event: faust.types.EventT[Any], reason: str) -> None:
-        msg = event.message
-        payload = reject_payload(msg.value, msg.topic, msg.partition, msg.offset, reason)
-        await sink(msg.key, json.dumps(payload).encode())
-
-    @app.agent(pages_topic, concurrency=1)
-    async def pages(stream: faust.StreamT[Any]) -> None:
-        async for event in stream.events():
-            msg = event.message
-            try:
-                page = PageEvent.model_validate_json(msg.value)
-            except ValidationError as exc:
-                await reject(event, _reason(exc))
-                continue
-            try:
-                await store.apply_page(page, msg.topic, msg.partition, msg.offset)
-            except Exception as exc:  # never let it escape: it would ack the message
-                log.exception("page event failed")
-                await reject(event, f"internal error: {exc!r}")
-
-    return {"pages": pages}
+    logic = Agents(
+        settings, store, metrics, reject_sink or send_to_rejects, scheduler=scheduler,
+        forward=forward_page if settings.forward_discoveries else None,
+    )
+    app.recrawl_agents = logic  # type: ignore[attr-defined]
+    handlers = {
+        "pages": logic.on_pages,
+        "pings": logic.on_pings,
+        "outcomes": logic.on_outcomes,
+        "hosts": logic.on_hosts,
+        "control": logic.on_control,
+    }
+    agents: dict[str, faust.types.AgentT[Any]] = {}
+    for name, handler in handlers.items():
+        agents[name] = _make_agent(app, topic(name), name, handler, settings.batch_size)
+    return agents
 
 
-def _reason(exc: ValidationError) -> str:
-    parts = []
-    for err in exc.errors():
-        loc = ".".join(str(p) for p in err["loc"]) or "(message)"
-        parts.append(f"{loc}: {err['msg']}")
-    return "; ".join(parts)
+def _make_agent(
+    app: faust.App, channel: Any, name: str,
+    handler: Callable[[Sequence[faust.types.EventT[Any]]], Awaitable[None]], batch: int,
+) -> faust.types.AgentT[Any]:
+    async def agent(stream: faust.StreamT[Any]) -> None:
+        async for events in stream.take_events(batch, within=0.02):  # type: ignore[attr-defined]
+            await handler(events)
+
+    agent.__name__ = agent.__qualname__ = f"recrawl_{name}"
+    return app.agent(channel, name=f"recrawl.{name}", concurrency=1)(agent)

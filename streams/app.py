@@ -1,16 +1,29 @@
 """The Faust application: built by :func:`create_app` from :class:`~streams.settings.Settings`.
 
 No module-level app: tests build one per test (own topics, consumer group, key prefix).
+Pieces: the agents (:mod:`streams.agents`), one scheduler task (:mod:`streams.scheduler`)
+and the HTTP views (:mod:`streams.web`), sharing one Redis store and one metrics registry.
 """
 
 from __future__ import annotations
+
+import logging
+from typing import Any
 
 import faust
 
 from streams.settings import Settings
 
+log = logging.getLogger(__name__)
+
 
 def create_app(settings: Settings) -> faust.App:
+    from streams.agents import register_agents
+    from streams.metrics import Metrics
+    from streams.scheduler import Scheduler
+    from streams.state import Store
+    from streams.web import register_views
+
     app = faust.App(
         settings.app_id,
         broker=f"kafka://{settings.kafka_bootstrap}",
@@ -27,7 +40,29 @@ def create_app(settings: Settings) -> faust.App:
         broker_commit_interval=2.0,
         producer_acks=-1,
     )
-    from streams.agents import register_agents
+    store = Store.from_url(settings.redis_url, settings.key_prefix)
+    metrics = Metrics()
+    orders_topic = app.topic(
+        settings.topic("orders"), value_serializer="raw", key_serializer="raw"
+    )
+    pages_topic_name = settings.topic("pages")
 
-    register_agents(app, settings)
+    async def send_order(key: bytes, value: bytes) -> None:
+        await orders_topic.send(key=key, value=value)
+
+    def assignment() -> set[int]:
+        return {tp.partition for tp in app.consumer.assignment() if tp.topic == pages_topic_name}
+
+    scheduler = Scheduler(settings, store, metrics, send_order, assignment=assignment)
+    register_agents(app, settings, store=store, metrics=metrics, scheduler=scheduler)
+    app.recrawl_scheduler = scheduler  # type: ignore[attr-defined]
+    app.recrawl_metrics = metrics  # type: ignore[attr-defined]
+
+    @app.task  # type: ignore[untyped-decorator]
+    async def run_scheduler(app: Any) -> None:
+        log.info("scheduler starting (tick %.3fs)", settings.tick_s)
+        await scheduler.run()
+
+    if settings.web_enabled:
+        register_views(app, settings, store, scheduler, metrics)
     return app

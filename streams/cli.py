@@ -13,6 +13,9 @@ import sys
 COMMAND_MODULES = [
     "streams.commands.infra",
     "streams.commands.worker",
+    "streams.commands.budget",
+    "streams.commands.explain",
+    "streams.commands.pages",
     "streams.commands.experiments",
     "streams.commands.ping",
     "streams.commands.fetch",

@@ -1,14 +1,36 @@
-"""Validated input events (pydantic) and the rejects payload."""
+"""Validated input events (pydantic), the order we emit, and the rejects payload.
+
+Every input topic carries JSON values keyed by host bytes (see ``docs/schemas/``).  The
+models are strict about types (``"3"`` is not a number, ``"yes"`` is not a boolean), reject
+NaN and infinities, non-http(s) or over-long URLs, a ``host`` that does not match the URL
+and timestamps too far in the future (``context={"now_s": ..., "max_future_s": ...}``).
+"""
 
 from __future__ import annotations
 
 import base64
-from typing import Any
+import math
+import re
+from typing import Any, Literal
 from urllib.parse import urlsplit
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationError,
+    ValidationInfo,
+    field_validator,
+    model_validator,
+)
 
 MAX_URL_BYTES = 2048
+
+#: Ping sources, in the order of the per-source counters kept for each page.
+SOURCES: tuple[str, ...] = ("sitemap", "indexnow", "websub", "cdn", "other")
+Source = Literal["sitemap", "indexnow", "websub", "cdn", "other"]
+
+_HOST_RE = re.compile(r"^[a-z0-9]([a-z0-9\-_.]*[a-z0-9])?(:\d{1,5})?$|^\[[0-9a-f:.]+\]$")
 
 
 def host_of(url: str) -> str:
@@ -19,20 +41,45 @@ def host_of(url: str) -> str:
 def check_url(url: str) -> str:
     if len(url.encode()) > MAX_URL_BYTES:
         raise ValueError(f"url longer than {MAX_URL_BYTES} bytes")
-    parts = urlsplit(url)
+    try:
+        parts = urlsplit(url)
+        hostname = parts.hostname
+    except ValueError as exc:
+        raise ValueError(f"url does not parse: {exc}") from None
     if parts.scheme not in ("http", "https"):
         raise ValueError(f"url scheme must be http or https, not {parts.scheme!r}")
-    if not parts.hostname:
+    if not hostname:
         raise ValueError("url has no host")
+    if any(c.isspace() for c in url):
+        raise ValueError("url contains whitespace")
     return url
 
 
+def _check_time(value: float | None, info: ValidationInfo, name: str) -> float | None:
+    if value is None:
+        return None
+    ctx = info.context or {}
+    now_s, max_future_s = ctx.get("now_s"), ctx.get("max_future_s")
+    if now_s is not None and max_future_s is not None and value > now_s + max_future_s:
+        raise ValueError(
+            f"{name} is {value - now_s:.0f} s in the future (more than {max_future_s:.0f} s)"
+        )
+    return value
+
+
+_CONFIG = ConfigDict(extra="ignore", strict=True, allow_inf_nan=False, populate_by_name=True)
+Timestamp = Field(ge=0.0)
+
+
 class _Event(BaseModel):
-    model_config = ConfigDict(extra="ignore", strict=False, allow_inf_nan=False)
+    model_config = _CONFIG
 
     url: str
 
-    _check_url = field_validator("url")(classmethod(lambda cls, v: check_url(v)))
+    @field_validator("url")
+    @classmethod
+    def _url(cls, v: str) -> str:
+        return check_url(v)
 
     @property
     def host(self) -> str:
@@ -52,6 +99,117 @@ class PageEvent(_Event):
         if self.host_field is not None and self.host_field.lower() != self.host:
             raise ValueError(f"host {self.host_field!r} does not match the url's host")
         return self
+
+
+class PingEvent(_Event):
+    """``recrawl.pings``: a change-indicating signal."""
+
+    source: Source
+    changed_at: float | None = Field(default=None, ge=0.0)
+    received_at: float = Field(ge=0.0)
+    id: str | None = Field(default=None, max_length=256)
+
+    @field_validator("changed_at", "received_at")
+    @classmethod
+    def _not_future(cls, v: float | None, info: ValidationInfo) -> float | None:
+        return _check_time(v, info, info.field_name or "time")
+
+    @property
+    def source_index(self) -> int:
+        return SOURCES.index(self.source)
+
+    def fingerprint(self) -> str:
+        """Duplicate pings share this: the id if any, else url + source + change time."""
+        if self.id:
+            return f"i:{self.source}:{self.id}"
+        return f"u:{self.url}|{self.source}|{self.changed_at!r}"
+
+
+class OutcomeEvent(_Event):
+    """``recrawl.outcomes``: the result of a fetch."""
+
+    order_id: str | None = Field(default=None, max_length=128)
+    fetched_at: float = Field(ge=0.0)
+    status: int | None = Field(default=None, ge=0, le=999)
+    error: str | None = Field(default=None, max_length=2048)
+    changed: bool | None
+    digest: str | None = Field(default=None, max_length=256)
+
+    @field_validator("fetched_at")
+    @classmethod
+    def _not_future(cls, v: float, info: ValidationInfo) -> float | None:
+        return _check_time(v, info, "fetched_at")
+
+
+class HostEvent(BaseModel):
+    """``recrawl.hosts``: a host's crawl capacity."""
+
+    model_config = _CONFIG
+
+    host: str = Field(min_length=1, max_length=255)
+    max_crawls_per_s: float = Field(gt=0.0)
+    max_in_flight: int | None = Field(default=None, ge=0)
+
+    @field_validator("host")
+    @classmethod
+    def _host(cls, v: str) -> str:
+        v = v.lower()
+        if not _HOST_RE.match(v):
+            raise ValueError(f"not a host name: {v!r}")
+        return v
+
+
+class ControlEvent(BaseModel):
+    """``recrawl.control``: the global budget R and operational switches."""
+
+    model_config = _CONFIG
+
+    budget_per_s: float | None = Field(default=None, ge=0.0)
+    paused: bool | None = None
+    t_delay_s: float | None = Field(default=None, ge=0.0)
+    order_timeout_s: float | None = Field(default=None, gt=0.0)
+    max_interval_s: float | None = Field(default=None, ge=0.0)
+
+    @model_validator(mode="after")
+    def _something(self) -> ControlEvent:
+        if not self.fields():
+            raise ValueError(
+                "no setting given (budget_per_s, paused, t_delay_s, order_timeout_s, "
+                "max_interval_s)"
+            )
+        return self
+
+    def fields(self) -> dict[str, str]:
+        """The settings this event changes, as Redis hash fields."""
+        out: dict[str, str] = {}
+        for name in ("budget_per_s", "t_delay_s", "order_timeout_s", "max_interval_s"):
+            v = getattr(self, name)
+            if v is not None:
+                out[name] = repr(float(v))
+        if self.paused is not None:
+            out["paused"] = "1" if self.paused else "0"
+        return out
+
+
+class Order(BaseModel):
+    """``recrawl.orders``: fetch this page now (the output)."""
+
+    order_id: str
+    url: str
+    host: str
+    issued_at: float
+    crawl_value: float
+    threshold: float
+    tau_eff: float
+    policy: str
+
+
+def validation_reason(exc: ValidationError) -> str:
+    parts = []
+    for err in exc.errors():
+        loc = ".".join(str(p) for p in err["loc"]) or "(message)"
+        parts.append(f"{loc}: {err['msg']}")
+    return "; ".join(parts)
 
 
 def reject_payload(
@@ -76,3 +234,8 @@ def reject_payload(
     if raw_b64 is not None:
         out["raw_base64"] = raw_b64
     return out
+
+
+def finite(x: float) -> float:
+    """``x`` if finite, else a large sentinel (JSON has no infinity)."""
+    return x if math.isfinite(x) else (1e308 if x > 0 else -1e308)

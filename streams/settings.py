@@ -42,6 +42,42 @@ class Settings(BaseSettings):
     data_dir: Path = Path("var/worker")
     log_level: str = "info"
 
+    # -- scheduler ---------------------------------------------------------------------
+    #: Global crawl budget R (orders per second over all shards) until ``recrawl.control``
+    #: sets one (the value in Redis wins).
+    budget_per_s: float = Field(default=10.0, ge=0.0)
+    #: The scheduler's tick: orders leave in even ticks of this length (no spikes).
+    tick_s: float = Field(default=0.01, gt=0.0, le=1.0)
+    #: An order with no outcome after this long makes its page eligible again.
+    order_timeout_s: float = Field(default=600.0, gt=0.0)
+    #: The floor (paper 004 Sec. A, ``xi_i > epsilon``): a page is ordered at least this
+    #: often whatever its crawl value (0 = no floor).
+    max_interval_s: float = Field(default=30 * 86400.0, ge=0.0)
+    #: App. C of paper 004: pings arriving within ``t_delay_s`` after a crawl are dropped.
+    t_delay_s: float = Field(default=60.0, ge=0.0)
+    #: Pings with the same id (or url + source + change time) within this window count once.
+    ping_dedup_window_s: float = Field(default=7 * 86400.0, gt=0.0)
+    #: Timestamps more than this far in the future (worker clock) are rejected.
+    max_future_s: float = Field(default=300.0, ge=0.0)
+    #: Host capacity until ``recrawl.hosts`` says otherwise.
+    default_host_crawls_per_s: float = Field(default=1.0, gt=0.0)
+    #: Largest burst of a host's token bucket (tokens).
+    host_burst: float = Field(default=1.0, ge=1.0)
+    #: Default max in flight per host (0 = unlimited).
+    default_host_max_in_flight: int = Field(default=0, ge=0)
+    #: Change rate of a page without a prior or an estimate (1/day).
+    default_change_rate_per_s: float = Field(default=1.0 / 86400.0, gt=0.0)
+    #: Default precision of each ping source until estimated (``beta_s = -ln(1-p)/alpha``).
+    default_source_precision: float = Field(default=0.5, gt=0.0, lt=1.0)
+    #: Gain of the budget re-split controller (per second, on log-thresholds).
+    resplit_gain: float = Field(default=0.5, ge=0.0)
+    #: Forward pings for unknown pages (discoveries) to ``recrawl.pages`` as new pages.
+    forward_discoveries: bool = False
+    #: Decisions kept per page for explain.
+    decisions_per_page: int = Field(default=4, ge=0, le=32)
+    #: Batch size of the agents (``stream.take_events``).
+    batch_size: int = Field(default=500, ge=1)
+
     @field_validator("topic_prefix", "app_id", "key_prefix")
     @classmethod
     def _no_spaces(cls, v: str) -> str:

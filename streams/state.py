@@ -1,61 +1,493 @@
-"""Per-page state in Redis.
+"""Per-page, per-host and per-shard state in Redis: the source of truth.
 
-Keys carry a ``{host}`` hash tag, so one host's keys live in one Redis Cluster slot:
-``<prefix>:{<host>}:page:<url>``.  Each event's change is one atomic server-side step
-(a Lua script) that also records the input offset per partition, so a redelivered event
-(Faust is at-least-once) changes nothing.
+Key layout (``P`` = ``settings.key_prefix``; ``{host}`` is a Redis Cluster hash tag, so
+every key of one host lives in one slot and every script below touches one slot only)::
+
+    P:{host}:pages      HASH  url -> page value "importance|prior|last_crawl|n_sitemap,..."
+    P:{host}:inflight   HASH  url -> "order_id|issued_at"   (only pages with an order out)
+    P:{host}:est        HASH  url -> estimator state, base64 (only pages with outcomes)
+    P:{host}:why        HASH  url -> the last few decisions, one per line
+    P:{host}:seen       ZSET  ping fingerprint -> received_at (duplicates, trimmed by age)
+    P:{host}:host       HASH  rate, mif (capacity), tokens, ts (the token bucket)
+    P:{host}:offsets    HASH  "<topic>:<partition>" -> last applied offset
+    P:shard:{p}:hosts   SET   hosts whose events arrive on partition p (find a shard's pages
+                              without SCAN)
+    P:control           HASH  budget_per_s, paused, t_delay_s, order_timeout_s, max_interval_s
+    P:control:offsets   HASH  "<topic>:<partition>" -> last applied offset
+    P:sched:shards      HASH  partition -> JSON {weight, threshold, rate_per_s, ts, worker}
+
+Each event's change is one Lua script that first compares the event's offset with the last
+applied offset of its (host, topic, partition) and records it, so a redelivered event
+(Faust is at-least-once) changes nothing.  A page value is plain text so ``HGET`` in
+``redis-cli`` is readable; ``last_crawl`` 0 means never crawled.
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+import base64
+import hashlib
+import json
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
+from typing import Any
 
 import redis.asyncio as aioredis
 
-if TYPE_CHECKING:
-    from streams.records import PageEvent
+from streams.records import SOURCES
 
-# KEYS[1] = page hash, KEYS[2] = offsets hash (per topic, host-tagged)
-# ARGV[1] = partition field, ARGV[2] = offset, ARGV[3] = deleted (0/1), ARGV[4..] = field/values
-_APPLY_PAGE = """
-local last = redis.call('HGET', KEYS[2], ARGV[1])
-if last and tonumber(last) >= tonumber(ARGV[2]) then return 0 end
-if ARGV[3] == '1' then
-  redis.call('DEL', KEYS[1])
-else
-  for i = 4, #ARGV, 2 do redis.call('HSET', KEYS[1], ARGV[i], ARGV[i + 1]) end
+N_SOURCES = len(SOURCES)
+
+
+@dataclass(frozen=True, slots=True)
+class PageState:
+    """One page as stored in ``P:{host}:pages`` (see the module docstring)."""
+
+    importance: float = 1.0
+    prior_change_rate_per_s: float | None = None
+    last_crawl_s: float = 0.0
+    signals: tuple[int, ...] = (0,) * N_SOURCES
+
+    @property
+    def crawled(self) -> bool:
+        return self.last_crawl_s > 0.0
+
+    def encode(self) -> str:
+        prior = "" if self.prior_change_rate_per_s is None else repr(self.prior_change_rate_per_s)
+        last = "0" if self.last_crawl_s == 0 else f"{self.last_crawl_s:.3f}"
+        counts = ",".join(str(n) for n in self.signals)
+        return f"{self.importance!r}|{prior}|{last}|{counts}"
+
+    @classmethod
+    def decode(cls, value: str) -> PageState:
+        imp, prior, last, counts = value.split("|")
+        signals = tuple(int(n) for n in counts.split(","))
+        return cls(float(imp), float(prior) if prior else None, float(last), signals)
+
+    def after_crawl(self, fetched_at_s: float) -> PageState:
+        return replace(self, last_crawl_s=fetched_at_s, signals=(0,) * N_SOURCES)
+
+
+_LIB = r"""
+local function parts(v)
+  local a, b, c, d = string.match(v, '^([^|]*)|([^|]*)|([^|]*)|([^|]*)$')
+  return a, b, c, d
+end
+local function applied(okey, field, offset)
+  local last = redis.call('HGET', okey, field)
+  return last and tonumber(last) >= tonumber(offset)
+end
+local function why(wkey, url, entry, keep)
+  keep = tonumber(keep)
+  if keep <= 0 then return end
+  local cur = redis.call('HGET', wkey, url)
+  local lines = {}
+  if cur then for l in string.gmatch(cur, '[^\n]+') do lines[#lines + 1] = l end end
+  lines[#lines + 1] = entry
+  while #lines > keep do table.remove(lines, 1) end
+  redis.call('HSET', wkey, url, table.concat(lines, '\n'))
+end
+"""
+
+# KEYS: pages, offsets, inflight, est, why
+# ARGV: offset field, offset, url, deleted 0/1, importance, prior ('' = keep)
+_APPLY_PAGE = _LIB + r"""
+if applied(KEYS[2], ARGV[1], ARGV[2]) then
+  return {'dup-offset', redis.call('HGET', KEYS[1], ARGV[3]) or ''}
 end
 redis.call('HSET', KEYS[2], ARGV[1], ARGV[2])
+local url = ARGV[3]
+if ARGV[4] == '1' then
+  redis.call('HDEL', KEYS[1], url)
+  redis.call('HDEL', KEYS[3], url)
+  redis.call('HDEL', KEYS[4], url)
+  redis.call('HDEL', KEYS[5], url)
+  return {'deleted', ''}
+end
+local cur = redis.call('HGET', KEYS[1], url)
+local v
+if cur then
+  local imp, prior, last, counts = parts(cur)
+  if ARGV[6] ~= '' then prior = ARGV[6] end
+  v = ARGV[5] .. '|' .. prior .. '|' .. last .. '|' .. counts
+else
+  v = ARGV[5] .. '|' .. ARGV[6] .. '|0|' .. string.rep('0,', __N - 1) .. '0'
+end
+redis.call('HSET', KEYS[1], url, v)
+return {cur and 'updated' or 'added', v}
+""".replace("__N", str(N_SOURCES))
+
+# KEYS: pages, offsets, seen, why
+# ARGV: offset field, offset, url, source index (1-based), changed_at ('' = unknown),
+#       received_at, fingerprint, t_delay_s, dedup window s, keep, source name
+_APPLY_PING = _LIB + r"""
+if applied(KEYS[2], ARGV[1], ARGV[2]) then
+  return {'dup-offset', redis.call('HGET', KEYS[1], ARGV[3]) or ''}
+end
+redis.call('HSET', KEYS[2], ARGV[1], ARGV[2])
+local url = ARGV[3]
+local cur = redis.call('HGET', KEYS[1], url)
+if not cur then return {'unknown', ''} end
+local received = tonumber(ARGV[6])
+if redis.call('ZSCORE', KEYS[3], ARGV[7]) then return {'duplicate', cur} end
+redis.call('ZADD', KEYS[3], received, ARGV[7])
+redis.call('ZREMRANGEBYSCORE', KEYS[3], '-inf', '(' .. (received - tonumber(ARGV[9])))
+local imp, prior, last_s, counts = parts(cur)
+local last = tonumber(last_s)
+if last > 0 then
+  local changed = tonumber(ARGV[5])
+  if (changed and changed < last) or received < last then
+    why(KEYS[4], url, string.format('%.3f ping %s dropped: change precedes the last crawl',
+        received, ARGV[11]), ARGV[10])
+    return {'before-crawl', cur}
+  end
+  if received <= last + tonumber(ARGV[8]) then
+    why(KEYS[4], url, string.format('%.3f ping %s dropped: within T_DELAY=%ss of the crawl',
+        received, ARGV[11], ARGV[8]), ARGV[10])
+    return {'within-delay', cur}
+  end
+end
+local n, i, out = tonumber(ARGV[4]), 0, {}
+for c in string.gmatch(counts, '[^,]+') do
+  i = i + 1
+  if i == n then c = tostring(tonumber(c) + 1) end
+  out[#out + 1] = c
+end
+local v = imp .. '|' .. prior .. '|' .. last_s .. '|' .. table.concat(out, ',')
+redis.call('HSET', KEYS[1], url, v)
+return {'applied', v}
+"""
+
+# KEYS: pages, offsets, inflight, est, why
+# ARGV: offset field, offset, url, order_id ('' = any), fetched_at, new estimator state
+#       ('' = keep), keep, decision entry
+# The page's last crawl becomes the fetch time and its signal counts restart (an outcome
+# older than the last crawl changes neither: 'stale'); the matching order leaves flight.
+# Estimator states are written only by the outcomes agent, one event at a time per page.
+_APPLY_OUTCOME = _LIB + r"""
+if applied(KEYS[2], ARGV[1], ARGV[2]) then
+  return {'dup-offset', redis.call('HGET', KEYS[1], ARGV[3]) or '', 0}
+end
+redis.call('HSET', KEYS[2], ARGV[1], ARGV[2])
+local url = ARGV[3]
+local cur = redis.call('HGET', KEYS[1], url)
+if not cur then return {'unknown', '', 0} end
+local imp, prior, last_s, counts = parts(cur)
+local code, v = 'stale', cur
+if tonumber(ARGV[5]) >= tonumber(last_s) then
+  code = 'applied'
+  v = imp .. '|' .. prior .. '|' .. ARGV[5] .. '|' .. string.rep('0,', __N - 1) .. '0'
+  redis.call('HSET', KEYS[1], url, v)
+  if ARGV[6] ~= '' then redis.call('HSET', KEYS[4], url, ARGV[6]) end
+end
+local cleared = 0
+local fl = redis.call('HGET', KEYS[3], url)
+if fl then
+  local oid = string.match(fl, '^([^|]*)|')
+  if ARGV[4] == '' or oid == ARGV[4] then
+    redis.call('HDEL', KEYS[3], url)
+    cleared = 1
+  end
+end
+why(KEYS[5], url, ARGV[8], ARGV[7])
+return {code, v, cleared}
+""".replace("__N", str(N_SOURCES))
+
+# KEYS: host, offsets;  ARGV: offset field, offset, rate, max in flight ('' = unset)
+_APPLY_HOST = _LIB + r"""
+if applied(KEYS[2], ARGV[1], ARGV[2]) then return 'dup-offset' end
+redis.call('HSET', KEYS[2], ARGV[1], ARGV[2])
+redis.call('HSET', KEYS[1], 'rate', ARGV[3])
+if ARGV[4] == '' then redis.call('HDEL', KEYS[1], 'mif')
+else redis.call('HSET', KEYS[1], 'mif', ARGV[4]) end
+return 'applied'
+"""
+
+# KEYS: control, offsets;  ARGV: offset field, offset, field, value, ...
+_APPLY_CONTROL = _LIB + r"""
+if applied(KEYS[2], ARGV[1], ARGV[2]) then return 'dup-offset' end
+redis.call('HSET', KEYS[2], ARGV[1], ARGV[2])
+for i = 3, #ARGV, 2 do redis.call('HSET', KEYS[1], ARGV[i], ARGV[i + 1]) end
+return 'applied'
+"""
+
+# Issue one order: the page exists and has none in flight, the host has a token and room.
+# KEYS: pages, inflight, host, why
+# ARGV: url, order_id, now, default rate, default max in flight, burst, keep, decision
+_ISSUE = _LIB + r"""
+local url, now = ARGV[1], tonumber(ARGV[3])
+local page = redis.call('HGET', KEYS[1], url)
+if not page then return {'gone', ''} end
+local fl = redis.call('HGET', KEYS[2], url)
+if fl then return {'in-flight', fl} end
+local h = redis.call('HMGET', KEYS[3], 'rate', 'mif', 'tokens', 'ts')
+local rate = tonumber(h[1]) or tonumber(ARGV[4])
+local mif = tonumber(h[2]) or tonumber(ARGV[5])
+local burst = tonumber(ARGV[6])
+local tokens = tonumber(h[3]) or burst
+local ts = tonumber(h[4]) or now
+if now > ts then tokens = math.min(burst, tokens + (now - ts) * rate) end
+if tokens < 1 then return {'no-token', tostring((1 - tokens) / rate)} end
+if mif > 0 and redis.call('HLEN', KEYS[2]) >= mif then return {'max-in-flight', ''} end
+redis.call('HSET', KEYS[3], 'tokens', tostring(tokens - 1), 'ts', ARGV[3])
+redis.call('HSET', KEYS[2], url, ARGV[2] .. '|' .. ARGV[3])
+why(KEYS[4], url, ARGV[8], ARGV[7])
+return {'ok', page}
+"""
+
+# KEYS: inflight, why;  ARGV: url, order_id, keep, decision
+_EXPIRE = _LIB + r"""
+local fl = redis.call('HGET', KEYS[1], ARGV[1])
+if not fl or string.match(fl, '^([^|]*)|') ~= ARGV[2] then return 0 end
+redis.call('HDEL', KEYS[1], ARGV[1])
+why(KEYS[2], ARGV[1], ARGV[4], ARGV[3])
 return 1
 """
 
 
+def ping_fingerprint(fp: str) -> str:
+    """A short stable digest of a ping's identity (12 base64 characters)."""
+    return base64.b64encode(hashlib.blake2b(fp.encode(), digest_size=9).digest()).decode()
+
+
+@dataclass(frozen=True, slots=True)
+class HostInfo:
+    rate_per_s: float | None = None
+    max_in_flight: int | None = None
+    tokens: float | None = None
+    updated_s: float | None = None
+
+
+@dataclass(slots=True)
+class HostDump:
+    """Everything about one host that a shard needs to schedule it."""
+
+    host: str
+    pages: dict[str, PageState]
+    in_flight: dict[str, tuple[str, float]]
+    estimators: dict[str, str]
+    info: HostInfo
+
+
+def _host_info(raw: dict[str, str]) -> HostInfo:
+    def f(k: str) -> float | None:
+        return float(raw[k]) if k in raw else None
+
+    mif = raw.get("mif")
+    return HostInfo(f("rate"), int(float(mif)) if mif is not None else None, f("tokens"), f("ts"))
+
+
+def _in_flight(value: str) -> tuple[str, float]:
+    oid, _, at = value.partition("|")
+    return oid, float(at or 0.0)
+
+
 class Store:
+    """Async access to the state; every mutation is one Lua script (see module docstring)."""
+
     def __init__(self, client: aioredis.Redis, prefix: str) -> None:
         self.redis = client
         self.prefix = prefix
-        self._apply_page = client.register_script(_APPLY_PAGE)
+        self.apply_page_script = client.register_script(_APPLY_PAGE)
+        self.apply_ping_script = client.register_script(_APPLY_PING)
+        self.apply_outcome_script = client.register_script(_APPLY_OUTCOME)
+        self.apply_host_script = client.register_script(_APPLY_HOST)
+        self.apply_control_script = client.register_script(_APPLY_CONTROL)
+        self.issue_script = client.register_script(_ISSUE)
+        self.expire_script = client.register_script(_EXPIRE)
+
+    async def load_scripts(self) -> None:
+        """Load every script into Redis (after a start or a Redis restart: NOSCRIPT)."""
+        for sc in (self.apply_page_script, self.apply_ping_script, self.apply_outcome_script,
+                   self.apply_host_script, self.apply_control_script, self.issue_script,
+                   self.expire_script):
+            sc.sha = await self.redis.script_load(sc.script)
 
     @classmethod
     def from_url(cls, url: str, prefix: str) -> Store:
         return cls(aioredis.from_url(url, decode_responses=True), prefix)
 
-    def page_key(self, host: str, url: str) -> str:
-        return f"{self.prefix}:{{{host}}}:page:{url}"
+    async def close(self) -> None:
+        await self.redis.aclose()
 
-    def offsets_key(self, host: str, topic: str) -> str:
-        return f"{self.prefix}:{{{host}}}:offsets:{topic}"
+    # -- keys ----------------------------------------------------------------------------
+    def key(self, host: str, kind: str) -> str:
+        return f"{self.prefix}:{{{host}}}:{kind}"
 
-    async def apply_page(self, page: PageEvent, topic: str, partition: int, offset: int) -> bool:
-        """Apply a page event once; returns False when it was already applied."""
-        fields: list[str] = ["url", page.url, "importance", repr(page.importance)]
-        if page.change_rate_per_s is not None:
-            fields += ["prior_change_rate_per_s", repr(page.change_rate_per_s)]
-        done = await self._apply_page(
-            keys=[self.page_key(page.host, page.url), self.offsets_key(page.host, topic)],
-            args=[str(partition), str(offset), "1" if page.deleted else "0", *fields],
+    def shard_key(self, partition: int) -> str:
+        return f"{self.prefix}:shard:{{{partition}}}:hosts"
+
+    @property
+    def control_key(self) -> str:
+        return f"{self.prefix}:control"
+
+    @property
+    def shards_key(self) -> str:
+        return f"{self.prefix}:sched:shards"
+
+    @staticmethod
+    def offset_field(topic: str, partition: int) -> str:
+        return f"{topic}:{partition}"
+
+    # -- queued mutations (``client`` may be a pipeline) ------------------------------------
+    async def queue_page(
+        self, client: Any, url: str, host: str, *, importance: float,
+        prior: float | None, deleted: bool, topic: str, partition: int, offset: int,
+    ) -> Any:
+        keys = [self.key(host, k) for k in ("pages", "offsets", "inflight", "est", "why")]
+        args: list[Any] = [
+            self.offset_field(topic, partition), offset, url, "1" if deleted else "0",
+            repr(float(importance)), "" if prior is None else repr(float(prior)),
+        ]
+        return await self.apply_page_script(keys=keys, args=args, client=client)
+
+    async def queue_ping(
+        self, client: Any, url: str, host: str, *, source: str, changed_at: float | None,
+        received_at: float, fingerprint: str, t_delay_s: float, window_s: float, keep: int,
+        topic: str, partition: int, offset: int,
+    ) -> Any:
+        keys = [self.key(host, k) for k in ("pages", "offsets", "seen", "why")]
+        args: list[Any] = [
+            self.offset_field(topic, partition), offset, url, SOURCES.index(source) + 1,
+            "" if changed_at is None else repr(changed_at), repr(received_at),
+            ping_fingerprint(fingerprint), repr(t_delay_s), repr(window_s), keep, source,
+        ]
+        return await self.apply_ping_script(keys=keys, args=args, client=client)
+
+    async def queue_outcome(
+        self, client: Any, url: str, host: str, *, order_id: str | None, fetched_at: float,
+        new_estimator: str | None, keep: int, decision: str,
+        topic: str, partition: int, offset: int,
+    ) -> Any:
+        keys = [self.key(host, k) for k in ("pages", "offsets", "inflight", "est", "why")]
+        args: list[Any] = [
+            self.offset_field(topic, partition), offset, url, order_id or "",
+            f"{fetched_at:.3f}", new_estimator or "", keep, decision,
+        ]
+        return await self.apply_outcome_script(keys=keys, args=args, client=client)
+
+    async def queue_host(
+        self, client: Any, host: str, *, rate_per_s: float, max_in_flight: int | None,
+        topic: str, partition: int, offset: int,
+    ) -> Any:
+        keys = [self.key(host, "host"), self.key(host, "offsets")]
+        args: list[Any] = [
+            self.offset_field(topic, partition), offset, repr(float(rate_per_s)),
+            "" if max_in_flight is None else str(max_in_flight),
+        ]
+        return await self.apply_host_script(keys=keys, args=args, client=client)
+
+    async def queue_control(
+        self, client: Any, fields: dict[str, str], *, topic: str, partition: int, offset: int
+    ) -> Any:
+        args: list[Any] = [self.offset_field(topic, partition), offset]
+        for k, v in fields.items():
+            args += [k, v]
+        return await self.apply_control_script(
+            keys=[self.control_key, f"{self.control_key}:offsets"], args=args, client=client
         )
-        return bool(done)
 
-    async def get_page(self, host: str, url: str) -> dict[str, str]:
-        return dict(await self.redis.hgetall(self.page_key(host, url)))  # type: ignore[arg-type]
+    async def queue_issue(
+        self, client: Any, url: str, host: str, *, order_id: str, now_s: float,
+        default_rate: float, default_mif: int, burst: float, keep: int, decision: str,
+    ) -> Any:
+        keys = [self.key(host, k) for k in ("pages", "inflight", "host", "why")]
+        args: list[Any] = [url, order_id, repr(now_s), repr(default_rate), default_mif, repr(burst),
+                keep, decision]
+        # straight EVALSHA: a pipeline would ask SCRIPT EXISTS first (a round trip per tick);
+        # the scheduler loads the scripts at start and again on NOSCRIPT
+        return client.evalsha(self.issue_script.sha, len(keys), *keys, *args)
+
+    async def queue_expire(
+        self, client: Any, url: str, host: str, *, order_id: str, keep: int, decision: str
+    ) -> Any:
+        keys = [self.key(host, "inflight"), self.key(host, "why")]
+        args: list[Any] = [url, order_id, keep, decision]
+        return await self.expire_script(keys=keys, args=args, client=client)
+
+    # -- reads ---------------------------------------------------------------------------
+    async def get_page(self, host: str, url: str) -> PageState | None:
+        v: Any = await self.redis.hget(self.key(host, "pages"), url)
+        return PageState.decode(v) if v else None
+
+    async def get_page_raw(self, host: str, url: str) -> str | None:
+        v: Any = await self.redis.hget(self.key(host, "pages"), url)
+        return str(v) if v else None
+
+    async def explain_data(self, host: str, url: str) -> dict[str, Any]:
+        pipe = self.redis.pipeline(transaction=False)
+        pipe.hget(self.key(host, "pages"), url)
+        pipe.hget(self.key(host, "inflight"), url)
+        pipe.hget(self.key(host, "est"), url)
+        pipe.hget(self.key(host, "why"), url)
+        pipe.hgetall(self.key(host, "host"))
+        page, fl, est, why, hinfo = await pipe.execute()
+        return {
+            "page": PageState.decode(page) if page else None,
+            "in_flight": _in_flight(fl) if fl else None,
+            "estimator": est,
+            "decisions": why.split("\n") if why else [],
+            "host": _host_info(hinfo),
+        }
+
+    async def get_host(self, host: str) -> HostInfo:
+        raw: Any = await self.redis.hgetall(self.key(host, "host"))
+        return _host_info(raw)
+
+    async def host_stats(self, host: str) -> dict[str, Any]:
+        pipe = self.redis.pipeline(transaction=False)
+        pipe.hgetall(self.key(host, "host"))
+        pipe.hlen(self.key(host, "pages"))
+        pipe.hgetall(self.key(host, "inflight"))
+        info, n, fl = await pipe.execute()
+        return {"info": _host_info(info), "pages": int(n), "in_flight": dict(fl)}
+
+    async def shard_hosts(self, partition: int) -> list[str]:
+        members: Any = await self.redis.smembers(self.shard_key(partition))
+        return sorted(members)
+
+    async def dump_hosts(self, hosts: Sequence[str]) -> list[HostDump]:
+        pipe = self.redis.pipeline(transaction=False)
+        for h in hosts:
+            pipe.hgetall(self.key(h, "pages"))
+            pipe.hgetall(self.key(h, "inflight"))
+            pipe.hgetall(self.key(h, "est"))
+            pipe.hgetall(self.key(h, "host"))
+        res = await pipe.execute()
+        out = []
+        for i, h in enumerate(hosts):
+            pages, fl, est, info = res[4 * i : 4 * i + 4]
+            out.append(
+                HostDump(
+                    h,
+                    {u: PageState.decode(v) for u, v in pages.items()},
+                    {u: _in_flight(v) for u, v in fl.items()},
+                    dict(est),
+                    _host_info(info),
+                )
+            )
+        return out
+
+    async def get_pages(self, host: str, urls: Sequence[str]) -> dict[str, tuple[str | None, ...]]:
+        """For each url: (page value, in flight, estimator) as stored (None when absent)."""
+        if not urls:
+            return {}
+        pipe = self.redis.pipeline(transaction=False)
+        pipe.hmget(self.key(host, "pages"), list(urls))
+        pipe.hmget(self.key(host, "inflight"), list(urls))
+        pipe.hmget(self.key(host, "est"), list(urls))
+        pages, fl, est = await pipe.execute()
+        return {u: (pages[i], fl[i], est[i]) for i, u in enumerate(urls)}
+
+    async def get_control(self) -> dict[str, str]:
+        raw: Any = await self.redis.hgetall(self.control_key)
+        return dict(raw)
+
+    async def get_shards(self) -> dict[int, dict[str, Any]]:
+        raw: Any = await self.redis.hgetall(self.shards_key)
+        return {int(k): json.loads(v) for k, v in raw.items()}
+
+    async def put_shards(self, entries: dict[int, dict[str, Any]]) -> None:
+        if entries:
+            await self.redis.hset(
+                self.shards_key, mapping={str(k): json.dumps(v) for k, v in entries.items()}
+            )

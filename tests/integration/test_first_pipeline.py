@@ -48,11 +48,12 @@ def test_page_event_reaches_redis_through_a_worker(settings: Settings, start_wor
     asyncio.run(_produce(settings, "pages", [(b"example.org", json.dumps(event).encode())]))
 
     r = redis.Redis.from_url(settings.redis_url, decode_responses=True)
-    key = f"{settings.key_prefix}:{{example.org}}:page:https://example.org/a"
+    key = f"{settings.key_prefix}:{{example.org}}:pages"  # one hash per host, field = url
     deadline = time.monotonic() + 30
-    while time.monotonic() < deadline and not r.exists(key):
+    while time.monotonic() < deadline and not r.hexists(key, "https://example.org/a"):
         time.sleep(0.2)
-    assert r.hgetall(key) == {"url": "https://example.org/a", "importance": "2.5"}
+    # importance | prior change rate | last crawl (0: never) | signals per source
+    assert r.hget(key, "https://example.org/a") == "2.5||0|0,0,0,0,0"
 
 
 def test_bad_page_events_go_to_rejects_with_reason(settings: Settings, start_worker) -> None:

@@ -1,0 +1,138 @@
+"""Streaming worker benchmarks against a real Redis (no Kafka: the agents' and scheduler's
+own cost, which bounds what a worker can do; Kafka adds its client's cost on top).
+
+    .venv/bin/python benchmarks/bench_streaming.py --redis redis://127.0.0.1:6379/0 \
+        --pages 1000000
+
+Reports: pings applied per second (the pings agent's batch path: validation + one Lua
+script per ping, pipelined), orders per second (scheduler ticks with an unbounded budget
+over ``--pages`` pages), and Redis bytes per page (``INFO memory`` before/after loading).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import time
+import uuid
+from dataclasses import dataclass
+from typing import Any
+
+from streams.agents import Agents
+from streams.metrics import Metrics
+from streams.scheduler import Scheduler
+from streams.settings import Settings
+from streams.state import Store
+
+
+@dataclass
+class Msg:
+    value: bytes
+    key: bytes
+    topic: str
+    partition: int
+    offset: int
+
+
+@dataclass
+class Ev:
+    message: Msg
+
+
+async def used_memory(store: Store) -> int:
+    info: Any = await store.redis.info("memory")
+    return int(info["used_memory"])
+
+
+async def main(args: argparse.Namespace) -> None:
+    prefix = f"bench{uuid.uuid4().hex[:6]}"
+    s = Settings(redis_url=args.redis, key_prefix=prefix, budget_per_s=1e9, tick_s=0.01,
+                 default_host_crawls_per_s=1e9, t_delay_s=0.0, partitions=args.shards)
+    store = Store.from_url(s.redis_url, prefix)
+    await store.load_scripts()
+    metrics = Metrics()
+
+    async def no_reject(k: bytes | None, v: bytes) -> None:
+        raise AssertionError(v)
+
+    agents = Agents(s, store, metrics, no_reject)
+    n, hosts = args.pages, max(1, args.pages // 1000)
+    urls = [(f"host{i % hosts}.example", f"https://host{i % hosts}.example/page/{i:08d}")
+            for i in range(n)]
+
+    # -- Redis bytes per page ----------------------------------------------------------
+    await store.redis.execute_command("MEMORY", "PURGE")
+    before = await used_memory(store)
+    t0 = time.perf_counter()
+    batch = 2000
+    for i in range(0, n, batch):
+        evs = [Ev(Msg(json.dumps({"url": u, "importance": 1.0 + j % 5}).encode(), h.encode(),
+                      "bench.pages", hash(h) % args.shards, i + j))
+               for j, (h, u) in enumerate(urls[i : i + batch])]
+        await agents.on_pages(evs)
+    load_s = time.perf_counter() - t0
+    after = await used_memory(store)
+    per_page = (after - before) / n
+    print(f"pages loaded: {n} in {load_s:.1f}s ({n / load_s:,.0f}/s through the pages agent)")
+    print(f"redis bytes per page: {per_page:.0f} (INFO used_memory delta / pages; "
+          f"{hosts} hosts, urls ~{len(urls[0][1])} bytes)")
+
+    # -- pings per second ----------------------------------------------------------------
+    m = min(n, args.pings)
+    now = time.time()
+    t0 = time.perf_counter()
+    for i in range(0, m, 500):
+        evs = [Ev(Msg(json.dumps({"url": u, "source": "sitemap", "received_at": now,
+                                  "id": f"p{i + j}"}).encode(), h.encode(), "bench.pings",
+                      0, i + j))
+               for j, (h, u) in enumerate(urls[i : i + 500])]
+        await agents.on_pings(evs)
+    ping_s = time.perf_counter() - t0
+    print(f"pings applied: {m} in {ping_s:.1f}s = {m / ping_s:,.0f}/s "
+          f"(one worker process, batches of 500)")
+
+    # -- orders per second ---------------------------------------------------------------
+    sent = 0
+
+    async def sink(k: bytes, v: bytes) -> None:
+        nonlocal sent
+        sent += 1
+
+    sch = Scheduler(s, store, metrics, sink)
+    t0 = time.perf_counter()
+    sch.sync_assignment(set(range(args.shards)))
+    while not all(sh.ready for sh in sch.shards.values()):
+        await asyncio.sleep(0.05)
+    print(f"shards rebuilt from redis: {time.perf_counter() - t0:.1f}s")
+    for sh in sch.shards.values():
+        sh.share_per_s = args.orders_rate / args.shards
+        sh.last_tick = time.monotonic()
+    t0 = time.perf_counter()
+    shards = list(sch.shards.values())
+    while time.perf_counter() - t0 < args.seconds:
+        await sch.tick_all(shards)
+        await asyncio.sleep(0)
+    dt = time.perf_counter() - t0
+    print(f"orders issued: {sent} in {dt:.1f}s = {sent / dt:,.0f}/s over {n} pages "
+          f"(ticks as fast as possible, share {args.orders_rate:g}/s)")
+    # clean up
+    cursor = 0
+    while True:
+        cursor, keys = await store.redis.scan(cursor, match=f"{prefix}:*", count=10000)
+        if keys:
+            await store.redis.delete(*keys)
+        if cursor == 0:
+            break
+    await store.close()
+
+
+if __name__ == "__main__":
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--redis", default="redis://127.0.0.1:6379/0")
+    ap.add_argument("--pages", type=int, default=100_000)
+    ap.add_argument("--pings", type=int, default=100_000)
+    ap.add_argument("--shards", type=int, default=1)
+    ap.add_argument("--orders-rate", type=float, default=1e6)
+    ap.add_argument("--seconds", type=float, default=10.0)
+    asyncio.run(main(ap.parse_args()))

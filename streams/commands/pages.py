@@ -1,0 +1,95 @@
+"""``recrawl pages load FILE``: publish a page catalogue (CSV or JSONL) to ``recrawl.pages``.
+
+CSV needs a ``url`` column; ``importance``, ``change_rate_per_s`` and ``deleted`` are
+optional.  Each line is validated like the worker does; bad lines are reported and skipped.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import csv
+import json
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+
+def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+    p = sub.add_parser("pages", help="load a page catalogue into recrawl.pages")
+    p.add_argument("action", choices=["load"])
+    p.add_argument("file", type=Path, help="CSV (header with url) or JSONL")
+    p.set_defaults(func=run)
+
+
+def _rows(path: Path) -> Iterator[tuple[int, Any]]:
+    with path.open(newline="") as fh:
+        if path.suffix.lower() == ".csv":
+            for i, row in enumerate(csv.DictReader(fh), start=2):
+                out: dict[str, Any] = {"url": row.get("url", "")}
+                for name in ("importance", "change_rate_per_s"):
+                    if row.get(name):
+                        try:
+                            out[name] = float(row[name])
+                        except ValueError:
+                            out[name] = row[name]
+                if row.get("deleted"):
+                    out["deleted"] = row["deleted"].strip().lower() in ("1", "true", "yes")
+                yield i, out
+        else:
+            for i, line in enumerate(fh, start=1):
+                if line.strip():
+                    try:
+                        yield i, json.loads(line)
+                    except json.JSONDecodeError as exc:
+                        yield i, exc
+
+
+def run(args: argparse.Namespace) -> int:
+    from streams.settings import load_settings
+
+    settings = load_settings()
+    if not args.file.exists():
+        print(f"recrawl pages load: no such file {args.file}")
+        return 2
+    return asyncio.run(_load(settings, args.file))
+
+
+async def _load(settings: Any, path: Path) -> int:
+    from aiokafka import AIOKafkaProducer
+    from pydantic import ValidationError
+    from rich.progress import Progress
+
+    from streams.records import PageEvent, validation_reason
+
+    total = sum(1 for _ in _rows(path))
+    producer = AIOKafkaProducer(bootstrap_servers=settings.kafka_bootstrap, linger_ms=20)
+    await producer.start()
+    sent = bad = 0
+    try:
+        with Progress() as progress:
+            task = progress.add_task(f"loading {path.name}", total=total)
+            pending = []
+            for line, row in _rows(path):
+                progress.advance(task)
+                try:
+                    if isinstance(row, Exception):
+                        raise ValueError(str(row))
+                    page = PageEvent.model_validate(row)
+                except (ValidationError, ValueError) as exc:
+                    reason = validation_reason(exc) if isinstance(exc, ValidationError) else exc
+                    progress.console.print(f"line {line}: skipped: {reason}")
+                    bad += 1
+                    continue
+                body = page.model_dump_json(by_alias=True, exclude_none=True)
+                pending.append(await producer.send(
+                    settings.topic("pages"), body.encode(), key=page.host.encode()))
+                sent += 1
+                if len(pending) >= 5000:
+                    await asyncio.gather(*pending)
+                    pending.clear()
+            await asyncio.gather(*pending)
+    finally:
+        await producer.stop()
+    print(f"{sent} pages sent to {settings.topic('pages')}, {bad} skipped")
+    return 0 if bad == 0 else 1

@@ -1,0 +1,112 @@
+"""Explain one page: its state, parameters, tau_eff, crawl value, its shard's threshold, when
+it will be crawled next and the last decisions about it (why it was or wasn't crawled).
+
+Reads Redis only, so ``recrawl explain URL`` and ``GET /pages?url=`` give the same answer
+from any worker or none.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+from aiokafka.partitioner import murmur2
+
+from models.values import crawl_value, time_to_value
+from streams.params import page_params
+from streams.records import SOURCES, check_url, host_of
+from streams.scheduler import Control
+from streams.settings import Settings
+from streams.state import Store
+
+
+def shard_of(host: str, partitions: int) -> int:
+    """The partition a host's events land on (Kafka's default partitioner, murmur2)."""
+    return int(murmur2(host.encode()) & 0x7FFFFFFF) % partitions
+
+
+def _num(x: float | None) -> float | None:
+    if x is None or not math.isfinite(x):
+        return None
+    return x
+
+
+async def explain(store: Store, settings: Settings, url: str, now_s: float) -> dict[str, Any]:
+    try:
+        check_url(url)
+    except ValueError as exc:
+        return {"url": url, "error": str(exc)}
+    host = host_of(url)
+    data = await store.explain_data(host, url)
+    control = Control.from_redis(await store.get_control(), settings)
+    shard = shard_of(host, settings.partitions)
+    entry = (await store.get_shards()).get(shard, {})
+    log_thr = entry.get("log_threshold")
+    threshold = math.exp(log_thr) if log_thr is not None else None
+    out: dict[str, Any] = {"url": url, "host": host, "shard": shard, "now": now_s}
+    state = data["page"]
+    if state is None:
+        out.update(known=False, status="unknown page (not in the catalogue)",
+                   decisions=data["decisions"])
+        return out
+    params = page_params(state, data["estimator"], settings)
+    tau = params.tau_eff_s(now_s)
+    value = float(crawl_value(tau, params.alpha_per_s, params.beta_s, params.gamma_per_s,
+                              params.mu))
+    cap = params.mu / params.change_rate_per_s if params.change_rate_per_s > 0 else 0.0
+    out.update(
+        known=True,
+        state={
+            "importance": state.importance,
+            "prior_change_rate_per_s": state.prior_change_rate_per_s,
+            "last_crawl_s": state.last_crawl_s if state.crawled else None,
+            "signals_since_crawl": dict(zip(SOURCES, state.signals, strict=True)),
+        },
+        parameters=params.as_dict(),
+        tau_eff_s=_num(tau),
+        crawl_value=value,
+        max_value=cap,
+        threshold=threshold,
+        shard_share_per_s=entry.get("share_per_s"),
+        budget_per_s=control.budget_per_s,
+        decisions=data["decisions"],
+    )
+    floor_at = None
+    if control.max_interval_s > 0 and state.crawled:
+        floor_at = state.last_crawl_s + control.max_interval_s
+    out["floor_at_s"] = floor_at
+    fl = data["in_flight"]
+    if fl is not None:
+        oid, at = fl
+        out["in_flight"] = {"order_id": oid, "issued_at": at,
+                            "times_out_at": at + control.order_timeout_s}
+        out["status"] = f"in flight: order {oid} issued at {at:.3f}, waiting for its outcome"
+        out["next_crawl_s"] = None
+        return out
+    value_at = None
+    if threshold is not None and threshold > 0:
+        iota = float(time_to_value(threshold, params.alpha_per_s, params.beta_s,
+                                   params.gamma_per_s, params.mu))
+        value_at = params.origin_s + iota if math.isfinite(iota) else None
+    if control.paused:
+        status = "scheduling is paused"
+    elif threshold is None:
+        status = f"value {value:.4g}; its shard has no threshold yet (no greedy orders)"
+    elif value >= threshold:
+        status = (f"value {value:.4g} >= threshold {threshold:.4g}: among the next orders "
+                  "when its host has a token")
+    elif cap <= threshold:
+        status = (f"value {value:.4g} < threshold {threshold:.4g} and it can never reach it "
+                  f"(mu/Delta = {cap:.4g}); only the floor orders it")
+    else:
+        status = f"value {value:.4g} < threshold {threshold:.4g}: not worth a crawl yet"
+    candidates = [t for t in (value_at, floor_at) if t is not None]
+    out["value_reaches_threshold_at_s"] = value_at
+    out["next_crawl_s"] = max(now_s, min(candidates)) if candidates else None
+    out["status"] = status
+    host_info = data["host"]
+    out["host_capacity"] = {
+        "max_crawls_per_s": host_info.rate_per_s or settings.default_host_crawls_per_s,
+        "max_in_flight": host_info.max_in_flight,
+    }
+    return out

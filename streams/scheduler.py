@@ -1,0 +1,642 @@
+"""The scheduler: per shard (an input partition this worker owns) an in-memory
+:class:`models.index.CrawlIndex` rebuilt from Redis, and one loop that emits orders.
+
+Loop (twice per ``tick_s``, default 10 ms)
+------------------------------------------
+For each shard: ``credit = min(cap, credit + share * dt)`` with ``cap = max(1, share *
+tick)``; ``n = floor(credit)`` orders are chosen: first pages past the floor (longest
+interval ``max_interval_s``), then the highest crawl values among pages whose host has a
+token (``CrawlIndex.best`` with an eligibility predicate; Algorithm 1 of paper 004).  Each
+order is one Lua script in Redis that checks the page exists and has no order in flight,
+takes a token from the host's bucket (and respects max in flight), marks the page in flight
+and records the decision; only then the order is sent.  In any window of ``L`` seconds a
+shard emits at most ``share * L + cap`` orders: no spikes, and unspent credit is never
+banked beyond one tick (scarce pages or hosts give fewer orders, not a burst later).
+The flip side: when ``share * tick`` is about 1, any wake-up later than ``tick - 1/share``
+costs budget, so give the loop a tick with a few orders per shard (``R * tick >= 4 *
+shards``) when the emitted rate must match R closely.
+
+Budget
+------
+``R`` and the switches come from ``P:control`` (written by the control agent), read every
+0.25 s.  Every 0.5 s each worker publishes its shards' thresholds and weights to Redis and
+re-reads everyone's; shares are ``R * w_p / sum w`` (:mod:`streams.budget`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import heapq
+import json
+import logging
+import math
+import secrets
+import time
+from collections.abc import Awaitable, Callable, Hashable
+from dataclasses import dataclass, field
+from typing import Any
+
+from models.index import CrawlIndex
+from streams import budget
+from streams.metrics import Metrics
+from streams.params import PageParams, page_params
+from streams.records import Order
+from streams.settings import Settings
+from streams.state import HostInfo, PageState, Store
+
+log = logging.getLogger(__name__)
+
+OrderSink = Callable[[bytes, bytes], Awaitable[Any]]
+EWMA_S = 2.0
+
+
+@dataclass(slots=True)
+class Control:
+    budget_per_s: float
+    paused: bool = False
+    t_delay_s: float = 60.0
+    order_timeout_s: float = 600.0
+    max_interval_s: float = 0.0
+
+    @classmethod
+    def from_redis(cls, raw: dict[str, str], settings: Settings) -> Control:
+        def f(name: str, default: float) -> float:
+            try:
+                return float(raw[name]) if name in raw else default
+            except ValueError:
+                return default
+
+        return cls(
+            budget_per_s=f("budget_per_s", settings.budget_per_s),
+            paused=raw.get("paused") == "1",
+            t_delay_s=f("t_delay_s", settings.t_delay_s),
+            order_timeout_s=f("order_timeout_s", settings.order_timeout_s),
+            max_interval_s=f("max_interval_s", settings.max_interval_s),
+        )
+
+
+@dataclass(slots=True)
+class HostBucket:
+    """Local mirror of a host's token bucket (Redis is authoritative)."""
+
+    rate_per_s: float | None = None
+    max_in_flight: int | None = None
+    tokens: float | None = None
+    ts: float = 0.0
+    in_flight: int = 0
+
+    def available(self, now: float, default_rate: float, burst: float) -> float:
+        rate = self.rate_per_s or default_rate
+        if self.tokens is None:
+            return burst
+        return min(burst, self.tokens + max(0.0, now - self.ts) * rate)
+
+    def take(self, now: float, default_rate: float, burst: float) -> None:
+        self.tokens = self.available(now, default_rate, burst) - 1.0
+        self.ts = now
+
+
+@dataclass(slots=True)
+class PageEntry:
+    host: str
+    last_crawl_s: float
+    first_seen_s: float
+    params: PageParams
+    estimator: str | None = None
+
+
+KEEP = object()
+NOT_IN_FLIGHT = object()
+
+
+@dataclass
+class Shard:
+    partition: int
+    index: CrawlIndex = field(default_factory=CrawlIndex)
+    pages: dict[str, PageEntry] = field(default_factory=dict)
+    hosts: dict[str, HostBucket] = field(default_factory=dict)
+    #: url -> (order id, issued at); such pages are out of the index until the order ends
+    in_flight: dict[str, tuple[str, float]] = field(default_factory=dict)
+    timeouts: list[tuple[float, str, str]] = field(default_factory=list)
+    floor: list[tuple[float, str, float]] = field(default_factory=list)
+    share_per_s: float = 0.0
+    weight: float = 1.0
+    credit: float = 0.0
+    last_tick: float = 0.0
+    log_threshold: float | None = None
+    level: float = 0.0
+    emitted: int = 0
+    wanted: int = 0
+    ready: bool = False
+    dirty: set[tuple[str, str]] = field(default_factory=set)
+    rate_window: list[tuple[float, int]] = field(default_factory=list)
+
+    def bucket(self, host: str) -> HostBucket:
+        b = self.hosts.get(host)
+        if b is None:
+            b = self.hosts[host] = HostBucket()
+        return b
+
+    def summary(self) -> dict[str, Any]:
+        return {
+            "pages": len(self.pages),
+            "in_flight": len(self.in_flight),
+            "share_per_s": self.share_per_s,
+            "weight": self.weight,
+            "threshold": math.exp(self.log_threshold) if self.log_threshold is not None else None,
+            "index_level": self.level,
+            "emitted": self.emitted,
+            "ready": self.ready,
+        }
+
+
+class Scheduler:
+    def __init__(
+        self,
+        settings: Settings,
+        store: Store,
+        metrics: Metrics,
+        send_order: OrderSink,
+        *,
+        assignment: Callable[[], set[int]] | None = None,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        self.settings = settings
+        self.store = store
+        self.metrics = metrics
+        self.send_order = send_order
+        self.assignment = assignment
+        self.clock = clock
+        self.shards: dict[int, Shard] = {}
+        self.control = Control(
+            settings.budget_per_s, t_delay_s=settings.t_delay_s,
+            order_timeout_s=settings.order_timeout_s, max_interval_s=settings.max_interval_s,
+        )
+        self.worker_id = secrets.token_hex(4)
+        self._seq = 0
+        self._loaders: dict[int, asyncio.Task[None]] = {}
+        self.global_shards: dict[int, dict[str, Any]] = {}
+        self.stopping = False
+        self.loop_stats: dict[str, float] = {"iterations": 0, "busy_s": 0.0,
+                                             "max_busy_s": 0.0, "late": 0}
+        self._last_report = 0.0
+
+    # -- events from the agents -------------------------------------------------------
+    async def on_page(
+        self, partition: int, host: str, url: str, value: str | None, *,
+        in_flight_cleared: bool = False, estimator: str | None = None,
+    ) -> None:
+        """A page's stored value changed (None: deleted); keep the shard's index in step."""
+        shard = self.shards.get(partition)
+        if shard is None:
+            return
+        if not shard.ready:
+            shard.dirty.add((host, url))
+            return
+        if value is None:
+            self._forget(shard, url)
+            return
+        entry = shard.pages.get(url)
+        if estimator is None and entry is not None:
+            estimator = entry.estimator
+        flight = NOT_IN_FLIGHT if in_flight_cleared else KEEP
+        self._apply(shard, host, url, PageState.decode(value), estimator, flight)
+
+    def on_host(self, partition: int, host: str, rate: float, mif: int | None) -> None:
+        shard = self.shards.get(partition)
+        if shard is not None:
+            b = shard.bucket(host)
+            b.rate_per_s, b.max_in_flight = rate, mif
+
+    async def refresh_control(self) -> None:
+        self.control = Control.from_redis(await self.store.get_control(), self.settings)
+        self.metrics.budget.set(self.control.budget_per_s)
+
+    # -- shard state ----------------------------------------------------------------
+    def _forget(self, shard: Shard, url: str) -> None:
+        entry = shard.pages.pop(url, None)
+        if url in shard.index:
+            shard.index.remove(url)
+        fl = shard.in_flight.pop(url, None)
+        if fl is not None and entry is not None:
+            shard.bucket(entry.host).in_flight -= 1
+
+    def _apply(
+        self, shard: Shard, host: str, url: str, state: PageState, estimator: str | None,
+        flight: Any,
+    ) -> None:
+        """Apply a page's state; ``flight``: KEEP (unchanged), NOT_IN_FLIGHT, or the
+        ``(order_id, issued_at)`` stored in Redis (rebuild)."""
+        now = self.clock()
+        params = page_params(state, estimator, self.settings)
+        entry = shard.pages.get(url)
+        if entry is None:
+            entry = shard.pages[url] = PageEntry(host, state.last_crawl_s, now, params)
+        entry.last_crawl_s, entry.params, entry.estimator = state.last_crawl_s, params, estimator
+        if self.control.max_interval_s > 0:
+            base = state.last_crawl_s if state.crawled else entry.first_seen_s
+            heapq.heappush(shard.floor, (base + self.control.max_interval_s, url,
+                                         state.last_crawl_s))
+            if len(shard.floor) > 3 * len(shard.pages) + 1024:
+                self._compact_floor(shard)
+        known = shard.in_flight.get(url)
+        if flight is KEEP:
+            flight = (known[0], known[1]) if known is not None else NOT_IN_FLIGHT
+        if flight is NOT_IN_FLIGHT:
+            if known is not None:
+                del shard.in_flight[url]
+                shard.bucket(host).in_flight -= 1
+            shard.index.upsert(url, origin=params.origin_s, alpha=params.alpha_per_s,
+                               beta=params.beta_s, gamma=params.gamma_per_s, mu=params.mu)
+            return
+        self._set_flight(shard, url, host, flight)
+
+    def _compact_floor(self, shard: Shard) -> None:
+        keep = [e for e in shard.floor
+                if e[1] in shard.pages and shard.pages[e[1]].last_crawl_s == e[2]]
+        heapq.heapify(keep)
+        shard.floor = keep
+
+    async def _load(self, shard: Shard) -> None:
+        """Rebuild a shard from Redis (its hosts set, then each host's pages)."""
+        t0 = time.monotonic()
+        while True:
+            try:
+                hosts = await self.store.shard_hosts(shard.partition)
+                for i in range(0, len(hosts), 50):
+                    for dump in await self.store.dump_hosts(hosts[i : i + 50]):
+                        self._load_host(shard, dump.host, dump.pages, dump.in_flight,
+                                        dump.estimators, dump.info)
+                        await asyncio.sleep(0)
+                while shard.dirty:
+                    batch = list(shard.dirty)
+                    shard.dirty.clear()
+                    by_host: dict[str, list[str]] = {}
+                    for h, u in batch:
+                        by_host.setdefault(h, []).append(u)
+                    for h, urls in by_host.items():
+                        await self._reload(shard, h, urls)
+                break
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:
+                self.metrics.retry("redis")
+                log.warning("loading shard %d failed (%r); retrying", shard.partition, exc)
+                await asyncio.sleep(0.5)
+        shard.ready = True
+        shard.last_tick = time.monotonic()
+        log.info("shard %d ready: %d pages, %d in flight (%.2fs)", shard.partition,
+                 len(shard.pages), len(shard.in_flight), time.monotonic() - t0)
+
+    def _load_host(
+        self, shard: Shard, host: str, pages: dict[str, PageState],
+        in_flight: dict[str, tuple[str, float]], est: dict[str, str], info: HostInfo,
+    ) -> None:
+        b = shard.bucket(host)
+        b.rate_per_s, b.max_in_flight = info.rate_per_s, info.max_in_flight
+        if info.tokens is not None:
+            b.tokens, b.ts = info.tokens, info.updated_s or 0.0
+        for url, state in pages.items():
+            self._apply(shard, host, url, state, est.get(url), in_flight.get(url, NOT_IN_FLIGHT))
+
+    async def _reload(self, shard: Shard, host: str, urls: list[str]) -> None:
+        """Re-read pages from Redis (the truth) and apply them, in flight or not."""
+        got = await self.store.get_pages(host, urls)
+        for url, (value, fl, est) in got.items():
+            if value is None:
+                self._forget(shard, url)
+                continue
+            flight: Any = NOT_IN_FLIGHT
+            if fl:
+                oid, _, at = fl.partition("|")
+                flight = (oid, float(at or 0.0))
+            self._apply(shard, host, url, PageState.decode(value), est, flight)
+
+    def sync_assignment(self, partitions: set[int]) -> None:
+        for p in list(self.shards):
+            if p not in partitions:
+                task = self._loaders.pop(p, None)
+                if task is not None:
+                    task.cancel()
+                del self.shards[p]
+                self.metrics.forget_shard(p)
+                log.info("shard %d revoked", p)
+        for p in sorted(partitions - set(self.shards)):
+            shard = self.shards[p] = Shard(p)
+            self._loaders[p] = asyncio.ensure_future(self._load(shard))
+            log.info("shard %d assigned; loading", p)
+
+    # -- budget ---------------------------------------------------------------------
+    async def resplit(self, dt_s: float) -> None:
+        now = self.clock()
+        entries = await self.store.get_shards()
+        live = {p: e for p, e in entries.items() if now - float(e.get("ts", 0)) < 3.0
+                and p not in self.shards}
+        thresholds: dict[int, float | None] = {
+            p: e.get("log_threshold") for p, e in live.items()
+        }
+        for p, s in self.shards.items():
+            thresholds[p] = s.log_threshold if s.ready else None
+        mean = budget.mean_log(thresholds)
+        own: dict[int, dict[str, Any]] = {}
+        for p, s in self.shards.items():
+            starved = s.ready and s.wanted > 0 and s.emitted == 0 and not self.control.paused
+            s.weight = budget.update_weight(
+                s.weight, s.log_threshold, mean, gain_per_s=self.settings.resplit_gain,
+                dt_s=dt_s, starved=starved and s.share_per_s * dt_s >= 2,
+            )
+            own[p] = {
+                "weight": s.weight, "log_threshold": s.log_threshold,
+                "share_per_s": s.share_per_s, "pages": len(s.pages),
+                "in_flight": len(s.in_flight), "ts": now, "worker": self.worker_id,
+            }
+            s.emitted = s.wanted = 0
+        await self.store.put_shards(own)
+        weights = {p: float(e.get("weight", 1.0)) for p, e in live.items()}
+        weights.update({p: s.weight for p, s in self.shards.items()})
+        shares = budget.split(self.control.budget_per_s, weights)
+        for p, s in self.shards.items():
+            s.share_per_s = shares.get(p, 0.0)
+            self.metrics.shard_rate.labels(str(p)).set(s.share_per_s)
+            thr = math.exp(s.log_threshold) if s.log_threshold is not None else 0.0
+            self.metrics.shard_threshold.labels(str(p)).set(thr)
+            self.metrics.shard_pages.labels(str(p)).set(len(s.pages))
+            self.metrics.shard_in_flight.labels(str(p)).set(len(s.in_flight))
+        self.global_shards = {**live, **own}
+
+    # -- the loop -------------------------------------------------------------------
+    async def run(self) -> None:
+        tick = self.settings.tick_s
+        while not self.stopping:
+            try:
+                await self.store.load_scripts()
+                break
+            except Exception as exc:
+                log.warning("redis unavailable (%r); retrying", exc)
+                await asyncio.sleep(0.5)
+        next_tick = time.monotonic()
+        last_ctl = last_split = last_assign = 0.0
+        while not self.stopping:
+            mono = time.monotonic()
+            try:
+                if self.assignment is not None and mono - last_assign >= 0.5:
+                    last_assign = mono
+                    self.sync_assignment(self.assignment())
+                if mono - last_ctl >= 0.25:
+                    last_ctl = mono
+                    await self.refresh_control()
+                if mono - last_split >= 0.5:
+                    dt = mono - last_split if last_split else 0.5
+                    last_split = mono
+                    await self.resplit(min(dt, 2.0))
+                await self.tick_all([s for s in self.shards.values() if s.ready])
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:
+                self.metrics.retry("scheduler")
+                log.warning("scheduler tick failed: %r", exc)
+                await asyncio.sleep(0.2)
+            busy = time.monotonic() - mono
+            self.loop_stats["iterations"] += 1
+            self.loop_stats["busy_s"] += busy
+            self.loop_stats["max_busy_s"] = max(self.loop_stats["max_busy_s"], busy)
+            if mono - self._last_report >= 10.0:
+                self._last_report = mono
+                log.info("scheduler loop: %s", self.loop_stats)
+                self.loop_stats = {"iterations": 0, "busy_s": 0.0, "max_busy_s": 0.0,
+                                   "late": 0}
+            # wake twice per tick: a late wake-up (up to tick - 1/share) then costs nothing,
+            # the credit cap share * tick absorbs it
+            next_tick += tick / 2
+            delay = next_tick - time.monotonic()
+            if delay < -tick:  # fell behind: do not try to catch up (no spikes)
+                self.loop_stats["late"] += 1
+                next_tick = time.monotonic()
+                delay = 0.0
+            await asyncio.sleep(max(0.0, delay))
+
+    def _host_ok(self, shard: Shard, now: float, taken: dict[str, int],
+                 accepted: set[Hashable]) -> Callable[[Hashable], bool]:
+        st = self.settings
+
+        def ok(url: Hashable) -> bool:
+            if url in accepted:
+                return True
+            entry = shard.pages.get(url)  # type: ignore[call-overload]
+            if entry is None:
+                return False
+            b = shard.bucket(entry.host)
+            t = taken.get(entry.host, 0)
+            if b.available(now, st.default_host_crawls_per_s, st.host_burst) - t < 1.0:
+                return False
+            mif = b.max_in_flight if b.max_in_flight is not None else st.default_host_max_in_flight
+            if mif > 0 and b.in_flight + t >= mif:
+                return False
+            taken[entry.host] = t + 1
+            accepted.add(url)
+            return True
+
+        return ok
+
+    async def tick(self, shard: Shard) -> int:
+        """One tick of one shard (tests and benchmarks); returns the orders sent."""
+        return await self.tick_all([shard])
+
+    async def tick_all(self, shards: list[Shard]) -> int:
+        """One tick: choose the orders of every shard, issue them in one Redis pipeline."""
+        now = self.clock()
+        plans: list[tuple[Shard, list[tuple[str, str, float]]]] = []
+        for shard in shards:
+            await self._expire(shard, now)
+            picks = self._choose(shard, now)
+            if picks:
+                plans.append((shard, picks))
+        if not plans:
+            return 0
+        return await self._issue(plans, now)
+
+    def _choose(self, shard: Shard, now: float) -> list[tuple[str, str, float]]:
+        mono = time.monotonic()
+        dt = mono - shard.last_tick if shard.last_tick else 0.0
+        shard.last_tick = mono
+        if self.control.paused or shard.share_per_s <= 0.0:
+            shard.credit = 0.0
+            return []
+        cap = max(1.0, shard.share_per_s * self.settings.tick_s)
+        shard.credit = min(cap, shard.credit + shard.share_per_s * dt)
+        n = int(shard.credit)
+        if n < 1:
+            return []
+        shard.wanted += n
+        taken: dict[str, int] = {}
+        accepted: set[Hashable] = set()
+        ok = self._host_ok(shard, now, taken, accepted)
+        picks: list[tuple[str, str, float]] = []
+        if self.control.max_interval_s > 0:
+            deferred = []
+            while shard.floor and shard.floor[0][0] <= now and len(picks) < n:
+                entry = heapq.heappop(shard.floor)
+                _, url, last = entry
+                page = shard.pages.get(url)
+                if page is None or page.last_crawl_s != last or url not in shard.index:
+                    continue
+                if ok(url):
+                    picks.append((url, "floor", shard.index.value(url, now)))
+                else:
+                    deferred.append(entry)
+            for e in deferred:
+                heapq.heappush(shard.floor, e)
+        if len(picks) < n and len(shard.index):
+            chosen = {u for u, _, _ in picks}
+            for pid, v in shard.index.best(now, eligible=ok, k=n):
+                # a page worth nothing (importance 0, or Delta 0) is left to the floor
+                if v > 0.0 and pid not in chosen and len(picks) < n:
+                    picks.append((str(pid), "greedy", v))
+        if picks:
+            level = shard.index.threshold()
+            shard.level = level if math.isfinite(level) else 0.0
+        return picks
+
+    async def _issue(
+        self, plans: list[tuple[Shard, list[tuple[str, str, float]]]], now: float
+    ) -> int:
+        st = self.settings
+        orders: list[tuple[Shard, Order]] = []
+        pipe = self.store.redis.pipeline(transaction=False)
+        for shard, picks in plans:
+            for url, policy, value in picks:
+                self._seq += 1
+                oid = f"{self.worker_id}-{shard.partition}-{self._seq:x}"
+                tau = max(0.0, now - shard.index.origin(url))
+                order = Order(
+                    order_id=oid, url=url, host=shard.pages[url].host,
+                    issued_at=round(now, 6), crawl_value=float(value), threshold=shard.level,
+                    tau_eff=tau, policy=policy,
+                )
+                why = (f"{now:.3f} ordered {oid} ({policy}): value {value:.4g}"
+                       f" {'>=' if value >= shard.level else '<'} threshold {shard.level:.4g},"
+                       f" tau_eff {tau:.0f}s")
+                await self.store.queue_issue(
+                    pipe, url, order.host, order_id=oid, now_s=now,
+                    default_rate=st.default_host_crawls_per_s,
+                    default_mif=st.default_host_max_in_flight, burst=st.host_burst,
+                    keep=st.decisions_per_page, decision=why,
+                )
+                orders.append((shard, order))
+        results = await pipe.execute(raise_on_error=False)
+        sent = 0
+        for (shard, order), res in zip(orders, results, strict=True):
+            if isinstance(res, Exception):
+                if "NOSCRIPT" in str(res):
+                    await self.store.load_scripts()
+                else:
+                    log.warning("issue failed: %r", res)
+                continue
+            code = _s(res[0])
+            url, host = order.url, order.host
+            b = shard.bucket(host)
+            if code == "ok":
+                b.take(now, st.default_host_crawls_per_s, st.host_burst)
+                self._set_flight(shard, url, host, (order.order_id, now))
+                await self.send_order(host.encode(), order.model_dump_json().encode())
+                self.metrics.order(shard.partition, order.policy)
+                if order.policy == "greedy" and order.crawl_value > 0:
+                    self._observe_value(shard, order.crawl_value, now)
+                shard.emitted += 1
+                shard.credit -= 1
+                sent += 1
+            elif code == "no-token":
+                b.tokens, b.ts = 0.0, now
+            elif code == "in-flight":
+                oid, _, at = _s(res[1]).partition("|")
+                self._set_flight(shard, url, host, (oid, float(at or now)))
+            elif code == "max-in-flight":
+                b.in_flight = max(b.in_flight, b.max_in_flight or 0)
+            elif code == "gone":
+                self._forget(shard, url)
+        return sent
+
+    def _set_flight(self, shard: Shard, url: str, host: str, flight: tuple[str, float]) -> None:
+        entry = shard.pages.get(url)
+        if entry is None:
+            return
+        known = shard.in_flight.get(url)
+        if known is None:
+            shard.bucket(host).in_flight += 1
+        if known is None or known[0] != flight[0]:
+            heapq.heappush(shard.timeouts,
+                           (flight[1] + self.control.order_timeout_s, url, flight[0]))
+        shard.in_flight[url] = flight
+        if url in shard.index:
+            shard.index.remove(url)
+
+    def _observe_value(self, shard: Shard, value: float, now: float) -> None:
+        lv = math.log(value)
+        if shard.log_threshold is None:
+            shard.log_threshold = lv
+        else:
+            w = 1.0 / max(1.0, shard.share_per_s * EWMA_S)
+            shard.log_threshold += w * (lv - shard.log_threshold)
+
+    async def _expire(self, shard: Shard, now: float) -> None:
+        due: list[tuple[str, str]] = []
+        while shard.timeouts and shard.timeouts[0][0] <= now and len(due) < 200:
+            _, url, oid = heapq.heappop(shard.timeouts)
+            fl = shard.in_flight.get(url)
+            if fl is not None and fl[0] == oid:
+                due.append((url, oid))
+        if not due:
+            return
+        pipe = self.store.redis.pipeline(transaction=False)
+        for url, oid in due:
+            await self.store.queue_expire(
+                pipe, url, shard.pages[url].host, order_id=oid,
+                keep=self.settings.decisions_per_page,
+                decision=f"{now:.3f} order {oid} timed out: no outcome within "
+                         f"{self.control.order_timeout_s:g}s; eligible again",
+            )
+        await pipe.execute(raise_on_error=False)
+        by_host: dict[str, list[str]] = {}
+        for url, _ in due:
+            self.metrics.order_timeouts.inc()
+            self.metrics.tally["orders.timed_out"] += 1
+            by_host.setdefault(shard.pages[url].host, []).append(url)
+        for host, urls in by_host.items():
+            await self._reload(shard, host, urls)
+
+    # -- views -----------------------------------------------------------------------
+    def stats(self) -> dict[str, Any]:
+        return {
+            "worker": self.worker_id,
+            "budget_per_s": self.control.budget_per_s,
+            "paused": self.control.paused,
+            "control": {
+                "t_delay_s": self.control.t_delay_s,
+                "order_timeout_s": self.control.order_timeout_s,
+                "max_interval_s": self.control.max_interval_s,
+            },
+            "tick_s": self.settings.tick_s,
+            "shards": {str(p): s.summary() for p, s in sorted(self.shards.items())},
+            "all_shards": {
+                str(p): {**e, "threshold": math.exp(e["log_threshold"])
+                         if e.get("log_threshold") is not None else None}
+                for p, e in sorted(self.global_shards.items())
+            },
+            "counters": dict(sorted(self.metrics.tally.items())),
+        }
+
+
+def _s(x: Any) -> str:
+    return x.decode() if isinstance(x, bytes) else str(x)
+
+
+def dumps(obj: Any) -> str:
+    return json.dumps(obj, sort_keys=True)
+
+
+async def cancel(task: asyncio.Task[Any] | None) -> None:
+    if task is not None:
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError, Exception):
+            await task

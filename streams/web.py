@@ -1,0 +1,71 @@
+"""HTTP views of the worker (Faust web): explain a page, a host, stats, Prometheus metrics.
+
+* ``GET /pages?url=URL``  state, parameters, tau_eff, value, threshold, next crawl, decisions
+* ``GET /hosts/{host}/``  capacity, token bucket, pages, orders in flight
+* ``GET /stats/``         R, per-shard share and threshold, counters
+* ``GET /metrics/``       Prometheus text format
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import faust
+from faust.web import Request, Response, View
+
+from streams.explain import explain, shard_of
+from streams.metrics import Metrics
+from streams.scheduler import Scheduler
+from streams.settings import Settings
+from streams.state import Store
+
+
+def register_views(
+    app: faust.App, settings: Settings, store: Store, scheduler: Scheduler, metrics: Metrics
+) -> None:
+    @app.page("/pages/")
+    class PagesView(View):
+        async def get(self, request: Request) -> Response:
+            url = request.query.get("url")
+            if not url:
+                return self.json({"error": "missing ?url="}, status=400)
+            return self.json(await explain(store, settings, url, time.time()))
+
+    @app.page("/hosts/{host}/")
+    class HostView(View):
+        async def get(self, request: Request, host: str) -> Response:
+            host = host.lower()
+            info = await store.host_stats(host)
+            p = shard_of(host, settings.partitions)
+            local: dict[str, Any] | None = None
+            shard = scheduler.shards.get(p)
+            if shard is not None and host in shard.hosts:
+                b = shard.hosts[host]
+                local = {"tokens": b.available(time.time(), settings.default_host_crawls_per_s,
+                                               settings.host_burst),
+                         "in_flight": b.in_flight}
+            hi = info["info"]
+            return self.json({
+                "host": host,
+                "shard": p,
+                "max_crawls_per_s": hi.rate_per_s,
+                "effective_max_crawls_per_s": hi.rate_per_s or settings.default_host_crawls_per_s,
+                "max_in_flight": hi.max_in_flight,
+                "tokens": hi.tokens,
+                "tokens_updated_at": hi.updated_s,
+                "pages": info["pages"],
+                "in_flight": info["in_flight"],
+                "worker_view": local,
+            })
+
+    @app.page("/stats/")
+    class StatsView(View):
+        async def get(self, request: Request) -> Response:
+            return self.json(scheduler.stats())
+
+    @app.page("/metrics/")
+    class MetricsView(View):
+        async def get(self, request: Request) -> Response:
+            return self.bytes(metrics.exposition(),
+                              content_type="text/plain")
