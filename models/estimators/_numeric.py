@@ -32,14 +32,19 @@ def entry_coefficients(x: FloatArray) -> tuple[FloatArray, FloatArray, FloatArra
     The last two are the gradient and curvature coefficients of ``log(1 - exp(-x))``.
     ``x`` is clipped to ``[1e-150, 700]``; beyond 700 the terms vanish in float64.
     """
-    xc = np.clip(x, _X_MIN, _X_MAX)
-    em1 = np.expm1(xc)
-    one_minus = -np.expm1(-xc)
-    big = x > _X_MAX
-    log_term = np.where(big, 0.0, np.log(one_minus))
-    c1 = np.where(big, 0.0, 1.0 / em1)
-    c2 = np.where(big, 0.0, 1.0 / (em1 * one_minus))
+    c1, c2 = grad_coefficients(x)
+    log_term = np.log(-np.expm1(-np.clip(x, _X_MIN, _X_MAX)))
     return log_term, c1, c2
+
+
+def grad_coefficients(x: FloatArray) -> tuple[FloatArray, FloatArray]:
+    """``c1 = 1/(e^x - 1)`` and ``c2 = e^x/(e^x - 1)^2 = c1*(1 + c1)`` (``x`` clipped as above).
+
+    Finite for every input, so entries of weight 0 (padding) contribute exactly 0.
+    """
+    c1: FloatArray = 1.0 / np.expm1(np.clip(x, _X_MIN, _X_MAX))
+    c2: FloatArray = c1 * (1.0 + c1)
+    return c1, c2
 
 
 def objective(
@@ -47,7 +52,7 @@ def objective(
 ) -> FloatArray:
     """``F(theta)`` for each of the ``N`` problems (shapes ``(N,d)``, ``(N,M,d)``, ``(N,M)``)."""
     x = np.einsum("nmd,nd->nm", v, theta)
-    log_term, _, _ = entry_coefficients(np.where(w > 0.0, x, 1.0))
+    log_term = np.log(-np.expm1(-np.clip(x, _X_MIN, _X_MAX)))
     quad = 0.5 * np.einsum("nd,nde,ne->n", theta, a, theta)
     out: FloatArray = (
         np.einsum("nd,nd->n", lin - b, theta) - np.sum(w * log_term, axis=1) + quad
@@ -60,9 +65,9 @@ def gradient_hessian(
 ) -> tuple[FloatArray, FloatArray]:
     """Gradient ``(N,d)`` and Hessian ``(N,d,d)`` of :func:`objective`."""
     x = np.einsum("nmd,nd->nm", v, theta)
-    _, c1, c2 = entry_coefficients(np.where(w > 0.0, x, 1.0))
-    c1 = c1 * w
-    c2 = c2 * w
+    c1, c2 = grad_coefficients(x)
+    c1 *= w
+    c2 *= w
     grad: FloatArray = lin - b + np.einsum("nde,ne->nd", a, theta) - np.einsum("nm,nmd->nd", c1, v)
     hess: FloatArray = a + np.einsum("nm,nmd,nme->nde", c2, v, v)
     return grad, hess
@@ -97,7 +102,7 @@ def solve_spd(hess: FloatArray, grad: FloatArray) -> FloatArray:
 
 def boundary_fraction(theta: FloatArray, step: FloatArray) -> FloatArray:
     """Largest ``t <= 1`` keeping ``theta - t*step >= theta/10`` (fraction to boundary)."""
-    with np.errstate(divide="ignore", invalid="ignore"):
+    with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
         ratio = np.where(step > 0.0, 0.9 * theta / step, np.inf)
     out: FloatArray = np.minimum(1.0, np.min(ratio, axis=1))
     return out

@@ -154,8 +154,9 @@ def batch_update(
     """
     s = estimator.n_sources
     d = 1 + s
-    idx = np.arange(state.n_pages) if pages is None else np.asarray(pages, dtype=np.int64)
-    m = idx.size
+    # with pages=None every array below is a view and is updated in place
+    idx: slice | IntArray = slice(None) if pages is None else np.asarray(pages, dtype=np.int64)
+    m = state.n_pages if pages is None else len(idx)  # type: ignore[arg-type]
     tau = np.asarray(interval_s, dtype=np.float64)
     ch = np.asarray(changed, dtype=bool)
     if tau.shape != (m,) or not np.all((tau >= 0.0) & np.isfinite(tau)):
@@ -167,7 +168,7 @@ def batch_update(
         sig = sig[:, None]
     if sig.shape != (m, s) or not np.all((sig >= 0.0) & np.isfinite(sig)):
         raise ValueError(f"n_signals must be finite counts >= 0 of shape ({m}, {s})")
-    if pages is not None and np.unique(idx).size != m:
+    if pages is not None and np.unique(np.asarray(idx)).size != m:
         raise ValueError("pages must not repeat a page")
     prev = state.end_s[idx]
     has_prev = prev > -np.inf
@@ -205,7 +206,8 @@ def batch_update(
     full = add & (ring_len >= k)
     if full.any():
         f = np.flatnonzero(full)
-        th = state.theta[idx[f]]
+        rows = f if pages is None else np.asarray(idx)[f]
+        th = state.theta[rows]
         lin_p, v_p, w_p = _prior_arrays(estimator, f.size)
         rw = _ring_weights(ring[f], ring_len[f], ring_pos[f])
         vv = np.concatenate([ring[f, :, :d], v_p], axis=1)
@@ -226,20 +228,21 @@ def batch_update(
         quad_a[f] += (ow * c2)[:, None, None] * ov[:, :, None] * ov[:, None, :]
         ring[f, ring_pos[f]] = np.concatenate([v[f], np.ones((f.size, 1))], axis=1)
         ring_pos[f] = (ring_pos[f] + 1) % k
-        state.theta[idx[f]] = th
+        state.theta[rows] = th
     grow = add & ~full
     if grow.any():
         g = np.flatnonzero(grow)
         slot = (ring_pos[g] + ring_len[g]) % k
         ring[g, slot] = np.concatenate([v[g], np.ones((g.size, 1))], axis=1)
         ring_len[g] += 1
-    state.unchanged[idx] = unchanged
-    state.totals[idx] = totals
-    state.ring[idx] = ring
-    state.quad_b[idx] = quad_b
-    state.quad_a[idx] = quad_a
-    state.ring_len[idx] = ring_len
-    state.ring_pos[idx] = ring_pos
+    if pages is not None:
+        state.unchanged[idx] = unchanged
+        state.totals[idx] = totals
+        state.ring[idx] = ring
+        state.quad_b[idx] = quad_b
+        state.quad_a[idx] = quad_a
+        state.ring_len[idx] = ring_len
+        state.ring_pos[idx] = ring_pos
 
 
 def batch_result(

@@ -249,13 +249,13 @@ def _solve_py(h: list[list[float]], g: list[float]) -> list[float]:
 
 
 def _coefficients(x: float) -> tuple[float, float]:
-    """``1/(e^x - 1)`` and ``1/((e^x - 1)(1 - e^-x))`` (see ``_numeric.entry_coefficients``)."""
+    """``c1 = 1/(e^x - 1)`` and ``c2 = c1*(1 + c1)`` (as ``_numeric.grad_coefficients``)."""
     if x > _X_MAX:
-        return 0.0, 0.0
-    if x < _X_MIN:
+        x = _X_MAX
+    elif x < _X_MIN:
         x = _X_MIN
-    em1 = math.expm1(x)
-    return 1.0 / em1, 1.0 / (em1 * -math.expm1(-x))
+    c1 = 1.0 / math.expm1(x)
+    return c1, c1 * (1.0 + c1)
 
 
 def _unpack_quad(quad_a: tuple[float, ...] | list[float], d: int) -> list[list[float]]:
@@ -467,13 +467,13 @@ class SignalEstimator:
             for e in (*ring, *self._prior_entries):
                 x = th * e[0]
                 if x > _X_MAX:
-                    continue
-                if x < _X_MIN:
+                    x = _X_MAX
+                elif x < _X_MIN:
                     x = _X_MIN
-                em1 = expm1(x)
-                c1 = e[1] / em1
-                g -= c1 * e[0]
-                h += c1 / -expm1(-x) * e[0] * e[0]
+                c1 = 1.0 / expm1(x)
+                wc1 = e[1] * c1
+                g -= wc1 * e[0]
+                h += wc1 * (1.0 + c1) * e[0] * e[0]
             step = g / (h * (1.0 + _RIDGE)) if h > 0.0 else 0.0
             t = 1.0
             if step > 0.0:
@@ -488,18 +488,24 @@ class SignalEstimator:
                 v0, v1, w = e
                 x = t0 * v0 + t1 * v1
                 if x > _X_MAX:
-                    continue
-                if x < _X_MIN:
+                    x = _X_MAX
+                elif x < _X_MIN:
                     x = _X_MIN
-                em1 = expm1(x)
-                c1 = w / em1
-                c2 = c1 / -expm1(-x)
+                u = 1.0 / expm1(x)
+                c1 = w * u
+                c2 = c1 * (1.0 + u)
                 g0 -= c1 * v0
                 g1 -= c1 * v1
                 a00 += c2 * v0 * v0
                 a01 += c2 * v0 * v1
                 a11 += c2 * v1 * v1
-            s0, s1 = _solve_py([[a00, a01], [a01, a11]], [g0, g1])
+            a00 += _RIDGE * a00
+            a11 += _RIDGE * a11
+            det = a00 * a11 - a01 * a01
+            if not det > 0.0:
+                det = 1e-300
+            s0 = (a11 * g0 - a01 * g1) / det
+            s1 = (a00 * g1 - a01 * g0) / det
             t = 1.0
             if s0 > 0.0:
                 t = min(t, 0.9 * t0 / s0)
