@@ -7,8 +7,9 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 PYTEST_ARGS ?=
+DEMO_ARGS ?=
 
-.PHONY: install services test lint up status down clean
+.PHONY: install services test lint up status down clean demo
 
 $(STAMP): pyproject.toml requirements.lock
 	$(PYTHON) -m venv $(VENV)
@@ -43,3 +44,8 @@ down: $(STAMP)
 
 clean: down
 	rm -rf var
+
+# The main command: stack, worker, fetcher, test web and producers, live view, summary
+# (live accuracy next to the simulator's); stops everything it started.
+demo: services
+	$(BIN)/recrawl demo $(DEMO_ARGS)

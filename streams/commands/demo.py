@@ -12,7 +12,7 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
         "with the simulator's",
     )
     p.add_argument("--duration", type=float, default=120.0, help="seconds to run (default 120)")
-    p.add_argument("--warmup", type=float, help="seconds before measuring (default duration/3)")
+    p.add_argument("--warmup", type=float, help="seconds before measuring (default duration/2)")
     p.add_argument("--budget", type=float, default=10.0, help="crawls per second (default 10)")
     p.add_argument("--hosts", type=int, default=20)
     p.add_argument("--pages-per-host", type=int, default=20)
@@ -23,6 +23,10 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     p.add_argument(
         "--no-rates", action="store_true",
         help="do not give the worker the true change rates as priors",
+    )  # fmt: skip
+    p.add_argument(
+        "--t-delay", type=float, default=2.0,
+        help="the worker's ping delay window in seconds (App. C), scaled to the demo",
     )  # fmt: skip
     p.add_argument("--quiet", action="store_true", help="no live view")
     p.add_argument("--json", help="write the summary here")
@@ -37,6 +41,7 @@ def run(args: argparse.Namespace) -> int:
         hosts=args.hosts, pages_per_host=args.pages_per_host, seed=args.seed,
         time_unit_s=args.time_unit, sitemap_share=args.sitemap_share,
         poll_interval_s=args.poll_interval, give_rates=not args.no_rates, live=not args.quiet,
+        t_delay_s=args.t_delay,
     )  # fmt: skip
     run_demo(cfg, args.json)
     return 0
