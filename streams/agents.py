@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import math
 import time
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
@@ -23,8 +24,8 @@ from pydantic import BaseModel, ValidationError
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
+from streams.estimation import Estimation, Observation
 from streams.metrics import Metrics
-from streams.params import update_estimator
 from streams.records import (
     ControlEvent,
     HostEvent,
@@ -43,6 +44,8 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 RejectSink = Callable[[bytes | None, bytes], Awaitable[Any]]
+#: Compare-and-set rounds of an outcome before it is applied without its estimator update.
+MAX_CAS_ATTEMPTS = 5
 TRANSIENT = (RedisConnectionError, RedisTimeoutError, ConnectionError, OSError)
 
 
@@ -77,6 +80,8 @@ class Agents:
         self.forward = forward
         self.clock = clock
         self.stopping = False
+        half_life = settings.estimator_half_life_s or math.inf
+        self.estimation = Estimation(half_life)
 
     # -- plumbing ------------------------------------------------------------------------
     async def reject(self, event: faust.types.EventT[Any], reason: str) -> None:
@@ -239,6 +244,18 @@ class Agents:
             await self._outcome_chunk(chunk)
 
     async def _outcome_chunk(self, jobs: list[Job]) -> None:
+        """Apply outcomes (each url once): read the page and its estimator record, add the
+        crawl interval to the estimator in Python (one batched MLE solve), then write it in
+        the outcome's offset-guarded Lua step with a compare-and-set on what was read; the
+        few that lose the race (a ping arrived in between) are read and computed again."""
+        todo = jobs
+        for attempt in range(MAX_CAS_ATTEMPTS):
+            todo = await self._outcome_attempt(todo, cas=attempt < MAX_CAS_ATTEMPTS - 1)
+            if not todo:
+                return
+        log.error("outcomes: %d events kept conflicting; applied without estimator", len(todo))
+
+    async def _outcome_attempt(self, jobs: list[Job], *, cas: bool) -> list[Job]:
         async def read(pipe: Any) -> None:
             for j in jobs:
                 o: OutcomeEvent = j.record
@@ -246,44 +263,66 @@ class Agents:
                 pipe.hget(self.store.key(o.host, "est"), o.url)
 
         current = await self._pipeline(read)
-        plans: list[tuple[Job, str | None, str, str | None]] = []
+        observations: list[Observation] = []
+        observed: list[int] = []
+        reads: list[tuple[str | None, str | None]] = []
         for i, j in enumerate(jobs):
             o = j.record
             value, est = _opt(current[2 * i]), _opt(current[2 * i + 1])
-            new_est = None
-            if value:
+            reads.append((value, est))
+            if value and o.changed is not None:
                 state = PageState.decode(value)
                 if state.crawled and o.fetched_at >= state.last_crawl_s:
-                    new_est = update_estimator(
-                        est, state, o.fetched_at - state.last_crawl_s, o.changed
-                    )
+                    observed.append(i)
+                    observations.append(Observation(
+                        est, o.fetched_at - state.last_crawl_s, state.signals, o.changed,
+                        o.fetched_at))
+        new_records: dict[int, str] = {}
+        if observations:
+            try:
+                new_records = dict(zip(observed, self.estimation.observe(observations),
+                                       strict=True))
+            except Exception:  # a numerical failure must not block the crawl bookkeeping
+                log.exception("estimator update failed; outcomes applied without it")
+        plans: list[tuple[Job, str | None, str, str | None]] = []
+        for i, j in enumerate(jobs):
+            o = j.record
+            new_est = new_records.get(i)
             status = o.error or (f"HTTP {o.status}" if o.status is not None else "")
             changed = {True: "changed", False: "unchanged", None: "change unknown"}[o.changed]
             decision = f"{o.fetched_at:.3f} fetched: {changed} {status}".rstrip()
-            plans.append((j, new_est, decision, new_est or est))
+            plans.append((j, new_est, decision, new_est or reads[i][1]))
 
         async def write(pipe: Any) -> None:
-            for j, new_est, decision, _after in plans:
+            for i, (j, new_est, decision, _after) in enumerate(plans):
                 o = j.record
                 await self.store.queue_outcome(
                     pipe, o.url, o.host, order_id=o.order_id, fetched_at=o.fetched_at,
                     new_estimator=new_est, keep=self.settings.decisions_per_page,
                     decision=decision, topic=j.topic, partition=j.partition, offset=j.offset,
+                    expect=reads[i] if (cas and new_est is not None) else None,
                 )
 
         results = await self._pipeline(write)
+        retry: list[Job] = []
         for (j, _e, _d, est_after), res in zip(plans, results, strict=True):
             o = j.record
             if isinstance(res, Exception):
                 await self.reject(j.event, f"internal error: {res!r}")
                 continue
             code, value, cleared = _s(res[0]), _s(res[1]), int(res[2])
+            if code == "conflict":
+                retry.append(j)
+                continue
             self.metrics.event("outcomes", code)
+            if code == "dup-offset":
+                est_after = None  # the stored record is what the scheduler already has
             if value and self.scheduler is not None:
                 await self.scheduler.on_page(
                     j.partition, o.host, o.url, value, in_flight_cleared=bool(cleared),
                     estimator=est_after,
                 )
+        return retry
 
     # -- hosts ---------------------------------------------------------------------------
     async def on_hosts(self, events: Sequence[faust.types.EventT[Any]]) -> None:

@@ -13,7 +13,8 @@ from typing import Any
 from aiokafka.partitioner import murmur2
 
 from models.values import crawl_value, time_to_value
-from streams.params import page_params
+from streams.estimation import GROUP_NAMES, GROUPS, estimates_of
+from streams.params import PageParams, page_params
 from streams.records import SOURCES, check_url, host_of
 from streams.scheduler import Control
 from streams.settings import Settings
@@ -29,6 +30,40 @@ def _num(x: float | None) -> float | None:
     if x is None or not math.isfinite(x):
         return None
     return x
+
+
+def max_value(params: PageParams) -> float:
+    """``V(inf) = mu/Delta`` of the value function's model, ``Delta = alpha + gamma - nu``
+    with ``nu = gamma exp(-alpha beta)`` (paper 004 Sec. 3)."""
+    a, b, g = params.alpha_per_s, params.beta_s, params.gamma_per_s
+    delta = a + (g * -math.expm1(-a * b) if g > 0 else 0.0)
+    return params.mu / delta if delta > 0 else 0.0
+
+
+def estimates_view(record: str | None) -> dict[str, Any] | None:
+    """A page's estimates with their standard errors (None before its first interval)."""
+    est = estimates_of(record)
+    if est is None:
+        return None
+    return {
+        "intervals_observed": est.n_intervals,
+        "change_rate_per_s": est.change_rate_per_s,
+        "change_rate_se_per_s": est.change_rate_se_per_s,
+        "alpha_per_s": est.alpha_per_s,
+        "alpha_se_per_s": est.alpha_se_per_s,
+        "sources": {
+            name: {
+                "members": list(GROUPS[i][1]),
+                "gamma_per_s": est.gamma_per_s[i],
+                "precision": est.precision[i],
+                "precision_se": est.precision_se[i],
+                "recall": est.recall[i],
+                "recall_se": est.recall_se[i],
+                "beta_s": est.kappa[i] / est.alpha_per_s if est.alpha_per_s > 0 else None,
+            }
+            for i, name in enumerate(GROUP_NAMES)
+        },
+    }
 
 
 async def explain(store: Store, settings: Settings, url: str, now_s: float) -> dict[str, Any]:
@@ -53,7 +88,7 @@ async def explain(store: Store, settings: Settings, url: str, now_s: float) -> d
     tau = params.tau_eff_s(now_s)
     value = float(crawl_value(tau, params.alpha_per_s, params.beta_s, params.gamma_per_s,
                               params.mu))
-    cap = params.mu / params.change_rate_per_s if params.change_rate_per_s > 0 else 0.0
+    cap = max_value(params)
     out.update(
         known=True,
         state={
@@ -63,6 +98,7 @@ async def explain(store: Store, settings: Settings, url: str, now_s: float) -> d
             "signals_since_crawl": dict(zip(SOURCES, state.signals, strict=True)),
         },
         parameters=params.as_dict(),
+        estimates=estimates_view(data["estimator"]),
         tau_eff_s=_num(tau),
         crawl_value=value,
         max_value=cap,

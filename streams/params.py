@@ -1,12 +1,13 @@
 """A page's crawl-value parameters ``(alpha, beta, gamma, mu)`` and ``origin`` from its state.
 
-This is the one place that decides where parameters come from, so switching from priors to
-the streaming estimators (``models.estimators``) is a change here only.
+This is the one place that decides where parameters come from: the page's estimates
+(``streams/estimation.py``: helper B's ``SignalEstimator`` over three source groups) once it
+has an observed crawl interval, priors before.
 
 ``tau_eff(t) = t - origin`` with ``origin = last_crawl - sum_s beta_s n_s`` (paper 004
 Sec. 3: every signal of source ``s`` since the last crawl adds ``beta_s``).  A page never
 crawled has ``origin = 0`` (epoch): its ``tau_eff`` is decades, its value ``mu/Delta``, the
-largest it can be — we hold no copy of it, so it is stale for sure.
+largest it can be - we hold no copy of it, so it is stale for sure.
 
 Before a page has an estimate:
 
@@ -22,6 +23,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+from streams.estimation import GROUP_OF, Estimates, estimates_of, value_parameters
 from streams.records import SOURCES
 from streams.settings import Settings
 from streams.state import PageState
@@ -54,23 +56,25 @@ class PageParams:
         }
 
 
-def page_params(state: PageState, estimator: str | None, settings: Settings) -> PageParams:
-    """Parameters of one page (``estimator`` = its stored estimator state, if any)."""
-    delta = state.prior_change_rate_per_s
-    if delta is None or delta <= 0.0:
-        delta = settings.default_change_rate_per_s
-    alpha = delta
-    beta_one = -math.log(1.0 - settings.default_source_precision) / alpha
-    betas = (beta_one,) * len(SOURCES)
+def page_params(
+    state: PageState, estimator: str | Estimates | None, settings: Settings
+) -> PageParams:
+    """Parameters of one page (``estimator``: its stored record or its parsed estimates)."""
+    est = estimates_of(estimator) if isinstance(estimator, str) else estimator
+    if est is not None and est.n_intervals > 0:
+        alpha, group_betas, gamma, beta = value_parameters(est, settings.estimate_quantile)
+        betas = tuple(group_betas[g] for g in GROUP_OF)
+        delta = est.change_rate_per_s
+        estimated = True
+    else:
+        prior = state.prior_change_rate_per_s
+        delta = prior if prior is not None and prior > 0.0 else settings.default_change_rate_per_s
+        alpha, gamma = delta, 0.0
+        beta = -math.log(1.0 - settings.default_source_precision) / alpha
+        betas = (beta,) * len(SOURCES)
+        estimated = False
     if state.crawled:
         origin = state.last_crawl_s - sum(b * n for b, n in zip(betas, state.signals, strict=True))
     else:
         origin = 0.0
-    return PageParams(alpha, beta_one, 0.0, state.importance, delta, betas, origin, False)
-
-
-def update_estimator(
-    estimator: str | None, state: PageState, interval_s: float, changed: bool | None
-) -> str | None:
-    """The page's estimator state after one crawl interval (None: keep what is stored)."""
-    return None
+    return PageParams(alpha, beta, gamma, state.importance, delta, betas, origin, estimated)

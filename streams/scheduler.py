@@ -39,6 +39,7 @@ from typing import Any
 
 from models.index import CrawlIndex
 from streams import budget
+from streams.estimation import Estimates, estimates_of
 from streams.metrics import Metrics
 from streams.params import PageParams, page_params
 from streams.records import Order
@@ -103,7 +104,7 @@ class PageEntry:
     last_crawl_s: float
     first_seen_s: float
     params: PageParams
-    estimator: str | None = None
+    estimator: Estimates | None = None
 
 
 KEEP = object()
@@ -185,7 +186,7 @@ class Scheduler:
     # -- events from the agents -------------------------------------------------------
     async def on_page(
         self, partition: int, host: str, url: str, value: str | None, *,
-        in_flight_cleared: bool = False, estimator: str | None = None,
+        in_flight_cleared: bool = False, estimator: str | Estimates | None = None,
     ) -> None:
         """A page's stored value changed (None: deleted); keep the shard's index in step."""
         shard = self.shards.get(partition)
@@ -223,12 +224,14 @@ class Scheduler:
             shard.bucket(entry.host).in_flight -= 1
 
     def _apply(
-        self, shard: Shard, host: str, url: str, state: PageState, estimator: str | None,
-        flight: Any,
+        self, shard: Shard, host: str, url: str, state: PageState,
+        estimator: str | Estimates | None, flight: Any,
     ) -> None:
         """Apply a page's state; ``flight``: KEEP (unchanged), NOT_IN_FLIGHT, or the
         ``(order_id, issued_at)`` stored in Redis (rebuild)."""
         now = self.clock()
+        if isinstance(estimator, str):
+            estimator = estimates_of(estimator)
         params = page_params(state, estimator, self.settings)
         entry = shard.pages.get(url)
         if entry is None:

@@ -69,6 +69,11 @@ class Settings(BaseSettings):
     default_change_rate_per_s: float = Field(default=1.0 / 86400.0, gt=0.0)
     #: Default precision of each ping source until estimated (``beta_s = -ln(1-p)/alpha``).
     default_source_precision: float = Field(default=0.5, gt=0.0, lt=1.0)
+    #: Crawl value uses ``alpha`` at this posterior quantile (0.5 = the estimate; higher =
+    #: shorter, more conservative intervals while estimates converge; paper 003 Sec. 5.3).
+    estimate_quantile: float = Field(default=0.5, gt=0.0, lt=1.0)
+    #: Estimators forget: an interval's weight halves every this many seconds (0 = never).
+    estimator_half_life_s: float = Field(default=0.0, ge=0.0)
     #: Gain of the budget re-split controller (per second, on log-thresholds).
     resplit_gain: float = Field(default=0.5, ge=0.0)
     #: Forward pings for unknown pages (discoveries) to ``recrawl.pages`` as new pages.

@@ -5,7 +5,8 @@ every key of one host lives in one slot and every script below touches one slot 
 
     P:{host}:pages      HASH  url -> page value "importance|prior|last_crawl|n_sitemap,..."
     P:{host}:inflight   HASH  url -> "order_id|issued_at"   (only pages with an order out)
-    P:{host}:est        HASH  url -> estimator state, base64 (only pages with outcomes)
+    P:{host}:est        HASH  url -> "estimates|base64 estimator state" (pages with at least
+                              one observed crawl interval; streams/estimation.py)
     P:{host}:why        HASH  url -> the last few decisions, one per line
     P:{host}:seen       ZSET  ping fingerprint -> received_at (duplicates, trimmed by age)
     P:{host}:host       HASH  rate, mif (capacity), tokens, ts (the token bucket)
@@ -158,18 +159,26 @@ return {'applied', v}
 """
 
 # KEYS: pages, offsets, inflight, est, why
-# ARGV: offset field, offset, url, order_id ('' = any), fetched_at, new estimator state
-#       ('' = keep), keep, decision entry
+# ARGV: offset field, offset, url, order_id ('' = any), fetched_at, new estimator record
+#       ('' = keep), keep, decision entry, compare-and-set '1'/'0', expected page value,
+#       expected estimator record ('' = none)
 # The page's last crawl becomes the fetch time and its signal counts restart (an outcome
 # older than the last crawl changes neither: 'stale'); the matching order leaves flight.
-# Estimator states are written only by the outcomes agent, one event at a time per page.
+# A new estimator record was computed in Python from the page value and record read before;
+# with compare-and-set, if either changed since (a ping, another worker) nothing is written,
+# not even the offset ('conflict': the agent re-reads and recomputes).  The offset check
+# comes first, so a redelivered outcome never adds its interval twice.
 _APPLY_OUTCOME = _LIB + r"""
 if applied(KEYS[2], ARGV[1], ARGV[2]) then
   return {'dup-offset', redis.call('HGET', KEYS[1], ARGV[3]) or '', 0}
 end
-redis.call('HSET', KEYS[2], ARGV[1], ARGV[2])
 local url = ARGV[3]
 local cur = redis.call('HGET', KEYS[1], url)
+if ARGV[9] == '1' then
+  local est = redis.call('HGET', KEYS[4], url) or ''
+  if (cur or '') ~= ARGV[10] or est ~= ARGV[11] then return {'conflict', cur or '', 0} end
+end
+redis.call('HSET', KEYS[2], ARGV[1], ARGV[2])
 if not cur then return {'unknown', '', 0} end
 local imp, prior, last_s, counts = parts(cur)
 local code, v = 'stale', cur
@@ -357,11 +366,17 @@ class Store:
         self, client: Any, url: str, host: str, *, order_id: str | None, fetched_at: float,
         new_estimator: str | None, keep: int, decision: str,
         topic: str, partition: int, offset: int,
+        expect: tuple[str | None, str | None] | None = None,
     ) -> Any:
+        """``expect``: (page value, estimator record) the new record was computed from;
+        given, nothing is written unless both are still stored ('conflict')."""
         keys = [self.key(host, k) for k in ("pages", "offsets", "inflight", "est", "why")]
         args: list[Any] = [
             self.offset_field(topic, partition), offset, url, order_id or "",
             f"{fetched_at:.3f}", new_estimator or "", keep, decision,
+            "0" if expect is None else "1",
+            "" if expect is None else expect[0] or "",
+            "" if expect is None else expect[1] or "",
         ]
         return await self.apply_outcome_script(keys=keys, args=args, client=client)
 

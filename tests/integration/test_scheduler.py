@@ -197,3 +197,40 @@ def test_bad_input_of_every_kind_lands_in_rejects(settings: Settings, start_work
         assert needle.lower() in reasons.lower(), needle
     assert all({"raw", "topic", "partition", "offset", "reason"} <= set(r) for r in rejects)
     wait_for(lambda: page_value(settings, "a.org", "https://a.org/fine"), 20, "good page")
+
+
+def test_outcomes_with_changes_move_the_estimates_away_from_the_prior(
+    settings: Settings, start_worker
+) -> None:
+    port = free_port()
+    start_worker(settings, {"RECRAWL_BUDGET_PER_S": "0", "RECRAWL_WEB_ENABLED": "true",
+                            "RECRAWL_WEB_PORT": str(port)})
+    url, host = "https://est.org/news", "est.org"
+    now = time.time()
+    produce_json(settings, "pages", [(host, {"url": url})])
+    wait_for(lambda: page_value(settings, host, url), 30, "page loaded")
+    before = get(port, f"/pages/?url={url}")
+    assert before["parameters"]["from"] == "prior" and before["estimates"] is None
+    # crawled every hour for 12 hours, changed at 9 of them; a websub ping before each change
+    hours = range(12, -1, -1)
+    for i, h in enumerate(hours):
+        t = now - h * 3600.0
+        if i and i % 4:
+            produce_json(settings, "pings", [(host, {"url": url, "source": "websub", "id": str(i),
+                                                     "received_at": t - 1800.0})])
+            wait_for(lambda: sum(signals_of(settings, host, url)) == 1, 30, "ping applied")
+        produce_json(settings, "outcomes", [(host, {"url": url, "fetched_at": t,
+                                                    "changed": bool(i and i % 4),
+                                                    "status": 200})])
+        wait_for(lambda t=t: float(page_value(settings, host, url).split("|")[2]) >= t - 0.01,
+                 30, "outcome applied")
+    after = get(port, f"/pages/?url={url}")
+    est = after["estimates"]
+    assert after["parameters"]["from"] == "estimator"
+    assert est["intervals_observed"] == 12
+    prior_rate = before["parameters"]["change_rate_per_s"]
+    assert est["change_rate_per_s"] > 3 * prior_rate
+    assert est["change_rate_se_per_s"] > 0
+    assert est["sources"]["push"]["precision"] > 0.5
+    assert est["sources"]["push"]["gamma_per_s"] > 0
+    assert after["parameters"]["change_rate_per_s"] == pytest.approx(est["change_rate_per_s"])

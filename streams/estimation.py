@@ -1,0 +1,242 @@
+"""Per-page estimators in the stream: crawl intervals in, ``(alpha, beta_s, gamma)`` out.
+
+Each page with at least one observed crawl interval has an :class:`EstimatorRecord` in
+``P:{host}:est``: helper B's :class:`models.estimators.SignalEstimator` state (<= 256 bytes,
+base64) plus the estimates it gives, so the scheduler rebuilds a shard without re-solving
+any MLE.  Only the outcomes agent writes it, in the outcome's offset-guarded Lua step with a
+compare-and-set on the page value and the old record (``streams/state.py``), so redelivery
+never applies an observation twice.
+
+Source groups
+-------------
+``SignalEstimator`` takes at most 3 sources; recrawl has 5.  They are grouped by how a
+signal is produced, which is also how alike their precision and recall should be:
+
+* ``sitemap`` - sitemap ``lastmod`` (polled, often stale or bulk-touched);
+* ``push``    - IndexNow and WebSub (the publisher pushes on an edit);
+* ``cdn``     - CDN cache hints and ``other`` (infrastructure-side, noisy).
+
+A page's signal counts are summed per group; every source of a group shares the group's
+``beta`` (``tau_eff`` adds ``beta_g`` per signal of any source in group ``g``).
+
+Parameters for the crawl value
+------------------------------
+The value function (Theorem 1 of paper 004) has one signal source; with several we use
+``alpha`` (changes no source signals), ``gamma = sum_g gamma_g`` (all signals observed) and
+``beta = sum_g gamma_g beta_g / gamma`` (the expected ``tau_eff`` step of the next signal;
+the plain mean of ``beta_g`` while ``gamma = 0``).  ``alpha`` may be taken at an upper
+quantile of its posterior (``settings.estimate_quantile``, :func:`conservative_change_rate`
+of paper 003 Sec. 5.3) while the estimate converges; ``kappa_g = alpha*beta_g`` is kept, so
+a signal's evidence does not change with the quantile.
+
+A crawl whose outcome says ``changed: null`` (the fetcher's first fetch of a URL: nothing to
+compare with) is not an observation; the next interval starts at it, because the fetcher
+compares the next fetch with that one.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from models.estimators import (
+    BatchSignalState,
+    CrawlInterval,
+    SignalEstimator,
+    SignalState,
+    batch_result,
+    conservative_change_rate,
+)
+from streams.records import SOURCES
+
+#: Estimator source groups (see the module docstring): name -> recrawl sources.
+GROUPS: tuple[tuple[str, tuple[str, ...]], ...] = (
+    ("sitemap", ("sitemap",)),
+    ("push", ("indexnow", "websub")),
+    ("cdn", ("cdn", "other")),
+)
+GROUP_NAMES: tuple[str, ...] = tuple(g for g, _ in GROUPS)
+#: For each recrawl source (in ``SOURCES`` order), the index of its group.
+GROUP_OF: tuple[int, ...] = tuple(
+    next(i for i, (_, members) in enumerate(GROUPS) if s in members) for s in SOURCES
+)
+N_GROUPS = len(GROUPS)
+
+
+def group_counts(signals: Sequence[int]) -> tuple[float, ...]:
+    """Per-source signal counts (``SOURCES`` order) summed per group."""
+    out = [0.0] * N_GROUPS
+    for s, n in enumerate(signals):
+        out[GROUP_OF[s]] += n
+    return tuple(out)
+
+
+@dataclass(frozen=True, slots=True)
+class Estimates:
+    """What the crawl value needs from a page's estimator, with standard errors."""
+
+    alpha_per_s: float
+    alpha_se_per_s: float
+    change_rate_per_s: float
+    change_rate_se_per_s: float
+    gamma_per_s: tuple[float, ...]  # per group
+    kappa: tuple[float, ...]  # per group
+    precision: tuple[float, ...]
+    precision_se: tuple[float, ...]
+    recall: tuple[float, ...]
+    recall_se: tuple[float, ...]
+    n_intervals: int
+
+    def encode(self) -> str:
+        nums = (self.alpha_per_s, self.alpha_se_per_s, self.change_rate_per_s,
+                self.change_rate_se_per_s, *self.gamma_per_s, *self.kappa, *self.precision,
+                *self.precision_se, *self.recall, *self.recall_se)
+        return ",".join(f"{x:.6g}" for x in nums) + f",{self.n_intervals}"
+
+    @classmethod
+    def decode(cls, text: str) -> Estimates:
+        v = text.split(",")
+        if len(v) != 4 + 6 * N_GROUPS + 1:
+            raise ValueError(f"estimates: expected {4 + 6 * N_GROUPS + 1} fields, got {len(v)}")
+        f = [float(x) for x in v[:-1]]
+        g = N_GROUPS
+
+        def grp(i: int) -> tuple[float, ...]:
+            return tuple(f[4 + i * g : 4 + (i + 1) * g])
+
+        return cls(f[0], f[1], f[2], f[3], grp(0), grp(1), grp(2), grp(3), grp(4), grp(5),
+                   int(v[-1]))
+
+
+@dataclass(frozen=True, slots=True)
+class EstimatorRecord:
+    """``P:{host}:est`` value: ``<estimates>|<base64 SignalState>``."""
+
+    estimates: Estimates
+    state: SignalState
+
+    def encode(self) -> str:
+        return f"{self.estimates.encode()}|{base64.b64encode(self.state.to_bytes()).decode()}"
+
+    @classmethod
+    def decode(cls, text: str) -> EstimatorRecord:
+        est, _, b64 = text.partition("|")
+        try:
+            raw = base64.b64decode(b64, validate=True)
+        except binascii.Error as exc:
+            raise ValueError(f"estimator state is not base64: {exc}") from None
+        return cls(Estimates.decode(est), SignalState.from_bytes(raw))
+
+
+def estimates_of(text: str | None) -> Estimates | None:
+    """The estimates part of a stored record (cheap: no state decoding); None if absent/bad."""
+    if not text:
+        return None
+    try:
+        return Estimates.decode(text.partition("|")[0])
+    except ValueError:
+        return None
+
+
+@dataclass(frozen=True, slots=True)
+class Observation:
+    """One crawl interval of one page, as the outcomes agent sees it."""
+
+    record: str | None  # the stored record before this interval (None: none yet)
+    interval_s: float
+    signals: tuple[int, ...]  # per source, SOURCES order
+    changed: bool
+    fetched_at_s: float
+
+
+class Estimation:
+    """The estimator of every page (one :class:`SignalEstimator` over the source groups)."""
+
+    def __init__(self, half_life_s: float = math.inf) -> None:
+        self.estimator = SignalEstimator(N_GROUPS, half_life_s=half_life_s)
+
+    def state_of(self, record: str | None) -> SignalState:
+        if record:
+            try:
+                return EstimatorRecord.decode(record).state
+            except (ValueError, TypeError):
+                pass  # unreadable (or another version): start again from the prior
+        return self.estimator.init()
+
+    def observe(self, observations: Sequence[Observation]) -> list[str]:
+        """New records after one interval each (one vectorised MLE solve for them all)."""
+        if not observations:
+            return []
+        states = []
+        for o in observations:
+            st = self.state_of(o.record)
+            end = o.fetched_at_s if o.fetched_at_s >= st.end_s else None
+            obs = CrawlInterval(max(0.0, o.interval_s), o.changed, group_counts(o.signals),
+                                end_s=end)
+            states.append(self.estimator.update(st, obs))
+        return [EstimatorRecord(e, s).encode()
+                for e, s in zip(self.results(states), states, strict=True)]
+
+    def results(self, states: Sequence[SignalState]) -> list[Estimates]:
+        """Converged estimates of several states (``batch_result``: one Newton solve)."""
+        batch = _to_batch(states, self.estimator.ring_capacity)
+        r = batch_result(self.estimator, batch)
+        out = []
+        for i, st in enumerate(states):
+            out.append(Estimates(
+                float(r.alpha_per_s[i]), float(r.alpha_se_per_s[i]),
+                float(r.change_rate_per_s[i]), float(r.change_rate_se_per_s[i]),
+                _t(r.gamma_per_s[i]), _t(r.kappa[i]), _t(r.precision[i]),
+                _t(r.precision_se[i]), _t(r.recall[i]), _t(r.recall_se[i]), st.n_intervals,
+            ))
+        return out
+
+
+def _t(a: np.ndarray) -> tuple[float, ...]:
+    return tuple(float(x) for x in a)
+
+
+def _to_batch(states: Sequence[SignalState], capacity: int) -> BatchSignalState:
+    n, d = len(states), 1 + N_GROUPS
+    ring = np.zeros((n, capacity, d + 1))
+    quad_a = np.zeros((n, d, d))
+    iu = np.triu_indices(d)
+    for i, st in enumerate(states):
+        for j, e in enumerate(st.ring):
+            ring[i, j] = e
+        qa = np.zeros((d, d))
+        qa[iu] = st.quad_a
+        quad_a[i] = qa + np.triu(qa, 1).T
+    return BatchSignalState(
+        end_s=np.array([s.end_s for s in states], dtype=np.float64),
+        n_intervals=np.array([s.n_intervals for s in states], dtype=np.int64),
+        theta=np.array([s.theta for s in states], dtype=np.float64),
+        unchanged=np.array([s.unchanged for s in states], dtype=np.float64),
+        totals=np.array([s.totals for s in states], dtype=np.float64),
+        ring=ring,
+        ring_len=np.array([len(s.ring) for s in states], dtype=np.int64),
+        ring_pos=np.zeros(n, dtype=np.int64),
+        quad_b=np.array([s.quad_b for s in states], dtype=np.float64),
+        quad_a=quad_a,
+    )
+
+
+def value_parameters(
+    est: Estimates, quantile: float
+) -> tuple[float, tuple[float, ...], float, float]:
+    """``(alpha, beta per group, gamma, beta)`` for the crawl value (module docstring)."""
+    alpha = max(est.alpha_per_s, 1e-300)
+    if quantile != 0.5:
+        alpha = float(conservative_change_rate(alpha, est.alpha_se_per_s, quantile)) or alpha
+    betas = tuple(k / alpha for k in est.kappa)
+    gamma = float(sum(est.gamma_per_s))
+    if gamma > 0.0:
+        beta = sum(g * b for g, b in zip(est.gamma_per_s, betas, strict=True)) / gamma
+    else:
+        beta = sum(betas) / len(betas)
+    return alpha, betas, gamma, beta
