@@ -93,29 +93,44 @@ async def main(args: argparse.Namespace) -> None:
           f"(one worker process, batches of 500)")
 
     # -- orders per second ---------------------------------------------------------------
-    sent = 0
+    async def orders_per_s(label: str) -> None:
+        sent = 0
 
-    async def sink(k: bytes, v: bytes) -> None:
-        nonlocal sent
-        sent += 1
+        async def sink(k: bytes, v: bytes) -> None:
+            nonlocal sent
+            sent += 1
 
-    sch = Scheduler(s, store, metrics, sink)
-    t0 = time.perf_counter()
-    sch.sync_assignment(set(range(args.shards)))
-    while not all(sh.ready for sh in sch.shards.values()):
-        await asyncio.sleep(0.05)
-    print(f"shards rebuilt from redis: {time.perf_counter() - t0:.1f}s")
-    for sh in sch.shards.values():
-        sh.share_per_s = args.orders_rate / args.shards
-        sh.last_tick = time.monotonic()
-    t0 = time.perf_counter()
-    shards = list(sch.shards.values())
-    while time.perf_counter() - t0 < args.seconds:
-        await sch.tick_all(shards)
-        await asyncio.sleep(0)
-    dt = time.perf_counter() - t0
-    print(f"orders issued: {sent} in {dt:.1f}s = {sent / dt:,.0f}/s over {n} pages "
-          f"(ticks as fast as possible, share {args.orders_rate:g}/s)")
+        sch = Scheduler(s, store, metrics, sink)
+        t0 = time.perf_counter()
+        sch.sync_assignment(set(range(args.shards)))
+        while not all(sh.ready for sh in sch.shards.values()):
+            await asyncio.sleep(0.05)
+        print(f"shards rebuilt from redis: {time.perf_counter() - t0:.1f}s")
+        for sh in sch.shards.values():
+            sh.share_per_s = args.orders_rate / args.shards
+            sh.last_tick = time.monotonic()
+        t0 = time.perf_counter()
+        shards = list(sch.shards.values())
+        while time.perf_counter() - t0 < args.seconds:
+            await sch.tick_all(shards)
+            await asyncio.sleep(0)
+        dt = time.perf_counter() - t0
+        print(f"orders issued ({label}): {sent} in {dt:.1f}s = {sent / dt:,.0f}/s over {n} "
+              f"pages (ticks as fast as possible, share {args.orders_rate:g}/s)")
+
+    await orders_per_s("pages never crawled")
+    if args.crawled:
+        # every page crawled once at a different time (distinct values: the CrawlIndex path)
+        await store.redis.delete(*[store.key(h, "inflight") for h in {h for h, _ in urls}])
+        t0 = time.perf_counter()
+        for i in range(0, n, batch):
+            evs = [Ev(Msg(json.dumps({"url": u, "fetched_at": now - 10 - (i + j) % 86400,
+                                      "changed": None}).encode(), h.encode(), "bench.outcomes",
+                          hash(h) % args.shards, i + j))
+                   for j, (h, u) in enumerate(urls[i : i + batch])]
+            await agents.on_outcomes(evs)
+        print(f"outcomes applied: {n} in {time.perf_counter() - t0:.1f}s")
+        await orders_per_s("pages crawled once")
     # clean up
     cursor = 0
     while True:
@@ -135,4 +150,6 @@ if __name__ == "__main__":
     ap.add_argument("--shards", type=int, default=1)
     ap.add_argument("--orders-rate", type=float, default=1e6)
     ap.add_argument("--seconds", type=float, default=10.0)
+    ap.add_argument("--crawled", action="store_true",
+                    help="then crawl every page once and measure orders again")
     asyncio.run(main(ap.parse_args()))

@@ -14,7 +14,7 @@ from aiokafka.partitioner import murmur2
 
 from models.values import crawl_value, time_to_value
 from streams.estimation import GROUP_NAMES, GROUPS, estimates_of
-from streams.params import PageParams, page_params
+from streams.params import page_params
 from streams.records import SOURCES, check_url, host_of
 from streams.scheduler import Control
 from streams.settings import Settings
@@ -30,14 +30,6 @@ def _num(x: float | None) -> float | None:
     if x is None or not math.isfinite(x):
         return None
     return x
-
-
-def max_value(params: PageParams) -> float:
-    """``V(inf) = mu/Delta`` of the value function's model, ``Delta = alpha + gamma - nu``
-    with ``nu = gamma exp(-alpha beta)`` (paper 004 Sec. 3)."""
-    a, b, g = params.alpha_per_s, params.beta_s, params.gamma_per_s
-    delta = a + (g * -math.expm1(-a * b) if g > 0 else 0.0)
-    return params.mu / delta if delta > 0 else 0.0
 
 
 def estimates_view(record: str | None) -> dict[str, Any] | None:
@@ -88,7 +80,7 @@ async def explain(store: Store, settings: Settings, url: str, now_s: float) -> d
     tau = params.tau_eff_s(now_s)
     value = float(crawl_value(tau, params.alpha_per_s, params.beta_s, params.gamma_per_s,
                               params.mu))
-    cap = max_value(params)
+    cap = params.max_value()
     out.update(
         known=True,
         state={

@@ -43,6 +43,14 @@ class PageParams:
     def tau_eff_s(self, now_s: float) -> float:
         return max(0.0, now_s - self.origin_s)
 
+    def max_value(self) -> float:
+        """``V(inf) = mu/Delta`` of the value function's model (the value of a page never
+        crawled): ``Delta = alpha + gamma - nu``, ``nu = gamma exp(-alpha beta)`` (paper 004
+        Sec. 3)."""
+        a, b, g = self.alpha_per_s, self.beta_s, self.gamma_per_s
+        delta = a + (g * -math.expm1(-a * b) if g > 0 else 0.0)
+        return self.mu / delta if delta > 0 else 0.0
+
     def as_dict(self) -> dict[str, object]:
         return {
             "alpha_per_s": self.alpha_per_s,

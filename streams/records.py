@@ -9,6 +9,7 @@ and timestamps too far in the future (``context={"now_s": ..., "max_future_s": .
 from __future__ import annotations
 
 import base64
+import functools
 import math
 import re
 from typing import Any, Literal
@@ -33,24 +34,37 @@ Source = Literal["sitemap", "indexnow", "websub", "cdn", "other"]
 _HOST_RE = re.compile(r"^[a-z0-9]([a-z0-9\-_.]*[a-z0-9])?(:\d{1,5})?$|^\[[0-9a-f:.]+\]$")
 
 
+_SPACE_RE = re.compile(r"\s")  # the same characters as str.isspace (Py_UNICODE_ISSPACE)
+
+
+@functools.lru_cache(maxsize=1 << 16)
+def _split(url: str) -> tuple[str, str | None]:
+    """``(scheme, hostname)`` of a URL; cached: a page's URL is parsed once per event, not
+    once per use (pings of one page repeat it)."""
+    parts = urlsplit(url)
+    return parts.scheme, parts.hostname
+
+
 def host_of(url: str) -> str:
     """The lower-cased host of an http(s) URL (the Kafka key and the Redis hash tag)."""
-    return (urlsplit(url).hostname or "").lower()
+    try:
+        return (_split(url)[1] or "").lower()
+    except ValueError:
+        return ""
 
 
 def check_url(url: str) -> str:
     if len(url.encode()) > MAX_URL_BYTES:
         raise ValueError(f"url longer than {MAX_URL_BYTES} bytes")
     try:
-        parts = urlsplit(url)
-        hostname = parts.hostname
+        scheme, hostname = _split(url)
     except ValueError as exc:
         raise ValueError(f"url does not parse: {exc}") from None
-    if parts.scheme not in ("http", "https"):
-        raise ValueError(f"url scheme must be http or https, not {parts.scheme!r}")
+    if scheme not in ("http", "https"):
+        raise ValueError(f"url scheme must be http or https, not {scheme!r}")
     if not hostname:
         raise ValueError("url has no host")
-    if any(c.isspace() for c in url):
+    if _SPACE_RE.search(url):
         raise ValueError("url contains whitespace")
     return url
 

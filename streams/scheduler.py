@@ -42,7 +42,6 @@ from streams import budget
 from streams.estimation import Estimates, estimates_of
 from streams.metrics import Metrics
 from streams.params import PageParams, page_params
-from streams.records import Order
 from streams.settings import Settings
 from streams.state import HostInfo, PageState, Store
 
@@ -111,6 +110,88 @@ KEEP = object()
 NOT_IN_FLIGHT = object()
 
 
+class FreshPages:
+    """Never-crawled pages, outside the :class:`CrawlIndex`: their value is constant,
+    ``V(inf) = mu/Delta`` (``tau_eff`` is decades), so they need no time-to-level keys.
+
+    One heap per host (highest value first, ties by arrival) and a heap of hosts keyed by
+    their best page, so a host without a token is skipped in one step with all its pages
+    (an index full of equal values would otherwise make every query a full scan).  Removal
+    is lazy: an entry counts only while ``self.key[url]`` is that entry.
+    """
+
+    __slots__ = ("by_host", "hosts", "key", "seq")
+
+    def __init__(self) -> None:
+        self.by_host: dict[str, list[tuple[float, int, str]]] = {}
+        self.hosts: list[tuple[float, int, str]] = []
+        self.key: dict[str, tuple[float, int, str]] = {}
+        self.seq = 0
+
+    def __len__(self) -> int:
+        return len(self.key)
+
+    def __contains__(self, url: object) -> bool:
+        return url in self.key
+
+    def add(self, url: str, host: str, value: float) -> None:
+        old = self.key.get(url)
+        if old is not None and old[0] == -value:
+            return
+        self.seq += 1
+        entry = (-value, self.seq, url)
+        self.key[url] = entry
+        heap = self.by_host.setdefault(host, [])
+        heapq.heappush(heap, entry)
+        if heap[0] is entry:
+            heapq.heappush(self.hosts, (entry[0], entry[1], host))
+
+    def remove(self, url: str) -> None:
+        self.key.pop(url, None)
+
+    def _top(self, host: str) -> tuple[float, int, str] | None:
+        heap = self.by_host.get(host)
+        while heap and self.key.get(heap[0][2]) is not heap[0]:
+            heapq.heappop(heap)
+        if not heap:
+            self.by_host.pop(host, None)
+            return None
+        return heap[0]
+
+    def take(self, n: int, capacity: Callable[[str], int]) -> list[tuple[str, str, float]]:
+        """Up to ``n`` best pages ``(url, host, value)`` (removed), at most
+        ``capacity(host)`` per host; a host with no capacity is skipped whole."""
+        out: list[tuple[str, str, float]] = []
+        skipped: list[tuple[float, int, str]] = []
+        room: dict[str, int] = {}
+        while len(out) < n and self.hosts:
+            hk = self.hosts[0]
+            host = hk[2]
+            top = self._top(host)
+            if top is None or (top[0], top[1]) != (hk[0], hk[1]):
+                heapq.heappop(self.hosts)  # stale host entry
+                if top is not None:
+                    heapq.heappush(self.hosts, (top[0], top[1], host))
+                continue
+            left = room.get(host)
+            if left is None:
+                left = capacity(host)
+            if left <= 0:
+                skipped.append(heapq.heappop(self.hosts))
+                continue
+            room[host] = left - 1
+            heapq.heappop(self.by_host[host])
+            del self.key[top[2]]
+            out.append((top[2], host, -top[0]))
+            heapq.heappop(self.hosts)
+            nxt = self._top(host)
+            if nxt is not None:
+                heapq.heappush(self.hosts, (nxt[0], nxt[1], host))
+        for e in skipped:
+            heapq.heappush(self.hosts, e)
+        return out
+
+
 @dataclass
 class Shard:
     partition: int
@@ -132,6 +213,7 @@ class Shard:
     ready: bool = False
     dirty: set[tuple[str, str]] = field(default_factory=set)
     rate_window: list[tuple[float, int]] = field(default_factory=list)
+    fresh: FreshPages = field(default_factory=lambda: FreshPages())
 
     def bucket(self, host: str) -> HostBucket:
         b = self.hosts.get(host)
@@ -217,6 +299,7 @@ class Scheduler:
     # -- shard state ----------------------------------------------------------------
     def _forget(self, shard: Shard, url: str) -> None:
         entry = shard.pages.pop(url, None)
+        shard.fresh.remove(url)
         if url in shard.index:
             shard.index.remove(url)
         fl = shard.in_flight.pop(url, None)
@@ -250,8 +333,18 @@ class Scheduler:
             if known is not None:
                 del shard.in_flight[url]
                 shard.bucket(host).in_flight -= 1
-            shard.index.upsert(url, origin=params.origin_s, alpha=params.alpha_per_s,
-                               beta=params.beta_s, gamma=params.gamma_per_s, mu=params.mu)
+            if state.crawled:
+                shard.fresh.remove(url)
+                shard.index.upsert(url, origin=params.origin_s, alpha=params.alpha_per_s,
+                                   beta=params.beta_s, gamma=params.gamma_per_s, mu=params.mu)
+            else:
+                if url in shard.index:
+                    shard.index.remove(url)
+                value = params.max_value()
+                if value > 0.0:  # worthless pages are left to the floor
+                    shard.fresh.add(url, host, value)
+                else:
+                    shard.fresh.remove(url)
             return
         self._set_flight(shard, url, host, flight)
 
@@ -419,24 +512,41 @@ class Scheduler:
                 delay = 0.0
             await asyncio.sleep(max(0.0, delay))
 
-    def _host_ok(self, shard: Shard, now: float, taken: dict[str, int],
-                 accepted: set[Hashable]) -> Callable[[Hashable], bool]:
+    def _host_room(self, shard: Shard, now: float, taken: dict[str, int]
+                   ) -> Callable[[str], int]:
+        """Orders a host can still take this tick (tokens and max in flight), minus
+        ``taken``; computed once per host per tick."""
         st = self.settings
+        cache: dict[str, int] = {}
+
+        def room(host: str) -> int:
+            r = cache.get(host)
+            if r is None:
+                b = shard.bucket(host)
+                r = int(b.available(now, st.default_host_crawls_per_s, st.host_burst))
+                mif = (b.max_in_flight if b.max_in_flight is not None
+                       else st.default_host_max_in_flight)
+                if mif > 0:
+                    r = min(r, mif - b.in_flight)
+                cache[host] = r
+            return r - taken.get(host, 0)
+
+        return room
+
+    def _host_ok(self, shard: Shard, room: Callable[[str], int], taken: dict[str, int],
+                 accepted: set[Hashable]) -> Callable[[Hashable], bool]:
+        pages = shard.pages
 
         def ok(url: Hashable) -> bool:
             if url in accepted:
                 return True
-            entry = shard.pages.get(url)  # type: ignore[call-overload]
+            entry = pages.get(url)  # type: ignore[call-overload]
             if entry is None:
                 return False
-            b = shard.bucket(entry.host)
-            t = taken.get(entry.host, 0)
-            if b.available(now, st.default_host_crawls_per_s, st.host_burst) - t < 1.0:
+            host = entry.host
+            if room(host) < 1:
                 return False
-            mif = b.max_in_flight if b.max_in_flight is not None else st.default_host_max_in_flight
-            if mif > 0 and b.in_flight + t >= mif:
-                return False
-            taken[entry.host] = t + 1
+            taken[host] = taken.get(host, 0) + 1
             accepted.add(url)
             return True
 
@@ -474,7 +584,8 @@ class Scheduler:
         shard.wanted += n
         taken: dict[str, int] = {}
         accepted: set[Hashable] = set()
-        ok = self._host_ok(shard, now, taken, accepted)
+        room = self._host_room(shard, now, taken)
+        ok = self._host_ok(shard, room, taken, accepted)
         picks: list[tuple[str, str, float]] = []
         if self.control.max_interval_s > 0:
             deferred = []
@@ -482,46 +593,75 @@ class Scheduler:
                 entry = heapq.heappop(shard.floor)
                 _, url, last = entry
                 page = shard.pages.get(url)
-                if page is None or page.last_crawl_s != last or url not in shard.index:
+                if page is None or page.last_crawl_s != last or url in shard.in_flight:
                     continue
                 if ok(url):
-                    picks.append((url, "floor", shard.index.value(url, now)))
+                    picks.append((url, "floor", self._value(shard, url, now)))
                 else:
                     deferred.append(entry)
             for e in deferred:
                 heapq.heappush(shard.floor, e)
-        if len(picks) < n and len(shard.index):
+        if len(picks) < n:
             chosen = {u for u, _, _ in picks}
-            for pid, v in shard.index.best(now, eligible=ok, k=n):
-                # a page worth nothing (importance 0, or Delta 0) is left to the floor
-                if v > 0.0 and pid not in chosen and len(picks) < n:
-                    picks.append((str(pid), "greedy", v))
+            want = n - len(picks)
+            fresh: list[tuple[str, str, float]] = []
+            if len(shard.fresh):
+                def fresh_room(host: str) -> int:
+                    return room(host)
+
+                fresh = [f for f in shard.fresh.take(want, fresh_room) if f[0] not in chosen]
+                for url, host, _v in fresh:
+                    taken[host] = taken.get(host, 0) + 1
+                    accepted.add(url)
+            crawled: list[tuple[Hashable, float]] = []
+            if len(shard.index):
+                crawled = [(pid, v) for pid, v in shard.index.best(now, eligible=ok, k=want)
+                           if v > 0.0 and pid not in chosen]
+            # merge the two descending lists; fresh pages not used go back
+            i = j = 0
+            while len(picks) < n and (i < len(fresh) or j < len(crawled)):
+                if j >= len(crawled) or (i < len(fresh) and fresh[i][2] >= crawled[j][1]):
+                    picks.append((fresh[i][0], "greedy", fresh[i][2]))
+                    i += 1
+                else:
+                    picks.append((str(crawled[j][0]), "greedy", crawled[j][1]))
+                    j += 1
+            for url, host, v in fresh[i:]:
+                shard.fresh.add(url, host, v)
         if picks:
             level = shard.index.threshold()
             shard.level = level if math.isfinite(level) else 0.0
         return picks
 
+    def _value(self, shard: Shard, url: str, now: float) -> float:
+        if url in shard.index:
+            return shard.index.value(url, now)
+        entry = shard.pages.get(url)
+        return entry.params.max_value() if entry is not None else 0.0
+
     async def _issue(
         self, plans: list[tuple[Shard, list[tuple[str, str, float]]]], now: float
     ) -> int:
         st = self.settings
-        orders: list[tuple[Shard, Order]] = []
+        orders: list[tuple[Shard, dict[str, Any]]] = []
         pipe = self.store.redis.pipeline(transaction=False)
         for shard, picks in plans:
             for url, policy, value in picks:
                 self._seq += 1
                 oid = f"{self.worker_id}-{shard.partition}-{self._seq:x}"
-                tau = max(0.0, now - shard.index.origin(url))
-                order = Order(
-                    order_id=oid, url=url, host=shard.pages[url].host,
-                    issued_at=round(now, 6), crawl_value=float(value), threshold=shard.level,
-                    tau_eff=tau, policy=policy,
-                )
+                page = shard.pages[url]
+                tau = max(0.0, now - page.params.origin_s)
+                # the Order record's fields (streams/records.py), built as a plain dict
+                order: dict[str, Any] = {
+                    "order_id": oid, "url": url, "host": page.host,
+                    "issued_at": round(now, 6), "crawl_value": float(value),
+                    "threshold": shard.level, "tau_eff": tau, "policy": policy,
+                }
                 why = (f"{now:.3f} ordered {oid} ({policy}): value {value:.4g}"
                        f" {'>=' if value >= shard.level else '<'} threshold {shard.level:.4g},"
                        f" tau_eff {tau:.0f}s")
                 await self.store.queue_issue(
-                    pipe, url, order.host, order_id=oid, now_s=now,
+                    pipe, url, page.host, order_id=oid, now_s=now,
                     default_rate=st.default_host_crawls_per_s,
                     default_mif=st.default_host_max_in_flight, burst=st.host_burst,
                     keep=st.decisions_per_page, decision=why,
@@ -537,15 +677,15 @@ class Scheduler:
                     log.warning("issue failed: %r", res)
                 continue
             code = _s(res[0])
-            url, host = order.url, order.host
+            url, host = order["url"], order["host"]
             b = shard.bucket(host)
             if code == "ok":
                 b.take(now, st.default_host_crawls_per_s, st.host_burst)
-                self._set_flight(shard, url, host, (order.order_id, now))
-                await self.send_order(host.encode(), order.model_dump_json().encode())
-                self.metrics.order(shard.partition, order.policy)
-                if order.policy == "greedy" and order.crawl_value > 0:
-                    self._observe_value(shard, order.crawl_value, now)
+                self._set_flight(shard, url, host, (order["order_id"], now))
+                await self.send_order(host.encode(), json.dumps(order).encode())
+                self.metrics.order(shard.partition, order["policy"])
+                if order["policy"] == "greedy" and order["crawl_value"] > 0:
+                    self._observe_value(shard, order["crawl_value"], now)
                 shard.emitted += 1
                 shard.credit -= 1
                 sent += 1
@@ -571,6 +711,7 @@ class Scheduler:
             heapq.heappush(shard.timeouts,
                            (flight[1] + self.control.order_timeout_s, url, flight[0]))
         shard.in_flight[url] = flight
+        shard.fresh.remove(url)
         if url in shard.index:
             shard.index.remove(url)
 
