@@ -36,6 +36,15 @@ def as_float_array(
     except (TypeError, ValueError) as exc:
         raise ValueError(f"{name} must be numeric, got {value!r}") from exc
     if arr.size:
+        lo, hi = float(arr.min()), float(arr.max())  # NaN propagates into both
+        fast_ok = (
+            lo == lo  # not NaN
+            and (lo >= 0 or allow_negative)
+            and (allow_inf or (hi < np.inf and lo > -np.inf))
+            and (allow_zero or bool((arr != 0).all()))
+        )
+        if fast_ok:
+            return arr
         if np.isnan(arr).any():
             raise ValueError(f"{name} must not be NaN")
         if not allow_negative and (arr < 0).any():
@@ -60,7 +69,10 @@ def broadcast(**arrays: FloatArray) -> tuple[FloatArray, ...]:
     except ValueError as exc:
         shapes = ", ".join(f"{k} {v.shape}" for k, v in arrays.items())
         raise ValueError(f"arguments do not broadcast: {shapes}") from exc
-    return tuple(np.array(a, dtype=np.float64, order="C") for a in out)
+    return tuple(
+        a if a is b and a.flags.c_contiguous else np.array(b, dtype=np.float64, order="C")
+        for a, b in zip(arrays.values(), out, strict=True)
+    )
 
 
 def as_terms(terms: int | None) -> int | None:

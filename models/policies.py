@@ -121,14 +121,22 @@ def expected_accuracy(
     d = as_float_array("change_rate", change_rate)
     xi = as_float_array("rates", rates, allow_inf=True)
     mu, d, xi = broadcast(importance=mu, change_rate=d, rates=xi)
+    return _accuracy(mu, d, xi)
+
+
+def _accuracy(mu: FloatArray, d: FloatArray, xi: FloatArray) -> float:
+    """``sum G(xi) / sum mu`` on validated arrays (see :func:`expected_accuracy`)."""
     total = float(mu.sum())
     if total == 0:
         return 0.0
     with np.errstate(divide="ignore", invalid="ignore"):
         x = d / xi  # crawl interval in units of the change period
-        fresh = np.where(x > 0, -np.expm1(-x) / x, 1.0)
-    fresh = np.where(d == 0, 1.0, np.where(xi == 0, 0.0, fresh))
-    return float((mu * fresh).sum() / total)
+        fresh = -np.expm1(-x)
+        fresh /= x
+    fresh[x == 0] = 1.0  # crawled continuously
+    fresh[np.isinf(x)] = 0.0  # changes but never crawled
+    fresh[d == 0] = 1.0  # never changes
+    return float(np.dot(mu, fresh) / total)
 
 
 def solve_optimal_rates(
@@ -172,53 +180,94 @@ def solve_optimal_rates(
     rates = np.zeros(mu.size)
     act = (mu > 0) & (d > 0)
     if not act.any():
-        return RatesSolution(rates.reshape(shape), 0.0, expected_accuracy(mu, d, rates))
+        return RatesSolution(rates.reshape(shape), 0.0, _accuracy(mu, d, rates))
     mu_a, d_a = mu[act], d[act]
     ratio = d_a / mu_a  # Delta/mu: page i is crawled iff Lambda * ratio < 1
     rel = ratio / ratio.min()  # >= 1, exactly 1 for the most valuable page(s)
     lam_max = float(1.0 / ratio.min())
-    log_rel = np.log(rel)
-    with np.errstate(divide="ignore"):
-        log_t = np.log((rel - 1.0) / rel)  # -inf for the most valuable page(s)
-    warm: list[FloatArray] = []
+    one_minus_rel = 1.0 - rel
 
-    # Unknown s > 0 with Lambda = lam_max (1 - e^{-s}).  Page i is crawled iff
-    # p_i = rel_i (1 - e^{-s}) < 1, i.e. s < -log t_i, and then
-    # c_i = -log(1 - p_i) = s - log(rel_i) - log1p(-t_i e^s): exact even when a rate is
-    # far below Delta/37, where 1 - p is below the spacing of doubles near 1.
-    def rates_at(log_s: float) -> FloatArray:
+    # Unknown u = log s with Lambda = lam_max (1 - e^{-s}).  Page i is crawled iff
+    # p_i = rel_i (1 - e^{-s}) < 1, and c_i = -log(1 - p_i) is computed as
+    # -log1p(-p_i) while s < 1/2 (all p_i < 1 - 1/e there... or not crawled) and as
+    # -log((1 - rel_i) + rel_i e^{-s}) beyond (all crawled p_i > 0.39 there), so
+    # that rates far below Delta/37, where 1 - p is below the spacing of doubles near
+    # 1, stay resolved and small p keep full relative accuracy.
+    n_act = rel.size
+    warm_x = np.full(n_act, np.nan)
+    chunk = 1 << 16
+
+    def evaluate(log_s: float) -> tuple[FloatArray, float]:
         sv = math.exp(log_s)
-        p = rel * -math.expm1(-sv)
-        on = sv + log_t < 0
-        with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
-            tail = sv - log_rel - np.log1p(-np.exp(np.minimum(sv + log_t, 0.0)))
-            c = np.where(p < 0.5, -np.log1p(-np.minimum(p, 0.5)), tail)
-        c = np.where(on, c, np.inf)
-        start = None
-        if warm:
-            start = np.where(np.isfinite(warm[0]) & (warm[0] > 0), warm[0], np.sqrt(2.0 * c) + c)
-        x = phi_inverse(c, start)
-        warm[:] = [x]
-        with np.errstate(divide="ignore"):
-            out: FloatArray = np.where(np.isfinite(x), d_a / x, 0.0)
-        return out
+        e_s = math.exp(-sv)
+        xi = np.empty(n_act)
+        slope = 0.0
+        for lo_i in range(0, n_act, chunk):  # cache-sized blocks
+            sl = slice(lo_i, min(lo_i + chunk, n_act))
+            r_c = rel[sl]
+            with np.errstate(divide="ignore", invalid="ignore"):
+                if sv < 0.5:
+                    p = r_c * -math.expm1(-sv)
+                    c = np.where(p < 1.0, -np.log1p(-np.minimum(p, 1.0)), np.inf)
+                else:
+                    gap = one_minus_rel[sl] + r_c * e_s
+                    c = np.where(gap > 0, -np.log(gap), np.inf)
+            w0 = warm_x[sl]
+            start = np.where(np.isfinite(w0) & (w0 > 0), w0, np.sqrt(2.0 * c) + c)
+            x = phi_inverse(c, start)
+            warm_x[sl] = x
+            on = np.isfinite(x)
+            with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
+                xc = np.where(on, d_a[sl] / x, 0.0)  # x = 0 (Lambda = 0): infinite rate
+                # d xi / d log s = -(xi/x) ((1+x)/x) rel e^{c - s} s
+                dxi = -xc / x * (1.0 + x) / x * r_c * np.exp(c - sv) * sv
+            xi[sl] = xc
+            slope += float(np.nansum(np.where(on, dxi, 0.0)))
+        return xi, slope
 
-    def excess(log_s: float) -> float:
-        return float(rates_at(log_s).sum()) / r_budget - 1.0
-
-    hi = 0.0
-    while excess(hi) >= 0:
-        hi += 2.0 + hi
-    lo = hi - 1.0
-    while excess(lo) <= 0:
-        lo -= 2.0 * (hi - lo)
-    root = _brentq(excess, lo, hi)
-    xi = rates_at(root)
-    multiplier = lam_max * -math.expm1(-math.exp(root))
+    # safeguarded Newton on the decreasing sum(xi(u)) - R, started from the solution
+    # of an evenly strided ~20k-page subsample with the proportional budget
+    u = 0.0
+    if n_act > 50_000:
+        stride = n_act // 20_000
+        sub = solve_optimal_rates(
+            mu_a[::stride], d_a[::stride], r_budget * len(d_a[::stride]) / n_act
+        ).multiplier
+        if 0 < sub < lam_max:
+            u = math.log(-math.log1p(-sub / lam_max))
+    lo, hi = -math.inf, math.inf
+    xi_lo = xi_hi = np.zeros(0)
+    xi, slope = evaluate(u)
+    for _ in range(200):
+        excess = float(xi.sum()) / r_budget - 1.0
+        if excess > 0:
+            lo, xi_lo = u, xi
+        else:
+            hi, xi_hi = u, xi
+        if abs(excess) <= 1e-14 or hi - lo <= 4e-16 * max(1.0, abs(u)):
+            break
+        step = -excess * r_budget / slope if slope < 0 else math.inf
+        new = u + max(-4.0, min(4.0, step)) if math.isfinite(step) else math.nan
+        if not (lo < new < hi):
+            if math.isfinite(lo) and math.isfinite(hi):
+                new = 0.5 * (lo + hi)
+            else:
+                new = u + (4.0 if excess > 0 else -4.0)
+        if new in (lo, hi):
+            break
+        u = new
+        xi, slope = evaluate(u)
+    if abs(float(xi.sum()) / r_budget - 1.0) > 1e-14 and xi_lo.size and xi_hi.size:
+        # The bracket is one ulp wide in Lambda but the rates still jump: a page whose
+        # mu/Delta equals Lambda to double precision drops out with infinite slope
+        # (xi ~ Delta / log(1/(1 - p))).  Any rate between the two sides satisfies the
+        # KKT conditions to double precision, so share the rest of the budget among
+        # the pages that differ, in proportion to their jump.
+        jump = xi_lo - xi_hi
+        xi = xi_hi + jump * ((r_budget - float(xi_hi.sum())) / float(jump.sum()))
+    multiplier = lam_max * -math.expm1(-math.exp(u))
     rates[act] = xi
-    return RatesSolution(
-        rates.reshape(shape), multiplier, expected_accuracy(mu, d, rates)
-    )
+    return RatesSolution(rates.reshape(shape), multiplier, _accuracy(mu, d, rates))
 
 
 def optimal_rates(

@@ -238,7 +238,7 @@ def signal_params(
     alpha = (1.0 - lam) * d
     signalled = lam * d
     gamma = signalled + nu
-    with np.errstate(divide="ignore", invalid="ignore"):
+    with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
         kappa = np.log1p(signalled / nu)  # ln(gamma / nu)
         beta = kappa / alpha
     beta = np.where(signalled == 0, 0.0, beta)
@@ -331,27 +331,35 @@ def _term_without_cancellation(
 
     which we evaluate as a sum of non-negative terms, either
 
-    * (``x >= 2(i+1)``) ``-expm1((i+1) eps - alpha s) + sum_{n<=i} p_n(x) expm1((i+1-n) eps)``
-      (both parts positive because ``x rho`` ... ``(i+1) eps < alpha s`` here), or
-    * (``x < 2(i+1)``) ``(1 - rho) p_{i+2}(x) sum_{l>=0} t_l c_l`` with
+    * (``x >= 1.25(i+1) + 1`` and ``(i+1) eps < alpha s``)
+      ``-expm1((i+1) eps - alpha s) + sum_{n<=i} p_n(x) expm1((i+1-n) eps)``, both
+      parts non-negative, or
+    * (otherwise) ``(1 - rho) p_{i+2}(x) sum_{l>=0} t_l c_l`` with
       ``t_l = p_{i+2+l}/p_{i+2}`` and ``c_l = sum_{k<=l} rho^k``, summed until a
       geometric bound on the rest is below ``1e-17`` of the sum.
     """
     out = np.zeros_like(x)
     pos = x > 0
-    closed = pos & (x >= 2.0 * (i + 1))
-    series = pos & ~closed
+    # the closed form is a sum of two non-negative parts once (i+1) eps < alpha s, i.e.
+    # roughly x > i+1; keeping x >= 1.25 (i+1) + 1 bounds the rounding of its exponent
+    # to a few ulps, and below that the series converges geometrically
+    pos &= one_minus_rho > 0  # alpha = 0: F = 0 exactly
+    closed = pos & (x >= 1.25 * (i + 1) + 1.0) & ((i + 1) * eps < alpha_s)
+    series = pos & ~closed & (x <= 4.0 * (i + 1) + 40.0)
+    # anything else (large x with rho < 0.6, where the naive difference does not
+    # cancel badly) is returned as NaN: the caller keeps the direct difference
+    out[pos & ~closed & ~series] = np.nan
     lg_i = math.lgamma(i + 1)
     if closed.any():
         xc = x[closed]
         ec = eps[closed]
         first = -np.expm1((i + 1) * ec - alpha_s[closed])
-        # head sum, from n = i downwards; p_{n-1} = p_n n / x with n / x <= 1/2,
-        # so 60 terms reach 2^-60 of the largest one.
+        # head sum, from n = i downwards; p_{n-1} = p_n n / x with n / x <= 0.8,
+        # so 200 terms reach 0.8^200 < 1e-19 of the largest one.
         p = np.exp(-xc + i * np.log(xc) - lg_i)
         head = p * np.expm1(ec)
         n = i
-        while n > 0 and n > i - 60:
+        while n > 0 and n > i - 200:
             p = p * (n / xc)
             n -= 1
             head += p * np.expm1((i + 1 - n) * ec)
@@ -542,10 +550,11 @@ def _ncis_sums(
         )
         c = al + ga
         q = nu_c / c
-        with np.errstate(divide="ignore"):
+        with np.errstate(divide="ignore", over="ignore"):
             q_ratio = np.where(de > 0, nu_c / de, np.inf)  # q / (1 - q)
         e_ai = np.exp(-al * io)
-        eps = np.log1p(al / ga)
+        with np.errstate(over="ignore"):
+            eps = np.log1p(al / ga)
         rho = ga / c
         omr = al / c
         idx = np.arange(io.size)
@@ -566,7 +575,7 @@ def _ncis_sums(
                 f = _term_without_cancellation(
                     i, x[hard], (al * s)[hard], eps[hard], rho[hard], omr[hard]
                 )
-                d_term[hard] = (qpow[hard] / c[hard]) * f
+                d_term[hard] = np.where(np.isnan(f), d_term[hard], (qpow[hard] / c[hard]) * f)
             v_acc[idx] += d_term
             psi_acc[idx] += psi_term
             w_acc[idx] += a_term
@@ -671,7 +680,7 @@ def _evaluate(
     # --- general (Theorem 1)
     gen = ~greedy
     j_cap = np.inf if terms is None else float(terms)
-    with np.errstate(divide="ignore", invalid="ignore"):
+    with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
         n_terms = np.where(np.isinf(beta), 1.0, np.floor(iota / beta) + 1.0)
     n_terms = np.minimum(n_terms, j_cap)
     inf_gen = gen & ~finite
@@ -802,12 +811,68 @@ def crawl_value(
     a, b, g = _check_signal_args(alpha, beta, gamma)
     m = as_float_array("mu", mu)
     nterms = as_terms(terms)
+    if g.size == 1 and float(g.reshape(())) == 0.0:
+        return _greedy_value(t, a, m)
     t, a, b, g, m = broadcast(tau_eff=t, alpha=a, beta=b, gamma=g, mu=m)
     full = t.shape
     t, a, b, g = (z.ravel() for z in (t, a, b, g))
     sums = _evaluate(t, a, b, g, nterms, want_psi=False, want_w=False)
     out: FloatArray = m * sums.v.reshape(full)
     return out
+
+
+def _greedy_value(tau: FloatArray, alpha: FloatArray, mu: FloatArray) -> FloatArray:
+    """Greedy fast path (``gamma = 0``): ``mu R^1(alpha tau) / alpha``, chunked.
+
+    Sec. 5.1 of paper 004 (the blog's crawl value).  ``R^1(x) = 1 - e^{-x}(1 + x)``
+    for ``x >= 0.5`` (at most 4 bits lost there), the series of :func:`_residual1`
+    below; ``alpha = 0`` gives 0, ``tau = inf`` gives ``mu / alpha``.  Works in
+    cache-sized chunks on flat views so that each page costs one ``exp``.
+    """
+    try:
+        shape = np.broadcast_shapes(tau.shape, alpha.shape, mu.shape)
+    except ValueError as exc:
+        raise ValueError(
+            f"arguments do not broadcast: tau_eff {tau.shape}, alpha {alpha.shape}, mu {mu.shape}"
+        ) from exc
+    n = math.prod(shape)
+    flat = []
+    for arr in (tau, alpha, mu):
+        if arr.size == 1:
+            flat.append(arr.reshape(1))
+        else:
+            flat.append(np.ascontiguousarray(np.broadcast_to(arr, shape)).reshape(-1))
+    t_all, a_all, m_all = flat
+    out = np.empty(n)
+    step = _CHUNK * 4
+    for start in range(0, n, step):
+        stop = min(start + step, n)
+        t_c = t_all if t_all.size == 1 else t_all[start:stop]
+        a_c = a_all if a_all.size == 1 else a_all[start:stop]
+        m_c = m_all if m_all.size == 1 else m_all[start:stop]
+        with np.errstate(invalid="ignore"):  # 0 * inf: fixed below
+            x = np.multiply(a_c, t_c)
+            e = np.exp(-x)
+            r = np.add(x, 1.0)
+            r *= e
+            np.subtract(1.0, r, out=r)
+        small = x < 0.5
+        if small.any():
+            xs = np.broadcast_to(x, r.shape)[small] if x.shape != r.shape else x[small]
+            acc = np.full_like(xs, _R1_SERIES[-1])
+            for coef in _R1_SERIES[-2::-1]:
+                acc = acc * xs + coef
+            r[small] = np.exp(-xs) * xs * xs * acc
+        with np.errstate(divide="ignore", invalid="ignore"):
+            v = r * m_c / a_c
+        bad = ~np.isfinite(v)
+        if bad.any():  # alpha = 0 (V = 0) or tau = inf (V = mu/alpha, 0 if alpha = 0)
+            a_b = np.broadcast_to(a_c, v.shape)[bad]
+            m_b = np.broadcast_to(m_c, v.shape)[bad]
+            with np.errstate(divide="ignore", invalid="ignore"):
+                v[bad] = np.where(a_b > 0, m_b / a_b, 0.0)
+        out[start:stop] = v
+    return out.reshape(shape)
 
 
 def psi(
@@ -916,7 +981,8 @@ def time_to_value(
     -------
     ndarray
         ``iota >= 0`` with ``V(iota) = level``; ``0`` where ``level <= 0``; ``inf``
-        where ``mu / Delta <= level`` (the page is never worth crawling).
+        where ``mu / Delta <= level`` (the page is never worth crawling) and where
+        ``alpha = 0`` (only a noiseless signal, ``tau_eff = inf``, gives value).
 
     Notes
     -----
@@ -940,7 +1006,10 @@ def time_to_value(
     out = np.zeros(lv.size)
     out[lv >= cap] = np.inf
     out[lv <= 0] = 0.0
-    solve = (lv > 0) & (lv < cap)
+    # alpha = 0 (with Delta > 0, i.e. noiseless signals): V = 0 until a signal makes
+    # tau_eff infinite, so no finite effective time reaches a positive level
+    out[(lv > 0) & (a == 0)] = np.inf
+    solve = (lv > 0) & (lv < cap) & (a > 0)
     if solve.any():
         out[solve] = _solve_time_to_value(lv[solve], a[solve], b[solve], g[solve], m[solve])
     return out.reshape(shape)
