@@ -83,7 +83,7 @@ TRUNCATION_RTOL = 1e-13
 # A_i - B_i < A_i / 8, i.e. when the subtraction would lose more than 3 bits.
 _CANCELLATION_RATIO = 0.125
 # Chunk length for the term loop: keeps the working arrays in L2 cache.
-_CHUNK = 1 << 14
+_CHUNK = 1 << 16
 _SERIES_RTOL = 1e-17
 
 
@@ -844,7 +844,7 @@ def _greedy_value(tau: FloatArray, alpha: FloatArray, mu: FloatArray) -> FloatAr
             flat.append(np.ascontiguousarray(np.broadcast_to(arr, shape)).reshape(-1))
     t_all, a_all, m_all = flat
     out = np.empty(n)
-    step = _CHUNK * 4
+    step = 1 << 16
     for start in range(0, n, step):
         stop = min(start + step, n)
         t_c = t_all if t_all.size == 1 else t_all[start:stop]
