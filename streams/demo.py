@@ -33,12 +33,13 @@ import redis.asyncio as aioredis
 from aiokafka import AIOKafkaProducer
 
 from streams.edges.indexnow import IndexNowReceiver, KeyRegistry, start_receiver
-from streams.edges.pings import PingProducer
+from streams.edges.pings import Ping, PingProducer
 from streams.edges.sitemaps import MAX_BYTES, SitemapPoller
 from streams.fetcher.client import FetchLimits, SafeClient
 from streams.fetcher.egress import EgressPolicy
 from streams.fetcher.service import FetcherService
 from streams.settings import Settings
+from streams.testweb.expected import Loop, RunRecord, fresh_draws, replay
 from streams.testweb.server import TestWeb
 from streams.testweb.world import World, generate_world
 
@@ -67,8 +68,8 @@ class DemoConfig:
     #: The worker's App. C delay window (pings this soon after a crawl are dropped),
     #: scaled to the demo's time (the worker's default, 60 s, suits the real web).
     t_delay_s: float = 2.0
-    #: Simulator runs averaged for ``expected_accuracy``.
-    sim_runs: int = 1
+    #: Fresh draws of the world simulated for ``expected_accuracy_draws`` (0: none).
+    sim_runs: int = 4
 
     @property
     def warmup(self) -> float:
@@ -120,6 +121,51 @@ def expected_accuracy(
             accs.append(sim.accuracy(sw, ev, res, start=horizon / 3))
         return float(np.mean(accs)), f"models.sim Algorithm 1 ({kind}, {runs} runs)"
     return continuous_optimum(world, budget_per_s)
+
+
+def host_limit_of(cfg: DemoConfig, world: World) -> float:
+    return cfg.host_limit_per_s or max(0.5, 4 * cfg.budget_per_s / max(1, len(world.hosts)))
+
+
+def simulate_run(
+    world: World, settings: Settings, cfg: DemoConfig, summary: dict[str, Any]
+) -> dict[str, Any]:
+    """The simulator's numbers for a finished live run (``summary`` from :func:`run_loop`).
+
+    ``expected_accuracy``: Algorithm 1 with what the worker is given and learns (its own
+    parameter code, :class:`streams.testweb.expected.WorkerMirror`) replaying the run's own
+    changes, pings and order times; ``expected_accuracy_oracle``: the same with the true
+    parameters; ``*_draws``: mean and standard deviation over ``cfg.sim_runs`` fresh draws
+    of the world's processes at the achieved order rate (what another run would see).
+    """
+    record: RunRecord = summary.pop("record")
+    lags = record.lags()
+    loop = Loop(
+        budget_per_s=max(summary["orders_per_s"], 1e-9), duration_s=summary["duration_s"],
+        warmup_s=summary["duration_s"] - summary["window_s"], t_delay_s=cfg.t_delay_s,
+        poll_interval_s=cfg.poll_interval_s, host_rate_per_s=host_limit_of(cfg, world),
+        host_burst=settings.host_burst, host_max_in_flight=0, give_rates=cfg.give_rates,
+        **lags,
+    )  # fmt: skip
+    out: dict[str, Any] = {"sim_loop": asdict(loop)}
+    if record.orders and summary["window_s"] > 0:
+        out["expected_accuracy"] = replay(world, settings, record, loop)
+        out["expected_accuracy_oracle"] = replay(world, settings, record, loop, kind="oracle")
+        out["expected_source"] = "models.sim Algorithm 1, worker's parameters, replaying the run"
+    if cfg.sim_runs > 0:
+        m, sd = fresh_draws(world, settings, loop, runs=cfg.sim_runs, seed=cfg.seed)
+        om, osd = fresh_draws(world, settings, loop, kind="oracle", runs=cfg.sim_runs,
+                              seed=cfg.seed)  # fmt: skip
+        out.update({"expected_accuracy_draws": m, "expected_accuracy_draws_sd": sd,
+                    "expected_accuracy_oracle_draws": om,
+                    "expected_accuracy_oracle_draws_sd": osd})  # fmt: skip
+        out.setdefault("expected_accuracy", m)
+        out.setdefault("expected_accuracy_oracle", om)
+        out.setdefault("expected_source", f"models.sim Algorithm 1, {cfg.sim_runs} fresh draws")
+    acc = summary["accuracy"]
+    if "expected_accuracy" in out:
+        out["difference"] = None if acc is None else acc - out["expected_accuracy"]
+    return out
 
 
 def continuous_optimum(world: World, budget_per_s: float) -> tuple[float, str]:
@@ -202,12 +248,16 @@ async def load_inputs(
 ) -> None:
     """Publish the catalogue (pages), host limits and the budget."""
     world = web.world
-    host_limit = cfg.host_limit_per_s or max(0.5, 4 * cfg.budget_per_s / max(1, len(world.hosts)))
+    host_limit = host_limit_of(cfg, world)
     producer = AIOKafkaProducer(bootstrap_servers=settings.kafka_bootstrap, acks="all")
     await producer.start()
     try:
         for host in world.hosts:
-            v = {"host": host, "max_crawls_per_s": host_limit, "max_in_flight": 1}
+            # No cap on orders in flight per host: the fetcher already fetches one page
+            # of a host at a time, and a cap of 1 holds a host's next order until the
+            # worker has *applied* the previous outcome (Kafka + agent latency), which
+            # starves the hosts with the most valuable pages (see docs/edges.md).
+            v = {"host": host, "max_crawls_per_s": host_limit}
             await producer.send(settings.topic("hosts"), json.dumps(v).encode(), key=host.encode())
         for i, p in enumerate(world.pages):
             page: dict[str, Any] = {"url": web.url(i), "importance": p.importance}
@@ -230,17 +280,19 @@ async def load_inputs(
 
 async def initial_crawl(
     settings: Settings, web: TestWeb, http: SafeClient, rclient: aioredis.Redis
-) -> None:
+) -> list[float]:
     """Fetch every page once and report it, so the run starts with a full cache, as the
-    simulator does (every page fresh at ``t = 0``)."""
+    simulator does (every page fresh at ``t = 0``); returns each page's fetch time."""
     from streams.fetcher.service import DigestStore, outcome_for
 
     digests = DigestStore(rclient, settings.key_prefix)
     producer = AIOKafkaProducer(bootstrap_servers=settings.kafka_bootstrap, acks="all")
     await producer.start()
+    fetched: list[float] = []
     try:
         for i, page in enumerate(web.world.pages):
             result, _ = await http.get(web.url(i))
+            fetched.append(result.fetched_at)
             prev = await digests.swap(result.url, result.digest) if result.digest else None
             out = outcome_for(result, prev, None)
             await producer.send(
@@ -249,6 +301,7 @@ async def initial_crawl(
         await producer.flush()
     finally:
         await producer.stop()
+    return fetched
 
 
 async def _worker_pings(session: aiohttp.ClientSession, port: int) -> dict[str, float]:
@@ -311,9 +364,23 @@ async def run_loop(
 
     console = Console()
     rclient = aioredis.from_url(settings.redis_url)
+    record = RunRecord()
+    page_of: dict[str, int] = {}
+
+    def on_outcome(order: dict[str, Any], outcome: dict[str, Any]) -> None:
+        issued = order.get("issued_at")
+        if isinstance(issued, int | float) and record.t0 and issued >= record.t0:
+            record.orders.append((float(issued), float(outcome["fetched_at"]), time.time()))
+
+    def on_ping(ping: Ping) -> None:
+        i = page_of.get(ping.url)
+        if i is not None:
+            record.pings.append((i, ping.received_at, ping.changed_at))
+
     fetcher = FetcherService(
-        settings, DEMO_POLICY, FetchLimits(total_timeout_s=10), group_id=f"{settings.app_id}-fetch"
-    )
+        settings, DEMO_POLICY, FetchLimits(total_timeout_s=10),
+        group_id=f"{settings.app_id}-fetch", on_outcome=on_outcome,
+    )  # fmt: skip
     stop = asyncio.Event()
     tasks: list[asyncio.Task[Any]] = []
     async with PingProducer(settings) as producer, SafeClient(
@@ -326,6 +393,8 @@ async def run_loop(
         runner, rport = await start_receiver(receiver)
         web = TestWeb(world, indexnow_endpoint=f"http://127.0.0.1:{rport}/indexnow")
         await web.start()
+        page_of.update({u: i for i, u in enumerate(web.urls())})
+        producer.on_send = on_ping
         poller = SitemapPoller(http, rclient, settings.key_prefix, producer)
         try:
             tasks.append(asyncio.create_task(fetcher.run()))
@@ -336,8 +405,9 @@ async def run_loop(
             tasks.append(asyncio.create_task(polling))
             await load_inputs(settings, web, cfg)
             await asyncio.sleep(2.0)  # let the worker apply the catalogue
-            await initial_crawl(settings, web, http, rclient)
+            record.initial_fetch = await initial_crawl(settings, web, http, rclient)
             started = time.time()
+            record.t0 = started
             window_started = False
             numbers = LiveNumbers()
             async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=2)) as session:
@@ -381,6 +451,8 @@ async def run_loop(
                         await asyncio.sleep(min(1.0, cfg.duration_s - t))
             end = time.time()
             accuracy = web.truth.accuracy(end)
+            record.window_start, record.end = web.truth.window_start, end
+            record.changes = [list(c) for c in web.change_log]
             window_s = end - web.truth.window_start
             st = fetcher.stats
             summary: dict[str, Any] = {
@@ -412,6 +484,7 @@ async def run_loop(
                 "indexnow": dict(receiver.stats),
                 "sitemaps": dict(poller.stats),
                 "config": asdict(cfg),
+                "record": record,
             }
             return summary
         finally:
@@ -446,6 +519,10 @@ def demo_settings(
     )  # fmt: skip
 
 
+def _num(x: Any) -> str:
+    return "-" if x is None else f"{x:.3f}"
+
+
 def print_summary(summary: dict[str, Any]) -> None:
     from rich.console import Console
     from rich.table import Table
@@ -459,6 +536,14 @@ def print_summary(summary: dict[str, Any]) -> None:
         ("live accuracy", "-" if acc is None else f"{acc:.3f}"),
         ("expected accuracy", f"{summary['expected_accuracy']:.3f} ({summary['expected_source']})"),
         ("difference", "-" if acc is None else f"{100 * summary['difference']:+.1f} points"),
+        ("expected, true parameters (oracle)", _num(summary.get("expected_accuracy_oracle"))),
+        ("expected over fresh draws (sd)",
+         f"{_num(summary.get('expected_accuracy_draws'))} "
+         f"({_num(summary.get('expected_accuracy_draws_sd'))})"),
+        ("oracle over fresh draws (sd)",
+         f"{_num(summary.get('expected_accuracy_oracle_draws'))} "
+         f"({_num(summary.get('expected_accuracy_oracle_draws_sd'))})"),
+        ("continuous optimum (true parameters)", _num(summary.get("continuous_optimum"))),
         ("orders", f"{s['orders']} ({s['orders_per_s']:.2f}/s, budget {s['budget_per_s']:g}/s)"),
         ("outcomes ok / failed", f"{summary['outcomes_ok']} / {summary['outcomes_failed']}"),
         ("changed / unchanged / first",
@@ -521,13 +606,8 @@ def run_demo(cfg: DemoConfig, json_path: str | None = None) -> dict[str, Any]:
         if not was_running:
             stack.down()
     print("simulating the same world and budget (models.sim) ...", flush=True)
-    sim_acc, sim_source = expected_accuracy(
-        world, cfg.budget_per_s, runs=cfg.sim_runs, t_delay_s=cfg.t_delay_s
-    )
     summary["continuous_optimum"] = expected[0]
-    summary["expected_accuracy"], summary["expected_source"] = sim_acc, sim_source
-    acc = summary["accuracy"]
-    summary["difference"] = None if acc is None else acc - sim_acc
+    summary.update(simulate_run(world, settings, cfg, summary))
     print_summary(summary)
     if json_path:
         Path(json_path).write_text(json.dumps(_jsonable(summary), indent=2) + "\n")

@@ -28,6 +28,10 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
         "--t-delay", type=float, default=2.0,
         help="the worker's ping delay window in seconds (App. C), scaled to the demo",
     )  # fmt: skip
+    p.add_argument(
+        "--sim-runs", type=int, default=4,
+        help="fresh draws of the world simulated for expected_accuracy_draws (0: none)",
+    )  # fmt: skip
     p.add_argument("--quiet", action="store_true", help="no live view")
     p.add_argument("--json", help="write the summary here")
     p.set_defaults(func=run)
@@ -41,7 +45,7 @@ def run(args: argparse.Namespace) -> int:
         hosts=args.hosts, pages_per_host=args.pages_per_host, seed=args.seed,
         time_unit_s=args.time_unit, sitemap_share=args.sitemap_share,
         poll_interval_s=args.poll_interval, give_rates=not args.no_rates, live=not args.quiet,
-        t_delay_s=args.t_delay,
+        t_delay_s=args.t_delay, sim_runs=args.sim_runs,
     )  # fmt: skip
     run_demo(cfg, args.json)
     return 0

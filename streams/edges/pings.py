@@ -15,7 +15,7 @@ from __future__ import annotations
 import json
 import time
 import uuid
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -80,6 +80,8 @@ class PingProducer:
             bootstrap_servers=settings.kafka_bootstrap, linger_ms=linger_ms, acks="all"
         )
         self.sent = 0
+        #: called with every ping handed to Kafka (e.g. to record a run)
+        self.on_send: Callable[[Ping], None] | None = None
 
     async def start(self) -> None:
         await self._producer.start()
@@ -99,6 +101,8 @@ class PingProducer:
         key, value = ping.encode()
         await self._producer.send(self.topic, value, key=key)
         self.sent += 1
+        if self.on_send is not None:
+            self.on_send(ping)
 
     async def send_many(self, pings: Iterable[Ping]) -> int:
         n = 0

@@ -105,6 +105,8 @@ class TestWeb:
         for i, p in enumerate(world.pages):
             self._host_pages[p.host].append(i)
         self._lastmod: list[float] = []
+        #: every change of every page (epoch seconds), for replaying the run in the simulator
+        self.change_log: list[list[float]] = [[] for _ in world.pages]
         self._pending: dict[str, list[str]] = defaultdict(list)
         self._heap: list[tuple[float, int, str, int, float]] = []
         self._seq = 0
@@ -221,6 +223,7 @@ class TestWeb:
         page = self.world.pages[i]
         if kind == "change":
             self.truth.changed(page.url(self.port), t)
+            self.change_log[i].append(t)
             self.stats["changes"] += 1
             if self.rng.random() < page.recall:
                 delay = self.rng.expovariate(1.0 / page.delay_s) if page.delay_s > 0 else 0.0

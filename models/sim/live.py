@@ -1,0 +1,334 @@
+"""Simulator configurations that match a live run (``recrawl demo``): pure, no clock, no I/O.
+
+The slot loop of :mod:`models.sim.engine` crawls instantly at evenly spaced slots with an
+unlimited fetcher.  A live loop differs in ways that belong to "the same world and budget":
+
+* :func:`testweb_events` - the test web's announcement channels: a sitemap host's change is
+  seen only when the poller next polls (several announcements between two polls collapse
+  into one ``lastmod``, and a ``lastmod`` that does not move is no ping); an IndexNow host's
+  announcements are POSTed in batches every ``flush_interval``.
+* :func:`run_timed` - crawl slots at given times (the orders actually emitted), the copy
+  taken ``fetch_lag`` after the order and the outcome applied ``outcome_lag`` after it (the
+  page is in flight meanwhile and cannot be ordered again), per-host token buckets and a
+  per-host cap on orders in flight.
+* :class:`LiveRuleAlgorithm1` - Algorithm 1 with the worker's ping rules (a ping is dropped
+  if its change time or arrival precedes the last crawl, or if it arrives within
+  ``t_delay`` of it; App. C).
+* :func:`windowed_accuracy` - the paper's accuracy over a window, with every page's copy
+  taken at a given initial time.
+"""
+
+from __future__ import annotations
+
+import heapq
+import math
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import numpy as np
+import numpy.typing as npt
+
+from models.sim.events import Events
+from models.sim.policies import Algorithm1
+
+__all__ = [
+    "LiveRuleAlgorithm1",
+    "TimedPolicy",
+    "live_ping_ok",
+    "run_timed",
+    "testweb_events",
+    "windowed_accuracy",
+]
+
+FloatArray = npt.NDArray[np.float64]
+IntArray = npt.NDArray[np.int64]
+BoolArray = npt.NDArray[np.bool_]
+
+
+def live_ping_ok(last_crawl: float, arrival: float, emitted: float, t_delay: float) -> bool:
+    """The worker's rule: keep a ping unless its change (or arrival) precedes the last
+    crawl or it arrives within ``t_delay`` after it (``last_crawl = -inf``: never crawled)."""
+    if last_crawl == -math.inf:
+        return True
+    if emitted < last_crawl or arrival < last_crawl:
+        return False
+    return arrival > last_crawl + t_delay
+
+
+class LiveRuleAlgorithm1(Algorithm1):
+    """:class:`Algorithm1` (true or believed parameters) with :func:`live_ping_ok`."""
+
+    def on_ping(self, page: int, arrival: float, emitted: float) -> None:
+        if self.gamma[page] == 0.0:
+            return
+        if not live_ping_ok(float(self.last_crawl[page]), arrival, emitted, self.t_delay):
+            return
+        b = float(self.beta[page])
+        o = -math.inf if b == math.inf else float(self.origin[page]) - b
+        if o != self.origin[page]:
+            self.origin[page] = o
+            self.index.set_origin(page, o)
+
+
+def testweb_events(
+    delta: FloatArray,
+    lam: FloatArray,
+    nu: FloatArray,
+    delay: FloatArray,
+    sitemap: BoolArray,
+    horizon: float,
+    rng: np.random.Generator,
+    *,
+    poll_interval: float,
+    flush_interval: float,
+    poll_phase: float = -1.0,
+    lag: float = 0.0,
+) -> Events:
+    """Changes and pings as the test web produces and the producers deliver them.
+
+    Changes of page ``i`` are Poisson(``delta[i]``); each is announced with probability
+    ``lam[i]`` after an ``Exp(mean delay[i])`` time; false announcements are
+    Poisson(``nu[i]``).  A sitemap page's announcement sets ``lastmod = max(lastmod, t)``;
+    a ping (emitted at ``lastmod``) arrives at the first poll ``phase + k *
+    poll_interval`` at which ``lastmod`` has increased (``phase = poll_phase``, or uniform
+    per page if negative).  An IndexNow page's announcement
+    arrives at the next flush ``k * flush_interval`` (its emission time is its arrival: an
+    IndexNow ping carries no change time).  Every arrival is ``lag`` later still.
+    """
+    m = delta.size
+    counts = rng.poisson(delta * horizon)
+    cp = np.repeat(np.arange(m, dtype=np.int64), counts)
+    ct = rng.uniform(0.0, horizon, cp.size)
+    order = np.lexsort((ct, cp))
+    ct, cp = ct[order], cp[order]
+    start = np.searchsorted(cp, np.arange(m + 1)).astype(np.int64)
+    signalled = rng.uniform(size=ct.size) < lam[cp]
+    d = delay[cp[signalled]]
+    ann_t = ct[signalled] + np.where(d > 0, rng.exponential(np.where(d > 0, d, 1.0)), 0.0)
+    ann_p = cp[signalled]
+    fcounts = rng.poisson(nu * horizon)
+    fp = np.repeat(np.arange(m, dtype=np.int64), fcounts)
+    ft = rng.uniform(0.0, horizon, fp.size)
+    t_all = np.concatenate([ann_t, ft])
+    # what an announcement says: a true one the change time, a false one its own time
+    v_all = np.concatenate([ct[signalled], ft])
+    p_all = np.concatenate([ann_p, fp])
+    true_all = np.concatenate([np.ones(ann_t.size, bool), np.zeros(ft.size, bool)])
+    o = np.lexsort((t_all, p_all))
+    t_all, v_all, p_all, true_all = t_all[o], v_all[o], p_all[o], true_all[o]
+    bounds = np.searchsorted(p_all, np.arange(m + 1))
+    phase = rng.uniform(0.0, poll_interval, m) if poll_phase < 0 else np.full(m, poll_phase)
+    arr: list[float] = []
+    emi: list[float] = []
+    pg: list[int] = []
+    tru: list[bool] = []
+    for i in range(m):
+        lo, hi = int(bounds[i]), int(bounds[i + 1])
+        if lo == hi:
+            continue
+        ts, vs, tr = t_all[lo:hi], v_all[lo:hi], true_all[lo:hi]
+        if sitemap[i]:
+            ks = np.ceil((ts - phase[i]) / poll_interval)
+            cummax = np.maximum.accumulate(vs)
+            last = np.append(ks[1:] != ks[:-1], True)  # last announcement before each poll
+            seen = -math.inf
+            for kk, lm, j in zip(ks[last].tolist(), cummax[last].tolist(),
+                                 np.flatnonzero(last).tolist(), strict=True):
+                if lm > seen:
+                    arr.append(float(phase[i]) + kk * poll_interval + lag)
+                    emi.append(lm)
+                    pg.append(i)
+                    tru.append(bool(tr[: j + 1][vs[: j + 1] > seen].any()))
+                    seen = lm
+        else:
+            ks = np.unique(np.ceil(ts / flush_interval))  # one URL per POST
+            a = ks * flush_interval + lag
+            arr.extend(a.tolist())
+            emi.extend(a.tolist())
+            pg.extend([i] * a.size)
+            tru.extend([True] * a.size)  # diagnostics only
+    a_arr = np.array(arr, dtype=np.float64)
+    keep = a_arr <= horizon
+    ordr = np.argsort(a_arr[keep], kind="stable")
+    return Events(
+        change_time=ct,
+        change_start=start,
+        ping_arrival=a_arr[keep][ordr],
+        ping_emitted=np.array(emi, dtype=np.float64)[keep][ordr],
+        ping_page=np.array(pg, dtype=np.int64)[keep][ordr],
+        ping_true=np.array(tru, dtype=bool)[keep][ordr],
+        horizon=float(horizon),
+    )
+
+
+class TimedPolicy:
+    """What :func:`run_timed` needs (the :class:`models.sim.policies.Policy` methods, with
+    ``on_crawl`` told the fetch time and called when the outcome is applied)."""
+
+    name: str
+
+    def on_ping(self, page: int, arrival: float, emitted: float) -> None: ...
+
+    def choose(self, t: float, eligible: Callable[[int], bool] | None) -> int | None: ...
+
+    def on_crawl(self, page: int, t: float, changed: bool, last_modified: float) -> None: ...
+
+
+@dataclass(frozen=True)
+class TimedResult:
+    """Every crawl: order time, fetch time, page (fetch time is when the copy was taken)."""
+
+    order_time: FloatArray
+    fetch_time: FloatArray
+    page: IntArray
+    lost_slots: int
+
+
+def run_timed(
+    events: Events,
+    policy: TimedPolicy,
+    order_times: FloatArray,
+    *,
+    fetch_lag: FloatArray | float = 0.0,
+    outcome_lag: FloatArray | float = 0.0,
+    last_crawl: FloatArray | None = None,
+    host: IntArray | None = None,
+    host_rate: float = math.inf,
+    host_burst: float = 1.0,
+    host_max_in_flight: int = 0,
+) -> TimedResult:
+    """Crawl one page at each of ``order_times`` (sorted), the copy taken ``fetch_lag`` later
+    and ``policy.on_crawl`` called ``outcome_lag`` after the order (per order or scalar).
+
+    A page is not ordered again while in flight.  With ``host``, a host's token bucket
+    (``host_rate`` per unit time, ``host_burst`` tokens) and its in-flight cap (0 = none)
+    must allow the order.  ``last_crawl`` (per page) is each page's copy time before the
+    run (the changes before it are skipped); default ``-inf`` for none.
+    """
+    m = events.change_start.size - 1
+    n = order_times.size
+    flag = np.broadcast_to(np.asarray(fetch_lag, dtype=np.float64), (n,))
+    olag = np.broadcast_to(np.asarray(outcome_lag, dtype=np.float64), (n,))
+    ct = events.change_time.tolist()
+    cs = events.change_start
+    end = cs[1:].tolist()
+    ptr = cs[:-1].copy()
+    if last_crawl is not None:
+        for i in range(m):
+            ptr[i] = cs[i] + np.searchsorted(events.changes_of(i), last_crawl[i], side="right")
+    ptr_l = ptr.tolist()
+    cs_l = cs.tolist()
+    pa, pe, pp = (events.ping_arrival.tolist(), events.ping_emitted.tolist(),
+                  events.ping_page.tolist())  # fmt: skip
+    k = 0
+    in_flight = np.zeros(m, dtype=bool)
+    hosts = host.tolist() if host is not None else None
+    n_hosts = (max(hosts) + 1) if hosts else 0
+    tokens = [host_burst] * n_hosts
+    tok_t = [-math.inf] * n_hosts
+    host_fl = [0] * n_hosts
+    pending: list[tuple[float, int, int, float, bool, float]] = []  # outcome_at, seq, ...
+    o_t: list[float] = []
+    f_t: list[float] = []
+    pages: list[int] = []
+    lost = 0
+
+    def apply_until(t: float) -> None:
+        nonlocal k
+        while True:
+            next_ping = pa[k] if k < len(pa) else math.inf
+            next_out = pending[0][0] if pending else math.inf
+            if not pending and k >= len(pa):
+                return
+            if min(next_ping, next_out) > t:
+                return
+            if next_out <= next_ping:
+                _, _, page, fetched, changed, last_mod = heapq.heappop(pending)
+                in_flight[page] = False
+                if hosts is not None:
+                    host_fl[hosts[page]] -= 1
+                policy.on_crawl(page, fetched, changed, last_mod)
+            else:
+                policy.on_ping(pp[k], pa[k], pe[k])
+                k += 1
+
+    def host_ok_at(t: float) -> Callable[[int], bool]:
+        def ok(p: int) -> bool:
+            if in_flight[p]:
+                return False
+            if hosts is None:
+                return True
+            h = hosts[p]
+            if host_max_in_flight > 0 and host_fl[h] >= host_max_in_flight:
+                return False
+            if math.isfinite(host_rate):
+                avail = min(host_burst, tokens[h] + (t - tok_t[h]) * host_rate)
+                if avail < 1.0:
+                    return False
+            return True
+
+        return ok
+
+    for j, t in enumerate(order_times.tolist()):
+        apply_until(t)
+        page = policy.choose(t, host_ok_at(t))
+        if page is None:
+            lost += 1
+            continue
+        if hosts is not None:
+            h = hosts[page]
+            if math.isfinite(host_rate):
+                tokens[h] = min(host_burst, tokens[h] + (t - tok_t[h]) * host_rate) - 1.0
+                tok_t[h] = t
+            host_fl[h] += 1
+        in_flight[page] = True
+        tf = t + float(flag[j])
+        q = ptr_l[page]
+        e = end[page]
+        changed = q < e and ct[q] <= tf
+        while q < e and ct[q] <= tf:
+            q += 1
+        ptr_l[page] = q
+        last_mod = ct[q - 1] if q > cs_l[page] else -math.inf
+        heapq.heappush(pending, (t + max(float(olag[j]), float(flag[j])), j, page, tf, changed,
+                                 last_mod))
+        o_t.append(t)
+        f_t.append(tf)
+        pages.append(page)
+    apply_until(math.inf)
+    return TimedResult(np.array(o_t), np.array(f_t), np.array(pages, dtype=np.int64), lost)
+
+
+def windowed_accuracy(
+    mu: FloatArray,
+    events: Events,
+    fetch_time: FloatArray,
+    fetch_page: IntArray,
+    *,
+    initial_copy: FloatArray,
+    start: float,
+    stop: float,
+) -> float:
+    """Request-weighted fraction of ``[start, stop]`` the copies are fresh (Sec. 6.2).
+
+    Page ``i``'s copy is taken at ``initial_copy[i]`` and at each of its fetches; it is
+    fresh from a fetch until the page's next change.
+    """
+    m = mu.size
+    t = np.concatenate([initial_copy, fetch_time])
+    p = np.concatenate([np.arange(m, dtype=np.int64), fetch_page])
+    o = np.lexsort((t, p))
+    t, p = t[o], p[o]
+    fresh = np.zeros(m)
+    for i in range(m):
+        lo, hi = np.searchsorted(p, [i, i + 1])
+        ts = t[lo:hi]
+        ch = events.changes_of(i)
+        nxt_fetch = np.append(ts[1:], math.inf)
+        k = np.searchsorted(ch, ts, side="right")
+        nxt_change = (np.where(k < ch.size, ch[np.minimum(k, ch.size - 1)], math.inf)
+                      if ch.size else np.full(ts.size, math.inf))
+        e = np.minimum(nxt_fetch, nxt_change)
+        cover = np.clip(np.minimum(e, stop) - np.maximum(ts, start), 0.0, None)
+        fresh[i] = cover.sum()
+    return float((mu * fresh).sum() / (mu.sum() * (stop - start)))

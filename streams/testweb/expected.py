@@ -1,0 +1,238 @@
+"""What the simulator expects of a live run: Algorithm 1 given what the worker is given.
+
+Two policies run in the simulator's timed loop (:func:`models.sim.live.run_timed`):
+
+* :class:`WorkerMirror` - the worker's own parameter code (:func:`streams.params.page_params`
+  over :class:`streams.state.PageState` and :class:`streams.estimation.Estimation`): the
+  true change rate as a prior until a page's first observed crawl interval, the online
+  estimates (change rate and per-source-group ping quality) after; the worker's ping rules
+  (before-crawl, ``t_delay``).  It is what the worker would decide if its pipeline added
+  nothing of its own (no sharding, no Kafka lag, no batching).
+* the *oracle*: :class:`models.sim.live.LiveRuleAlgorithm1` with the world's true
+  ``(Delta, lambda, nu)`` (Greedy-NCIS), the same ping rules.
+
+Each can run on *fresh draws* of the test web's processes (:func:`models.sim.live.testweb_events`:
+the same world, other random changes and pings) or *replay* a live run's own record
+(:class:`RunRecord`: the changes the test web made, the pings the producers published, the
+times at which the worker issued orders and the fetcher fetched and reported them), so that
+live and simulated accuracy differ only by what the live pipeline decided.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from models.index import CrawlIndex
+from models.sim.events import Events
+from models.sim.live import LiveRuleAlgorithm1, run_timed, testweb_events, windowed_accuracy
+from models.sim.policies import value_params
+from streams.estimation import Estimation, Observation, estimates_of
+from streams.params import page_params
+from streams.records import SOURCES
+from streams.settings import Settings
+from streams.state import PageState
+from streams.testweb.world import World
+
+#: Fresh draws run in "epoch" seconds from here (the worker treats time 0 as never).
+EPOCH = 1.0e9
+
+
+class WorkerMirror:
+    """The worker's crawl values (its own code) as a simulator policy; times are relative to
+    ``offset`` (epoch seconds of the simulator's 0)."""
+
+    name = "worker-mirror"
+
+    def __init__(self, world: World, settings: Settings, offset: float,
+                 initial_copy: np.ndarray, t_delay_s: float, *,
+                 give_rates: bool = True) -> None:  # fmt: skip
+        self.settings = settings
+        self.offset = offset
+        self.t_delay = t_delay_s
+        self.src = [SOURCES.index(p.channel) for p in world.pages]
+        n = len(SOURCES)
+        self.states = [
+            PageState(p.importance, p.change_rate_per_s if give_rates else None,
+                      float(initial_copy[i]) + offset,
+                      (0,) * n)
+            for i, p in enumerate(world.pages)
+        ]  # fmt: skip
+        self.records: list[str | None] = [None] * len(world.pages)
+        self.estimation = Estimation(settings.estimator_half_life_s or math.inf)
+        self.index = CrawlIndex()
+        self.failures = 0
+        for i in range(len(world.pages)):
+            self._rekey(i)
+
+    def _rekey(self, i: int) -> None:
+        p = page_params(self.states[i], estimates_of(self.records[i]), self.settings)
+        self.index.upsert(i, origin=p.origin_s, alpha=p.alpha_per_s, beta=p.beta_s,
+                          gamma=p.gamma_per_s, mu=p.mu)  # fmt: skip
+
+    def on_ping(self, page: int, arrival: float, emitted: float) -> None:
+        st = self.states[page]
+        received, changed = arrival + self.offset, emitted + self.offset
+        last = st.last_crawl_s
+        if last > 0 and (changed < last or received < last or received <= last + self.t_delay):
+            return
+        sig = list(st.signals)
+        sig[self.src[page]] += 1
+        self.states[page] = PageState(st.importance, st.prior_change_rate_per_s, last,
+                                      tuple(sig))  # fmt: skip
+        self._rekey(page)
+
+    def choose(self, t: float, eligible: Any) -> int | None:
+        for pid, v in self.index.best(t + self.offset, eligible=eligible, k=1):
+            if v > 0.0:
+                assert isinstance(pid, int)
+                return pid
+        return None
+
+    def on_crawl(self, page: int, t: float, changed: bool, last_modified: float) -> None:
+        st = self.states[page]
+        fetched = t + self.offset
+        if st.crawled and fetched >= st.last_crawl_s:
+            obs = Observation(self.records[page], fetched - st.last_crawl_s, st.signals,
+                              changed, fetched)  # fmt: skip
+            try:
+                self.records[page] = self.estimation.observe([obs])[0]
+            except Exception:  # the worker applies the outcome without its estimate too
+                self.failures += 1
+        self.states[page] = st.after_crawl(fetched)
+        self._rekey(page)
+
+
+def oracle_policy(world: World, initial_copy: np.ndarray, t_delay_s: float) -> LiveRuleAlgorithm1:
+    """Greedy-NCIS with the true parameters and the worker's ping rules."""
+    a = world.arrays()
+    al, be, ga, terms = value_params("greedy-ncis", a["change_rate_per_s"], a["recall"],
+                                     a["false_rate_per_s"])  # fmt: skip
+    pol = LiveRuleAlgorithm1("oracle", a["importance"], al, be, ga, terms=terms,
+                             t_delay=t_delay_s)  # fmt: skip
+    for i, t in enumerate(initial_copy.tolist()):
+        pol.last_crawl[i] = t
+        pol.origin[i] = t
+        pol.index.set_origin(i, t)
+    return pol
+
+
+@dataclass
+class Loop:
+    """How the live loop delivers pings and crawls (for fresh draws)."""
+
+    budget_per_s: float
+    duration_s: float
+    warmup_s: float
+    t_delay_s: float
+    poll_interval_s: float = 1.0
+    flush_interval_s: float = 0.2
+    ping_lag_s: float = 0.0
+    fetch_lag_s: float = 0.0
+    outcome_lag_s: float = 0.0
+    host_rate_per_s: float = math.inf
+    host_burst: float = 1.0
+    host_max_in_flight: int = 1
+    #: the worker was given the true change rates as priors
+    give_rates: bool = True
+
+
+def _host_index(world: World) -> np.ndarray:
+    hosts = {h: k for k, h in enumerate(world.hosts)}
+    return np.array([hosts[p.host] for p in world.pages], dtype=np.int64)
+
+
+def _run(world: World, settings: Settings, ev: Events, orders: np.ndarray, *, kind: str,
+         offset: float, initial: np.ndarray, t_delay: float, fetch_lag: Any, outcome_lag: Any,
+         loop: Loop, start: float, stop: float) -> float:  # fmt: skip
+    pol: Any
+    if kind == "oracle":
+        pol = oracle_policy(world, initial, t_delay)
+    else:
+        pol = WorkerMirror(world, settings, offset, initial, t_delay,
+                           give_rates=loop.give_rates)
+    res = run_timed(ev, pol, orders, fetch_lag=fetch_lag, outcome_lag=outcome_lag,
+                    last_crawl=initial, host=_host_index(world),
+                    host_rate=loop.host_rate_per_s, host_burst=loop.host_burst,
+                    host_max_in_flight=loop.host_max_in_flight)  # fmt: skip
+    mu = world.arrays()["importance"]
+    return windowed_accuracy(mu, ev, res.fetch_time, res.page, initial_copy=initial,
+                             start=start, stop=stop)  # fmt: skip
+
+
+def fresh_draws(world: World, settings: Settings, loop: Loop, *, kind: str = "mirror",
+                runs: int = 4, seed: int = 0) -> tuple[float, float]:  # fmt: skip
+    """Mean and standard deviation of the accuracy over ``[warmup, duration]`` on ``runs``
+    fresh draws of the test web's processes, orders evenly spaced at ``budget_per_s``."""
+    a = world.arrays()
+    sitemap = np.array([p.channel == "sitemap" for p in world.pages])
+    orders = np.arange(1, int(loop.duration_s * loop.budget_per_s) + 1) / loop.budget_per_s
+    initial = np.zeros(len(world.pages))
+    accs = []
+    for r in range(runs):
+        rng = np.random.default_rng(seed + 1000 * r)
+        ev = testweb_events(a["change_rate_per_s"], a["recall"], a["false_rate_per_s"],
+                            a["delay_s"], sitemap, loop.duration_s, rng,
+                            poll_interval=loop.poll_interval_s,
+                            flush_interval=loop.flush_interval_s, lag=loop.ping_lag_s)  # fmt: skip
+        accs.append(_run(world, settings, ev, orders, kind=kind, offset=EPOCH, initial=initial,
+                         t_delay=loop.t_delay_s, fetch_lag=loop.fetch_lag_s,
+                         outcome_lag=loop.outcome_lag_s, loop=loop, start=loop.warmup_s,
+                         stop=loop.duration_s))  # fmt: skip
+    sd = float(np.std(accs, ddof=1)) if len(accs) > 1 else 0.0
+    return float(np.mean(accs)), sd
+
+
+@dataclass
+class RunRecord:
+    """What a live run's world did and when its pipeline acted (epoch seconds)."""
+
+    t0: float = 0.0
+    window_start: float = 0.0
+    end: float = 0.0
+    initial_fetch: list[float] = field(default_factory=list)
+    changes: list[list[float]] = field(default_factory=list)
+    #: (page, received_at, changed_at or None) of every ping published
+    pings: list[tuple[int, float, float | None]] = field(default_factory=list)
+    #: (issued_at, fetched_at, reported_at) of every order fetched after ``t0``
+    orders: list[tuple[float, float, float]] = field(default_factory=list)
+
+    def events(self) -> Events:
+        t0 = self.t0
+        m = len(self.changes)
+        ct = [np.asarray(sorted(c), dtype=np.float64) - t0 for c in self.changes]
+        start = np.concatenate([[0], np.cumsum([c.size for c in ct])]).astype(np.int64)
+        pings = sorted((r - t0, (c if c is not None else r) - t0, p) for p, r, c in self.pings)
+        return Events(
+            change_time=np.concatenate(ct) if m else np.zeros(0),
+            change_start=start,
+            ping_arrival=np.array([x[0] for x in pings], dtype=np.float64),
+            ping_emitted=np.array([x[1] for x in pings], dtype=np.float64),
+            ping_page=np.array([x[2] for x in pings], dtype=np.int64),
+            ping_true=np.zeros(len(pings), dtype=bool),
+            horizon=self.end - t0,
+        )
+
+    def lags(self) -> dict[str, float]:
+        o = np.array(self.orders) if self.orders else np.zeros((0, 3))
+        if not o.size:
+            return {"fetch_lag_s": 0.0, "outcome_lag_s": 0.0}
+        return {"fetch_lag_s": float(np.median(o[:, 1] - o[:, 0])),
+                "outcome_lag_s": float(np.median(o[:, 2] - o[:, 0]))}  # fmt: skip
+
+
+def replay(world: World, settings: Settings, rec: RunRecord, loop: Loop, *,
+           kind: str = "mirror") -> float:  # fmt: skip
+    """The accuracy the simulator's policy gets on the live run's own changes and pings,
+    ordering at the worker's order times with the fetcher's measured lags."""
+    ev = rec.events()
+    o = np.array(sorted(rec.orders)) if rec.orders else np.zeros((0, 3))
+    orders = o[:, 0] - rec.t0
+    initial = np.asarray(rec.initial_fetch, dtype=np.float64) - rec.t0
+    return _run(world, settings, ev, orders, kind=kind, offset=rec.t0, initial=initial,
+                t_delay=loop.t_delay_s, fetch_lag=o[:, 1] - o[:, 0],
+                outcome_lag=o[:, 2] - o[:, 0], loop=loop, start=rec.window_start - rec.t0,
+                stop=rec.end - rec.t0)  # fmt: skip
