@@ -27,11 +27,18 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+from hypothesis import settings as hypothesis_settings
 
 from infra.proc import spawn
 from streams.settings import Settings
 
 IN_CI = os.environ.get("CI", "").lower() in ("1", "true", "yes")
+
+# CI runs the same hypothesis examples every time (a red CI is then reproducible);
+# local runs keep exploring new ones.
+hypothesis_settings.register_profile("ci", derandomize=True, print_blob=True)
+if IN_CI:
+    hypothesis_settings.load_profile("ci")
 REPO = Path(__file__).resolve().parent.parent
 
 

@@ -57,8 +57,12 @@ def test_pings_raise_value_order_sooner_budget_change_and_explain(
         (f"h{i}.org", {"url": u, "fetched_at": now - 100, "changed": False, "status": 200})
         for i, u in enumerate(urls)
     ])
-    wait_for(lambda: all(page_value(settings, f"h{i}.org", u).split("|")[2] != "0"
-                         for i, u in enumerate(urls)), 30, "outcomes applied")
+    def crawled(host: str, url: str) -> bool:
+        value = page_value(settings, host, url)  # None until the page event is applied
+        return value is not None and value.split("|")[2] != "0"
+
+    wait_for(lambda: all(crawled(f"h{i}.org", u) for i, u in enumerate(urls)), 30,
+             "outcomes applied")
     target = urls[7]
     produce_json(settings, "pings", [
         ("h7.org", {"url": target, "source": "sitemap", "received_at": now - 1, "id": "x1"}),
