@@ -108,6 +108,12 @@ def _default_inverse_fn() -> _InverseFn:
     return time_to_value
 
 
+# Pages looked at ahead of ``now`` in one drain to batch the re-inversion of stale keys.
+_STALE_BATCH = 256
+# Working levels whose iota arrays are kept (a level is revisited after a full scan).
+_IOTA_CACHE_LEVELS = 48
+
+
 class CrawlIndex:
     """Exact argmax of crawl values over pages without a full scan (paper 004 App. F tiers, exact).
 
@@ -153,6 +159,10 @@ class CrawlIndex:
         self._hot_target = int(hot_target)
         self._value_fn: _ValueFn = value_fn if value_fn is not None else _default_value_fn()
         self._inverse_fn: _InverseFn | None = inverse_fn
+        # the default functions are called through their unchecked internal fast paths:
+        # upsert validates every parameter once
+        self._fast_values = value_fn is None
+        self._fast_inverse = inverse_fn is None and terms is None
         self.stats = IndexStats()
         cap = 64
         self._ids: list[Hashable | None] = []
@@ -171,6 +181,12 @@ class CrawlIndex:
         self._iota = np.full(cap, np.nan)
         # level index at which _iota was computed (-1: none)
         self._iota_level = np.full(cap, -1, dtype=np.int64)
+        # iota per working level (nan: not computed for the current params), LRU order
+        self._iota_cache: dict[int, FloatArray] = {}
+        # host of each page (code; -1: none) for host-level eligibility
+        self._host = np.full(cap, -1, dtype=np.int64)
+        self._host_code: dict[Hashable, int] = {}
+        self._host_names: list[Hashable] = []
         self._counter = 0
         self._level_idx = -1  # -1: no level chosen yet (first query scans)
         self._heap: list[tuple[float, int, int, int]] = []
@@ -189,6 +205,7 @@ class CrawlIndex:
             ("_seq", 0, np.int64),
             ("_version", 0, np.int64),
             ("_iota_level", -1, np.int64),
+            ("_host", -1, np.int64),
         ):
             old = getattr(self, name)
             new_i = np.full(n, fill, dtype=dt)
@@ -202,6 +219,10 @@ class CrawlIndex:
         iota = np.full(n, np.nan)
         iota[: self._iota.size] = self._iota
         self._iota = iota
+        for lv, arr in list(self._iota_cache.items()):
+            grown = np.full(n, np.nan)
+            grown[: arr.size] = arr
+            self._iota_cache[lv] = grown
 
     def _new_slot(self, page_id: Hashable) -> int:
         if self._free:
@@ -242,13 +263,16 @@ class CrawlIndex:
         beta: float,
         gamma: float,
         mu: float,
+        host: Hashable | None = None,
     ) -> None:
         """Insert or re-key a page.
 
         ``tau_eff(t) = t - origin`` with ``origin = last_crawl - sum_s beta_s n_s``
         (``-inf`` after a noiseless signal).  Changing only ``origin`` (a crawl or a
         ping) costs ``O(log m)``; changing parameters also recomputes ``iota`` at the
-        working level (batched with other changes at the next query).
+        working level (batched with other changes at the next query).  ``host``
+        (optional) groups pages for the ``eligible_host`` filter of :meth:`best`; a
+        page keeps its host when ``host`` is omitted on a later upsert.
         """
         if math.isnan(origin) or origin == math.inf:
             raise ValueError(f"origin must be a number or -inf, got {origin!r}")
@@ -270,8 +294,17 @@ class CrawlIndex:
         self._beta[s] = beta
         self._gamma[s] = gamma
         self._mu[s] = mu
+        if host is not None:
+            code = self._host_code.get(host)
+            if code is None:
+                code = len(self._host_names)
+                self._host_code[host] = code
+                self._host_names.append(host)
+            self._host[s] = code
         if changed:
             self._iota_level[s] = -1
+            for arr in self._iota_cache.values():
+                arr[s] = np.nan
         self._set_origin_slot(s, float(origin))
 
     def set_origin(self, page_id: Hashable, origin: float) -> None:
@@ -288,7 +321,9 @@ class CrawlIndex:
             self._hot.discard(s)
         if self._level_idx < 0:
             return
-        if self._iota_level[s] == self._level_idx:
+        if 0 <= self._iota_level[s] <= self._level_idx:
+            # iota at a lower level gives an early key (iota grows with the level); it is
+            # corrected lazily when it comes due (_drain)
             self._push(s)
         else:
             self._pending.add(s)
@@ -302,6 +337,9 @@ class CrawlIndex:
         self._hot.discard(s)
         self._pending.discard(s)
         self._iota_level[s] = -1
+        self._host[s] = -1
+        for arr in self._iota_cache.values():
+            arr[s] = np.nan
         self._ids[s] = None
         self._free.append(s)
 
@@ -342,7 +380,11 @@ class CrawlIndex:
         a, b, g, m = (
             self._alpha[slots], self._beta[slots], self._gamma[slots], self._mu[slots],
         )
-        if self._terms is None:
+        if self._fast_inverse:
+            from models.values import _time_to_value_unchecked
+
+            out = _time_to_value_unchecked(level, a, b, g, m)
+        elif self._terms is None:
             inv = self._inverse_fn if self._inverse_fn is not None else _default_inverse_fn()
             out = np.asarray(inv(level, a, b, g, m), dtype=np.float64)
         else:
@@ -380,11 +422,25 @@ class CrawlIndex:
         return out
 
     def _compute_iota(self, slots: Sequence[int]) -> None:
+        """iota at the working level for ``slots``, from the per-level cache if known."""
         if not len(slots):
             return
         arr = np.fromiter(slots, dtype=np.int64, count=len(slots))
-        self._iota[arr] = self._inverse(float(self._levels[self._level_idx]), arr)
-        self._iota_level[arr] = self._level_idx
+        lv = self._level_idx
+        cache = self._iota_cache.pop(lv, None)
+        if cache is None:
+            cache = np.full(self._iota.size, np.nan)
+            if len(self._iota_cache) >= _IOTA_CACHE_LEVELS:
+                del self._iota_cache[next(iter(self._iota_cache))]
+        self._iota_cache[lv] = cache  # most recently used last
+        got = cache[arr]
+        miss = np.isnan(got)
+        if miss.any():
+            todo = arr[miss]
+            got[miss] = self._inverse(float(self._levels[lv]), todo)
+            cache[todo] = got[miss]
+        self._iota[arr] = got
+        self._iota_level[arr] = lv
 
     def _flush_pending(self) -> None:
         if not self._pending:
@@ -402,6 +458,13 @@ class CrawlIndex:
             return np.zeros(0)
         tau = now - self._origin[slots]
         tau = np.maximum(tau, 0.0)
+        if self._fast_values:
+            from models.values import _crawl_value_unchecked
+
+            return _crawl_value_unchecked(
+                tau, self._alpha[slots], self._beta[slots], self._gamma[slots],
+                self._mu[slots], self._terms,
+            )
         return np.asarray(
             self._value_fn(
                 tau, self._alpha[slots], self._beta[slots], self._gamma[slots],
@@ -506,38 +569,108 @@ class CrawlIndex:
                 self._hot_flag[s] = True
             if not stale:
                 return
+            # batch: also re-key the next stale entries (in key order) that will come
+            # due soon, so that inversions happen in few vectorised calls
+            keep: list[tuple[float, int, int, int]] = []
+            looked = 0
+            while heap and len(stale) < _STALE_BATCH and looked < 2 * _STALE_BATCH:
+                e = heapq.heappop(heap)
+                looked += 1
+                s = e[2]
+                if e[3] != self._version[s] or not self._alive[s] or self._hot_flag[s]:
+                    continue
+                if self._iota_level[s] != self._level_idx:
+                    stale.append(s)
+                else:
+                    keep.append(e)
+            for e in keep:
+                heapq.heappush(heap, e)
             self._compute_iota(stale)
             for s in stale:
                 self._push(s)
 
-    def _full_scan(
-        self, now: float, eligible: Callable[[Hashable], bool] | None, k: int
+    def _host_ok(
+        self, eligible_host: Callable[[Hashable], bool] | None
+    ) -> Callable[[int], bool] | None:
+        """Per-query memo of ``eligible_host`` by host code (pages without a host pass)."""
+        if eligible_host is None:
+            return None
+        memo: dict[int, bool] = {}
+        names = self._host_names
+        host = self._host
+
+        def ok(s: int) -> bool:
+            code = int(host[s])
+            if code < 0:
+                return True
+            r = memo.get(code)
+            if r is None:
+                r = bool(eligible_host(names[code]))
+                memo[code] = r
+            return r
+
+        return ok
+
+    def _host_mask(
+        self, slots: npt.NDArray[np.int64], eligible_host: Callable[[Hashable], bool]
+    ) -> npt.NDArray[np.bool_]:
+        """Pages whose host is eligible, one ``eligible_host`` call per host."""
+        codes = self._host[slots]
+        present = np.unique(codes[codes >= 0])
+        ok_code = np.zeros(len(self._host_names) + 1, dtype=bool)
+        ok_code[-1] = True  # code -1: no host
+        for c in present.tolist():
+            ok_code[c] = bool(eligible_host(self._host_names[c]))
+        return ok_code[codes]
+
+    def _scan(
+        self,
+        now: float,
+        eligible: Callable[[Hashable], bool] | None,
+        eligible_host: Callable[[Hashable], bool] | None,
+        k: int,
+        *,
+        relevel: bool,
     ) -> list[tuple[Hashable, float]]:
-        """Brute force over all pages; also re-chooses the working level."""
-        self.stats.full_scans += 1
+        """Brute force over all pages (of eligible hosts); with ``relevel`` also
+        re-chooses the working level (needs every page's value)."""
         slots = np.fromiter(self._slot.values(), dtype=np.int64, count=len(self._slot))
+        if eligible_host is not None and not relevel:
+            slots = slots[self._host_mask(slots, eligible_host)]
+        else:
+            self.stats.full_scans += 1
         vals = self._values(slots, now)
         order = np.lexsort((self._seq[slots], -vals))
+        host_ok = self._host_ok(eligible_host) if relevel else None
         out: list[tuple[Hashable, float]] = []
         last_rank = 0
         for rank, j in enumerate(order.tolist()):
             s = int(slots[j])
             pid = self._ids[s]
-            if eligible is None or eligible(pid):
+            if (host_ok is None or host_ok(s)) and (eligible is None or eligible(pid)):
                 out.append((pid, float(vals[j])))
                 last_rank = rank
                 if len(out) == k:
                     break
-        vals_desc = vals[order]
-        idx = self._choose_level(vals_desc, max(self._hot_target, 2 * (last_rank + 1)))
-        self._set_level(idx, now)
+        if relevel:
+            vals_desc = vals[order]
+            idx = self._choose_level(vals_desc, max(self._hot_target, 2 * (last_rank + 1)))
+            self._set_level(idx, now)
         return out
+
+    def _full_scan(
+        self, now: float, eligible: Callable[[Hashable], bool] | None, k: int,
+        eligible_host: Callable[[Hashable], bool] | None = None,
+    ) -> list[tuple[Hashable, float]]:
+        """Brute force over all pages; also re-chooses the working level."""
+        return self._scan(now, eligible, eligible_host, k, relevel=True)
 
     def best(
         self,
         now: float,
         *,
         eligible: Callable[[Hashable], bool] | None = None,
+        eligible_host: Callable[[Hashable], bool] | None = None,
         k: int = 1,
     ) -> list[tuple[Hashable, float]]:
         """The ``k`` eligible pages with the highest exact crawl value at ``now``.
@@ -545,6 +678,12 @@ class CrawlIndex:
         Returns ``[(page_id, value), ...]`` highest first (ties: earlier insertion
         first); fewer than ``k`` if fewer pages are eligible.  Exact: equal to the
         brute-force argmax of ``crawl_value`` over all pages (Algorithm 1).
+
+        ``eligible(page_id)`` and ``eligible_host(host)`` (hosts given to
+        :meth:`upsert`; pages without a host pass) must both hold.  ``eligible_host``
+        is called at most once per host per query, and when the candidates above the
+        working level are all ineligible only the pages of eligible hosts are
+        evaluated (no full scan, the level is kept).
         """
         if k < 1:
             raise ValueError(f"k must be >= 1, got {k!r}")
@@ -552,25 +691,32 @@ class CrawlIndex:
         if not self._slot:
             return []
         if self._level_idx < 0:
-            return self._full_scan(now, eligible, k)
+            return self._full_scan(now, eligible, k, eligible_host)
         self._flush_pending()
         self._drain(now)
         level = float(self._levels[self._level_idx])
         hot = np.fromiter(self._hot, dtype=np.int64, count=len(self._hot))
         vals = self._values(hot, now)
         order = np.lexsort((self._seq[hot], -vals))
+        host_ok = self._host_ok(eligible_host)
         out: list[tuple[Hashable, float]] = []
+        above = 0
         for j in order.tolist():
             if vals[j] < level:
                 break
-            pid = self._ids[int(hot[j])]
-            if eligible is None or eligible(pid):
+            above += 1
+            s = int(hot[j])
+            pid = self._ids[s]
+            if (host_ok is None or host_ok(s)) and (eligible is None or eligible(pid)):
                 out.append((pid, float(vals[j])))
                 if len(out) == k:
                     break
         if len(out) < k:
+            if above >= k and eligible_host is not None:
+                # the level is right; only eligibility failed: scan eligible hosts only
+                return self._scan(now, eligible, eligible_host, k, relevel=False)
             # not enough certified candidates above the level: lower it (full scan)
-            return self._full_scan(now, eligible, k)
+            return self._full_scan(now, eligible, k, eligible_host)
         if hot.size > 4 * self._hot_target:
             self._raise_level(hot, vals, vals[order])
         return out

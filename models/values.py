@@ -85,6 +85,8 @@ _CANCELLATION_RATIO = 0.125
 # Chunk length for the term loop: keeps the working arrays in L2 cache.
 _CHUNK = 1 << 16
 _SERIES_RTOL = 1e-17
+# Terms of the cancellation-free series added per vectorised step.
+_SERIES_BLOCK = 16
 
 
 # --------------------------------------------------------------------------------------
@@ -368,15 +370,24 @@ def _term_without_cancellation(
         xs = x[series]
         rs = rho[series]
         p0 = np.exp(-xs + (i + 2) * np.log(xs) - math.lgamma(i + 3))
+        # blocks of _SERIES_BLOCK terms per step (2-D, one numpy call per operation):
+        # t_{l+j} = t_l prod_{k<=j} x/(i+2+l+k) and c_{l+j} = rho^j c_l + sum_{k<j} rho^k,
+        # all terms non-negative; the stopping bound is checked once per block
+        xs2 = xs[:, None]
+        jj = np.arange(1, _SERIES_BLOCK + 1, dtype=np.float64)
+        rpow = np.cumprod(np.broadcast_to(rs[:, None], (xs.size, _SERIES_BLOCK)), axis=1)
+        rsum = np.cumsum(rpow, axis=1) - rpow + 1.0  # sum_{k<j} rho^k, j = 1..B
         t = np.ones_like(xs)
         c = np.ones_like(xs)
         total = np.ones_like(xs)
         ell = 0
         while True:
-            ell += 1
-            t = t * (xs / (i + 2 + ell))
-            c = 1.0 + rs * c
-            total += t * c
+            tb = np.cumprod(xs2 / (i + 2 + ell + jj), axis=1) * t[:, None]
+            cb = rpow * c[:, None] + rsum
+            total += (tb * cb).sum(axis=1)
+            ell += _SERIES_BLOCK
+            t = tb[:, -1]
+            c = cb[:, -1]
             r = xs / (i + 3 + ell)
             if (r < 1).all():
                 rest = t * (c * r / (1 - r) + r / (1 - r) ** 2)
@@ -818,6 +829,72 @@ def crawl_value(
     t, a, b, g = (z.ravel() for z in (t, a, b, g))
     sums = _evaluate(t, a, b, g, nterms, want_psi=False, want_w=False)
     out: FloatArray = m * sums.v.reshape(full)
+    return out
+
+
+def _crawl_value_unchecked(
+    tau: FloatArray,
+    alpha: FloatArray,
+    beta: FloatArray,
+    gamma: FloatArray,
+    mu: FloatArray,
+    terms: int | None = None,
+) -> FloatArray:
+    """:func:`crawl_value` on flat, validated float64 arrays of one length (no checks).
+
+    For callers that validated their inputs once (``models.index.CrawlIndex``).  Gives
+    bit-for-bit the result of ``crawl_value`` on the same 1-D arrays (``gamma`` an
+    array): all-Greedy inputs take the same formulas as the Greedy branch of
+    ``_evaluate`` without its bookkeeping.
+    """
+    if tau.size and not gamma.any():
+        v = np.zeros(tau.size)
+        g = np.isfinite(tau) & (tau > 0)
+        if g.all():
+            a, t = alpha, tau
+        else:
+            a, t = alpha[g], tau[g]
+        x = a * t
+        with np.errstate(divide="ignore", invalid="ignore"):
+            val = np.where(a > 0, _residual1(x) / a, 0.0)
+        if g.all():
+            v = val
+        else:
+            v[g] = val
+            gi = ~np.isfinite(tau)
+            if gi.any():
+                ai = alpha[gi]
+                with np.errstate(divide="ignore"):
+                    v[gi] = np.where(ai > 0, 1.0 / ai, 0.0)
+        out: FloatArray = mu * v
+        return out
+    sums = _evaluate(tau, alpha, beta, gamma, terms, want_psi=False, want_w=False)
+    res: FloatArray = mu * sums.v
+    return res
+
+
+def _time_to_value_unchecked(
+    level: float,
+    alpha: FloatArray,
+    beta: FloatArray,
+    gamma: FloatArray,
+    mu: FloatArray,
+) -> FloatArray:
+    """:func:`time_to_value` for a scalar level on flat validated arrays (no checks)."""
+    _, _, delta = _derived(alpha, beta, gamma)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        cap = np.where((delta > 0) & (mu > 0), mu / delta, 0.0)
+    out = np.zeros(alpha.size)
+    if level <= 0:
+        return out
+    out[level >= cap] = np.inf
+    out[alpha == 0] = np.inf
+    solve = (level < cap) & (alpha > 0)
+    if solve.any():
+        out[solve] = _solve_time_to_value(
+            np.full(int(solve.sum()), float(level)), alpha[solve], beta[solve], gamma[solve],
+            mu[solve],
+        )
     return out
 
 

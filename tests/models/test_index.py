@@ -53,7 +53,8 @@ def _random_params(rng: np.random.Generator, m: int) -> np.ndarray:
 
 
 def _run(seed: int, *, m: int, slots: int, terms: int | None, levels=None, k: int = 1,
-         with_eligible: bool = False) -> tuple[CrawlIndex, int]:
+         with_eligible: bool = False, hosts: int = 0,
+         both: bool = False) -> tuple[CrawlIndex, int]:
     rng = np.random.default_rng(seed)
     R = 10.0
     params = _random_params(rng, m)
@@ -62,7 +63,8 @@ def _run(seed: int, *, m: int, slots: int, terms: int | None, levels=None, k: in
     origin = {i: -rng.uniform(0, 5) for i in range(m)}
     for i in range(m):
         a, b, g, mu = params[i]
-        idx.upsert(i, origin=origin[i], alpha=a, beta=b, gamma=g, mu=mu)
+        idx.upsert(i, origin=origin[i], alpha=a, beta=b, gamma=g, mu=mu,
+                   host=(i % hosts) if hosts else None)
         ref.upsert(i, origin[i], a, b, g, mu)
     next_id = m
     live = set(range(m))
@@ -93,7 +95,8 @@ def _run(seed: int, *, m: int, slots: int, terms: int | None, levels=None, k: in
             live.discard(p)
         elif u < 0.11:
             a, b, g, mu = _random_params(rng, 1)[0]
-            idx.upsert(next_id, origin=t, alpha=a, beta=b, gamma=g, mu=mu)
+            idx.upsert(next_id, origin=t, alpha=a, beta=b, gamma=g, mu=mu,
+                       host=(next_id % hosts) if hosts else None)
             ref.upsert(next_id, t, a, b, g, mu)
             live.add(next_id)
             next_id += 1
@@ -101,8 +104,20 @@ def _run(seed: int, *, m: int, slots: int, terms: int | None, levels=None, k: in
         if with_eligible:
             salt = int(rng.integers(0, 1 << 30))
             elig = lambda p, salt=salt: (hash((p, salt)) % 3) != 0  # noqa: E731
-        got = idx.best(t, eligible=elig, k=k)
-        want = ref.best(t, eligible=elig, k=k)
+        if hosts:
+            # a random subset of hosts has a token; the index filters by host
+            ok_hosts = {h for h in range(hosts) if rng.random() < 0.4}
+            elig_page = elig
+            got = idx.best(t, eligible=elig_page if both else None,
+                           eligible_host=lambda h, ok=ok_hosts: h in ok, k=k)
+
+            def elig(p: int, ok=ok_hosts, inner=elig_page) -> bool:
+                return p % hosts in ok and (not both or inner is None or inner(p))
+
+            want = ref.best(t, eligible=elig, k=k)
+        else:
+            got = idx.best(t, eligible=elig, k=k)
+            want = ref.best(t, eligible=elig, k=k)
         assert [p for p, _ in got] == [p for p, _ in want], (seed, j)
         np.testing.assert_allclose([v for _, v in got], [v for _, v in want], rtol=1e-12)
         checks += 1
@@ -183,3 +198,33 @@ def test_bad_arguments() -> None:
         idx.upsert(1, origin=math.nan, alpha=1.0, beta=0.0, gamma=0.0, mu=1.0)
     with pytest.raises(ValueError, match="levels"):
         CrawlIndex([1.0, 0.5])
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_best_with_host_eligibility_matches_brute_force(seed: int) -> None:
+    idx, checks = _run(40 + seed, m=30, slots=200, terms=None, hosts=6)
+    assert checks == 200
+    # an ineligible host costs a scan of the eligible hosts, not a full scan + re-level
+    assert idx.stats.full_scans < 0.3 * idx.stats.queries
+
+
+def test_best_with_host_and_page_eligibility_and_k() -> None:
+    _run(50, m=30, slots=150, terms=None, k=2, with_eligible=True, hosts=5, both=True)
+
+
+def test_best_with_host_eligibility_approx() -> None:
+    _run(51, m=20, slots=120, terms=1, hosts=4)
+
+
+def test_iota_cache_reused_when_a_level_is_revisited() -> None:
+    """Revisiting a working level reuses its cached inverses (no new root finding)."""
+    idx, _ = _run(60, m=25, slots=50, terms=None)
+    lv = idx._level_idx
+    idx._set_level(max(lv - 3, 0), 5.0)
+    before = idx.stats.iota_computed
+    idx._set_level(lv, 5.0)
+    idx._set_level(max(lv - 3, 0), 5.0)
+    assert idx.stats.iota_computed == before
+    got = idx.best(5.0)
+    ref = [(p, idx.value(p, 5.0)) for p in idx]
+    assert got[0][1] == max(v for _, v in ref)
