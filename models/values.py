@@ -1113,11 +1113,15 @@ def _solve_time_to_value(
         hi = np.where(below, hi, x)
         with np.errstate(divide="ignore", invalid="ignore"):
             xn = x - f / fp
-        bad = ~np.isfinite(xn) | (xn <= lo) | (xn >= hi)
+        # a Newton step below 1e-13 relative is convergence even when it rounds onto
+        # the bracket end just set to x (else bisection would restart from the bracket)
+        tiny = np.isfinite(xn) & (np.abs(xn - x) <= 1e-13 * x)
+        bad = (~np.isfinite(xn) | (xn <= lo) | (xn >= hi)) & ~tiny
         fallback = np.where(np.isfinite(hi), 0.5 * (lo + hi), 4.0 * x)
         xn = np.where(bad, fallback, xn)
         done = (
-            (f == 0) | (np.abs(xn - x) <= 1e-13 * x) | (np.isfinite(hi) & (hi - lo <= 1e-14 * hi))
+            (f == 0) | tiny | (np.abs(xn - x) <= 1e-13 * x)
+            | (np.isfinite(hi) & (hi - lo <= 1e-14 * hi))
         )
         xn = np.where(f == 0, x, xn)
         if done.any():
