@@ -1,4 +1,4 @@
-# recrawl: the two commands are `make up` (start the stack) and `make test` (the tests).
+# recrawl: the two commands are `make demo` (the main job) and `make test` (the tests).
 # Both install what they need: a venv with the pinned dependencies, Kafka's jars from Maven
 # Central (once, into .cache/), Debian's redis-server (apt-get, when missing and root).
 
