@@ -18,7 +18,8 @@ from models.sim import simulate_events, synthetic_world, value_params
 from models.values import crawl_value
 
 
-def bench(kind: str, m: int, slots: int, seed: int, warmup: int = 0) -> dict[str, float]:
+def bench(kind: str, m: int, slots: int, seed: int, warmup: int = 0,
+          plan: bool = True) -> dict[str, float]:
     rng = np.random.default_rng(seed)
     R = 100.0
     w = synthetic_world(m, rng)
@@ -28,6 +29,8 @@ def bench(kind: str, m: int, slots: int, seed: int, warmup: int = 0) -> dict[str
     origin = np.zeros(m)
     for i in range(m):
         idx.upsert(i, origin=0.0, alpha=a[i], beta=b[i], gamma=g[i], mu=w.mu[i])
+    if plan:  # the slot times, as models.sim.run announces them to Algorithm1
+        idx.plan(np.arange(1, slots + warmup + 1) / R)
     k = 0
     t_idx = t_bf = 0.0
     agree = 0
@@ -65,12 +68,14 @@ def main() -> None:
     ap.add_argument("--slots", type=int, default=200)
     ap.add_argument("--warmup", type=int, default=300, help="untimed slots first")
     ap.add_argument("--kinds", nargs="+", default=["greedy", "greedy-ncis"])
+    ap.add_argument("--no-plan", action="store_true",
+                    help="do not announce the slot times (CrawlIndex.plan)")
     args = ap.parse_args()
     print("| policy | m | slots | index ms/slot | brute force ms/slot | speed-up | same page |")
     print("|---|---|---|---|---|---|---|")
     for kind in args.kinds:
         for m in args.m:
-            r = bench(kind, m, args.slots, 0, args.warmup)
+            r = bench(kind, m, args.slots, 0, args.warmup, plan=not args.no_plan)
             print(f"| {kind} | {m} | {args.slots} | {r['index_ms_per_slot']:.2f} | "
                   f"{r['brute_ms_per_slot']:.1f} | {r['speedup']:.1f}x | {r['agree']:.3f} |"
                   f" <!-- scans {r['full_scans']:.0f}, levels {r['level_changes']:.0f},"

@@ -109,7 +109,7 @@ def _default_inverse_fn() -> _InverseFn:
 
 
 # Pages looked at ahead of ``now`` in one drain to batch the re-inversion of stale keys.
-_STALE_BATCH = 256
+_STALE_BATCH = 1024
 # Working levels whose iota arrays are kept (a level is revisited after a full scan).
 _IOTA_CACHE_LEVELS = 48
 
@@ -187,6 +187,13 @@ class CrawlIndex:
         self._host = np.full(cap, -1, dtype=np.int64)
         self._host_code: dict[Hashable, int] = {}
         self._host_names: list[Hashable] = []
+        # planned query times (plan()) and each page's values at a window of them
+        self._plan: FloatArray | None = None
+        self._window = 16
+        self._cv = np.zeros((cap, self._window))
+        self._cv_start = np.full(cap, -1, dtype=np.int64)
+        self._cv_len = np.zeros(cap, dtype=np.int64)
+        self._cv_ver = np.full(cap, -1, dtype=np.int64)
         self._counter = 0
         self._level_idx = -1  # -1: no level chosen yet (first query scans)
         self._heap: list[tuple[float, int, int, int]] = []
@@ -206,6 +213,9 @@ class CrawlIndex:
             ("_version", 0, np.int64),
             ("_iota_level", -1, np.int64),
             ("_host", -1, np.int64),
+            ("_cv_start", -1, np.int64),
+            ("_cv_len", 0, np.int64),
+            ("_cv_ver", -1, np.int64),
         ):
             old = getattr(self, name)
             new_i = np.full(n, fill, dtype=dt)
@@ -219,6 +229,9 @@ class CrawlIndex:
         iota = np.full(n, np.nan)
         iota[: self._iota.size] = self._iota
         self._iota = iota
+        cv = np.zeros((n, self._window))
+        cv[: self._cv.shape[0]] = self._cv
+        self._cv = cv
         for lv, arr in list(self._iota_cache.items()):
             grown = np.full(n, np.nan)
             grown[: arr.size] = arr
@@ -458,20 +471,76 @@ class CrawlIndex:
             return np.zeros(0)
         tau = now - self._origin[slots]
         tau = np.maximum(tau, 0.0)
+        return self._value_arrays(
+            tau, self._alpha[slots], self._beta[slots], self._gamma[slots], self._mu[slots]
+        )
+
+    def _value_arrays(
+        self, tau: FloatArray, a: FloatArray, b: FloatArray, g: FloatArray, m: FloatArray
+    ) -> FloatArray:
         if self._fast_values:
             from models.values import _crawl_value_unchecked
 
-            return _crawl_value_unchecked(
-                tau, self._alpha[slots], self._beta[slots], self._gamma[slots],
-                self._mu[slots], self._terms,
-            )
-        return np.asarray(
-            self._value_fn(
-                tau, self._alpha[slots], self._beta[slots], self._gamma[slots],
-                self._mu[slots], terms=self._terms,
-            ),
-            dtype=np.float64,
+            return _crawl_value_unchecked(tau, a, b, g, m, self._terms)
+        return np.asarray(self._value_fn(tau, a, b, g, m, terms=self._terms), dtype=np.float64)
+
+    def plan(self, times: npt.ArrayLike, *, window: int = 16) -> None:
+        """Announce the times of the coming queries (e.g. the crawl slots).
+
+        ``best`` at one of these times (exactly equal floats) then takes the candidates'
+        values from a cache filled by one vectorised call per ``window`` planned times:
+        a page's value at the next ``window`` planned times is computed when it is first
+        needed, and stays valid until the page is re-keyed (a crawl, a ping, a parameter
+        change).  Results are unchanged; queries at other times evaluate directly.
+        """
+        arr = np.asarray(times, dtype=np.float64).ravel()
+        if arr.size and (not np.all(np.isfinite(arr)) or (np.diff(arr) <= 0).any()):
+            raise ValueError("planned times must be finite and strictly increasing")
+        if window < 1:
+            raise ValueError(f"window must be >= 1, got {window!r}")
+        self._plan = arr
+        if window != self._window:
+            self._window = int(window)
+            self._cv = np.zeros((self._origin.size, self._window))
+        self._cv_start[:] = -1
+        self._cv_len[:] = 0
+
+    def _plan_index(self, now: float) -> int:
+        plan = self._plan
+        if plan is None or not plan.size:
+            return -1
+        p = int(np.searchsorted(plan, now))
+        return p if p < plan.size and plan[p] == now else -1
+
+    def _hot_values(self, hot: npt.NDArray[np.int64], now: float) -> FloatArray:
+        """Exact values of ``hot`` at ``now``, from the planned-time cache when possible."""
+        p = self._plan_index(now) if hot.size else -1
+        if p < 0:
+            return self._values(hot, now)
+        assert self._plan is not None
+        start = self._cv_start[hot]
+        rel = p - start
+        valid = (start >= 0) & (rel >= 0) & (rel < self._cv_len[hot]) & (
+            self._cv_ver[hot] == self._version[hot]
         )
+        if not valid.all():
+            inv = hot[~valid]
+            times = self._plan[p : p + self._window]
+            w = times.size
+            self.stats.values_computed += int(inv.size * w)
+            tau = np.maximum(times[None, :] - self._origin[inv][:, None], 0.0).ravel()
+            rp = np.repeat
+            vals = self._value_arrays(
+                tau, rp(self._alpha[inv], w), rp(self._beta[inv], w), rp(self._gamma[inv], w),
+                rp(self._mu[inv], w),
+            ).reshape(inv.size, w)
+            self._cv[inv, :w] = vals
+            self._cv_start[inv] = p
+            self._cv_len[inv] = w
+            self._cv_ver[inv] = self._version[inv]
+            rel = p - self._cv_start[hot]
+        out: FloatArray = self._cv[hot, rel]
+        return out
 
     def value(self, page_id: Hashable, now: float) -> float:
         """Exact crawl value of one page at time ``now``."""
@@ -696,7 +765,7 @@ class CrawlIndex:
         self._drain(now)
         level = float(self._levels[self._level_idx])
         hot = np.fromiter(self._hot, dtype=np.int64, count=len(self._hot))
-        vals = self._values(hot, now)
+        vals = self._hot_values(hot, now)
         order = np.lexsort((self._seq[hot], -vals))
         host_ok = self._host_ok(eligible_host)
         out: list[tuple[Hashable, float]] = []

@@ -86,7 +86,7 @@ _CANCELLATION_RATIO = 0.125
 _CHUNK = 1 << 16
 _SERIES_RTOL = 1e-17
 # Terms of the cancellation-free series added per vectorised step.
-_SERIES_BLOCK = 16
+_SERIES_BLOCK = 8
 
 
 # --------------------------------------------------------------------------------------

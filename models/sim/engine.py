@@ -86,6 +86,9 @@ def run(
     """Simulate ``policy`` on ``(world, events)`` until ``events.horizon``."""
     slots = budget.slot_times(events.horizon)
     n_slots = slots.size
+    plan = getattr(policy, "plan", None)
+    if plan is not None:  # Algorithm 1: batch value evaluation over upcoming slots
+        plan(slots)
     ct, cs = events.change_time, events.change_start
     ptr = cs[:-1].copy()  # first change after the page's last crawl
     end = cs[1:]

@@ -162,6 +162,10 @@ class Algorithm1:
             self.origin[page] = o
             self.index.set_origin(page, o)
 
+    def plan(self, times: FloatArray) -> None:
+        """The slot times of the run (:func:`models.sim.run` calls this once)."""
+        self.index.plan(times)
+
     def choose(self, t: float, eligible: Eligible) -> int | None:
         got = self.index.best(t, eligible=cast(Callable[[Hashable], bool] | None, eligible))
         if not got:

@@ -54,7 +54,7 @@ def _random_params(rng: np.random.Generator, m: int) -> np.ndarray:
 
 def _run(seed: int, *, m: int, slots: int, terms: int | None, levels=None, k: int = 1,
          with_eligible: bool = False, hosts: int = 0,
-         both: bool = False) -> tuple[CrawlIndex, int]:
+         both: bool = False, planned: int = 0) -> tuple[CrawlIndex, int]:
     rng = np.random.default_rng(seed)
     R = 10.0
     params = _random_params(rng, m)
@@ -66,6 +66,8 @@ def _run(seed: int, *, m: int, slots: int, terms: int | None, levels=None, k: in
         idx.upsert(i, origin=origin[i], alpha=a, beta=b, gamma=g, mu=mu,
                    host=(i % hosts) if hosts else None)
         ref.upsert(i, origin[i], a, b, g, mu)
+    if planned:
+        idx.plan(np.arange(1, slots + 1) / R, window=planned)
     next_id = m
     live = set(range(m))
     checks = 0
@@ -100,6 +102,12 @@ def _run(seed: int, *, m: int, slots: int, terms: int | None, levels=None, k: in
             ref.upsert(next_id, t, a, b, g, mu)
             live.add(next_id)
             next_id += 1
+        if planned and j % 7 == 0:
+            # a query between planned times evaluates directly (nothing crawled)
+            off = t - 0.5 / R
+            got_off = idx.best(off, k=k)
+            want_off = ref.best(off, k=k)
+            assert [p for p, _ in got_off] == [p for p, _ in want_off], (seed, j)
         elig = None
         if with_eligible:
             salt = int(rng.integers(0, 1 << 30))
@@ -228,3 +236,22 @@ def test_iota_cache_reused_when_a_level_is_revisited() -> None:
     got = idx.best(5.0)
     ref = [(p, idx.value(p, 5.0)) for p in idx]
     assert got[0][1] == max(v for _, v in ref)
+
+
+@pytest.mark.parametrize(("seed", "window"), [(70, 16), (71, 5), (72, 1)])
+def test_planned_times_match_brute_force(seed: int, window: int) -> None:
+    """Values cached over a window of planned slot times give the same picks and values."""
+    _, checks = _run(seed, m=30, slots=200, terms=None, planned=window)
+    assert checks == 200
+
+
+def test_planned_times_with_hosts_and_approx() -> None:
+    _run(73, m=25, slots=150, terms=2, hosts=4, planned=8)
+
+
+def test_plan_rejects_bad_times() -> None:
+    idx = CrawlIndex()
+    with pytest.raises(ValueError):
+        idx.plan([1.0, 1.0])
+    with pytest.raises(ValueError):
+        idx.plan([1.0, 2.0], window=0)
