@@ -387,8 +387,13 @@ class CrawlIndex:
         heapq.heapify(entries)
         self._heap = entries
 
-    def _inverse(self, level: float, slots: npt.NDArray[np.int64]) -> FloatArray:
-        """``iota`` with ``V(iota) = level`` for the given slots (inf if never reached)."""
+    def _inverse(
+        self, level: float, slots: npt.NDArray[np.int64], start: FloatArray | None = None
+    ) -> FloatArray:
+        """``iota`` with ``V(iota) = level`` for the given slots (inf if never reached).
+
+        ``start``: optional first Newton iterates (the root at a lower level).
+        """
         self.stats.iota_computed += int(slots.size)
         a, b, g, m = (
             self._alpha[slots], self._beta[slots], self._gamma[slots], self._mu[slots],
@@ -396,7 +401,7 @@ class CrawlIndex:
         if self._fast_inverse:
             from models.values import _time_to_value_unchecked
 
-            out = _time_to_value_unchecked(level, a, b, g, m)
+            out = _time_to_value_unchecked(level, a, b, g, m, start)
         elif self._terms is None:
             inv = self._inverse_fn if self._inverse_fn is not None else _default_inverse_fn()
             out = np.asarray(inv(level, a, b, g, m), dtype=np.float64)
@@ -450,7 +455,10 @@ class CrawlIndex:
         miss = np.isnan(got)
         if miss.any():
             todo = arr[miss]
-            got[miss] = self._inverse(float(self._levels[lv]), todo)
+            # warm start: the root at the page's previous (lower) level
+            prev = (self._iota_level[todo] >= 0) & (self._iota_level[todo] < lv)
+            start = np.where(prev, self._iota[todo] / (1.0 - _IOTA_MARGIN), np.nan)
+            got[miss] = self._inverse(float(self._levels[lv]), todo, start)
             cache[todo] = got[miss]
         self._iota[arr] = got
         self._iota_level[arr] = lv

@@ -87,6 +87,8 @@ _CHUNK = 1 << 16
 _SERIES_RTOL = 1e-17
 # Terms of the cancellation-free series added per vectorised step.
 _SERIES_BLOCK = 8
+# beta (alpha + gamma) below this: Greedy (the signals are uninformative).
+_UNINFORMATIVE_STEP = 1e-30
 
 
 # --------------------------------------------------------------------------------------
@@ -670,7 +672,12 @@ def _evaluate(
     ps = np.zeros(n)
     ww = np.zeros(n)
     finite = np.isfinite(iota)
-    greedy = (gamma == 0) | ((beta == 0) & (terms is None))
+    # beta (alpha+gamma) below 1e-30: signals carry no information to machine precision
+    # (V differs from Greedy's by O(alpha iota * beta (alpha+gamma)) relative), and the
+    # residue expansion would divide by a subnormal step
+    with np.errstate(invalid="ignore"):
+        uninformative = beta * (alpha + gamma) < _UNINFORMATIVE_STEP
+    greedy = (gamma == 0) | ((beta == 0) & (terms is None)) | (uninformative & (terms is None))
     # --- Greedy (Sec. 5.1): Delta = alpha
     g = greedy & finite & (iota > 0)
     if g.any():
@@ -879,8 +886,13 @@ def _time_to_value_unchecked(
     beta: FloatArray,
     gamma: FloatArray,
     mu: FloatArray,
+    start: FloatArray | None = None,
 ) -> FloatArray:
-    """:func:`time_to_value` for a scalar level on flat validated arrays (no checks)."""
+    """:func:`time_to_value` for a scalar level on flat validated arrays (no checks).
+
+    ``start`` (optional, nan: none) is a first Newton iterate per element, e.g. the
+    root at a nearby level; it only changes how fast the iteration converges.
+    """
     _, _, delta = _derived(alpha, beta, gamma)
     with np.errstate(divide="ignore", invalid="ignore"):
         cap = np.where((delta > 0) & (mu > 0), mu / delta, 0.0)
@@ -893,7 +905,7 @@ def _time_to_value_unchecked(
     if solve.any():
         out[solve] = _solve_time_to_value(
             np.full(int(solve.sum()), float(level)), alpha[solve], beta[solve], gamma[solve],
-            mu[solve],
+            mu[solve], None if start is None else start[solve],
         )
     return out
 
@@ -1093,12 +1105,15 @@ def time_to_value(
 
 
 def _solve_time_to_value(
-    level: FloatArray, alpha: FloatArray, beta: FloatArray, gamma: FloatArray, mu: FloatArray
+    level: FloatArray, alpha: FloatArray, beta: FloatArray, gamma: FloatArray, mu: FloatArray,
+    start: FloatArray | None = None,
 ) -> FloatArray:
     """Safeguarded Newton for ``V(iota) = level`` with ``0 < level < mu/Delta``."""
     n = level.size
     target = level / mu
     x = np.sqrt(2.0 * target / alpha)  # alpha > 0 here since Delta > 0 and V < cap
+    if start is not None:
+        x = np.where(np.isfinite(start) & (start > 0), start, x)
     lo = np.zeros(n)
     hi = np.full(n, np.inf)
     result = np.full(n, np.nan)

@@ -459,3 +459,11 @@ def test_time_to_value_property(frac, delta, lam, nu) -> None:
         return
     assert np.isfinite(t)
     assert float(mv.crawl_value(t, a, b, g)) == pytest.approx(level, rel=1e-10)
+
+
+def test_subnormal_beta_is_finite_and_greedy() -> None:
+    """Recall ~ 1e-309 gives beta ~ 1e-310: V is Greedy's to machine precision, not NaN."""
+    a, b, g = mv.signal_params(0.125, 2.225073858507203e-309, 20.0)
+    v = mv.crawl_value([0.0, 10.0], a, b, g, 1.0)
+    assert np.all(np.isfinite(v))
+    np.testing.assert_allclose(v, mv.crawl_value([0.0, 10.0], 0.125, 0.0, 0.0, 1.0), rtol=1e-15)
