@@ -3,24 +3,33 @@
 
 Loop (twice per ``tick_s``, default 10 ms)
 ------------------------------------------
-For each shard: ``credit = min(cap, credit + share * dt)`` with ``cap = max(1, share *
-tick)``; ``n = floor(credit)`` orders are chosen: first pages past the floor (longest
-interval ``max_interval_s``), then the highest crawl values among pages whose host has a
-token (``CrawlIndex.best`` with an eligibility predicate; Algorithm 1 of paper 004).  Each
-order is one Lua script in Redis that checks the page exists and has no order in flight,
-takes a token from the host's bucket (and respects max in flight), marks the page in flight
-and records the decision; only then the order is sent.  In any window of ``L`` seconds a
-shard emits at most ``share * L + cap`` orders: no spikes, and unspent credit is never
-banked beyond one tick (scarce pages or hosts give fewer orders, not a burst later).
-The flip side: when ``share * tick`` is about 1, any wake-up later than ``tick - 1/share``
-costs budget, so give the loop a tick with a few orders per shard (``R * tick >= 4 *
-shards``) when the emitted rate must match R closely.
+The shards of one worker are scheduled as ONE scheduler (paper 004 Sec. 5.2 with the
+shares following demand exactly): ``credit = min(cap, credit + S * dt)`` with ``S`` the sum
+of the local shards' shares and ``cap = max(1, S * tick)``; ``n = floor(credit)`` orders are
+chosen: first pages past the floor (longest interval ``max_interval_s``, earliest due
+first), then the highest crawl values among all local shards' pages whose host has a token
+(each shard's ``CrawlIndex.best`` with an eligibility predicate and its never-crawled pages,
+merged by value: Algorithm 1 of paper 004 over the worker's pages).  Each order is one Lua
+script in Redis that checks the page exists and has no order in flight, takes a token from
+the host's bucket (and respects max in flight), marks the page in flight and records the
+decision; only then the order is sent.  In any window of ``L`` seconds a worker emits at
+most ``S * L + cap`` orders: no spikes, and unspent credit is never banked beyond one tick
+(scarce pages or hosts give fewer orders, not a burst later).  The flip side: when
+``S * tick`` is about 1, any wake-up later than ``tick - 1/S`` costs budget, so give the
+loop a tick with a few orders (``R * tick >= 4``) when the emitted rate must match R
+closely.
 
 Budget
 ------
 ``R`` and the switches come from ``P:control`` (written by the control agent), read every
 0.25 s.  Every 0.5 s each worker publishes its shards' thresholds and weights to Redis and
-re-reads everyone's; shares are ``R * w_p / sum w`` (:mod:`streams.budget`).
+re-reads everyone's; shares are ``R * w_p / sum w`` (:mod:`streams.budget`).  All shards of
+a worker publish the worker's threshold (an EWMA of the log-values it ordered), so their
+weights move together and the controller only splits R between workers.  A worker whose
+share gave it no credit in an interval publishes the value it would order at now (its best
+page) when that is higher: otherwise its stale threshold would hold its share at nothing
+while its pages' values grow (measured with per-shard picks: a 1-host shard's weight fell
+to the 1e-3 clamp within 8 s and stayed there, its 20 of 100 pages never crawled again).
 """
 
 from __future__ import annotations
@@ -149,6 +158,18 @@ class FreshPages:
     def remove(self, url: str) -> None:
         self.key.pop(url, None)
 
+    def best_value(self) -> float:
+        """The highest value of any page (0 when empty)."""
+        while self.hosts:
+            hk = self.hosts[0]
+            top = self._top(hk[2])
+            if top is not None and (top[0], top[1]) == (hk[0], hk[1]):
+                return -top[0]
+            heapq.heappop(self.hosts)
+            if top is not None:
+                heapq.heappush(self.hosts, (top[0], top[1], hk[2]))
+        return 0.0
+
     def _top(self, host: str) -> tuple[float, int, str] | None:
         heap = self.by_host.get(host)
         while heap and self.key.get(heap[0][2]) is not heap[0]:
@@ -204,12 +225,9 @@ class Shard:
     floor: list[tuple[float, str, float]] = field(default_factory=list)
     share_per_s: float = 0.0
     weight: float = 1.0
-    credit: float = 0.0
-    last_tick: float = 0.0
     log_threshold: float | None = None
     level: float = 0.0
     emitted: int = 0
-    wanted: int = 0
     ready: bool = False
     dirty: set[tuple[str, str]] = field(default_factory=set)
     rate_window: list[tuple[float, int]] = field(default_factory=list)
@@ -232,6 +250,26 @@ class Shard:
             "emitted": self.emitted,
             "ready": self.ready,
         }
+
+
+@dataclass(slots=True)
+class _TickCtx:
+    """One shard's per-tick host bookkeeping while the worker chooses its orders."""
+
+    shard: Shard
+    taken: dict[str, int]
+    accepted: set[Hashable]
+    room: Callable[[str], int]
+    ok: Callable[[Hashable], bool]
+    fresh: list[tuple[str, str, float]] = field(default_factory=list)
+
+    def release(self, url: str) -> None:
+        """Give back the host room of a page that was eligible but not chosen."""
+        if url in self.accepted:
+            self.accepted.discard(url)
+            entry = self.shard.pages.get(url)
+            if entry is not None:
+                self.taken[entry.host] = self.taken.get(entry.host, 0) - 1
 
 
 class Scheduler:
@@ -264,6 +302,13 @@ class Scheduler:
         self.loop_stats: dict[str, float] = {"iterations": 0, "busy_s": 0.0,
                                              "max_busy_s": 0.0, "late": 0}
         self._last_report = 0.0
+        #: one credit, threshold and starved count for all local shards (one scheduler)
+        self.credit = 0.0
+        self.last_tick = 0.0
+        self.share_total = 0.0
+        self.log_threshold: float | None = None
+        self.emitted = 0
+        self.wanted = 0
 
     # -- events from the agents -------------------------------------------------------
     async def on_page(
@@ -381,7 +426,6 @@ class Scheduler:
                 log.warning("loading shard %d failed (%r); retrying", shard.partition, exc)
                 await asyncio.sleep(0.5)
         shard.ready = True
-        shard.last_tick = time.monotonic()
         log.info("shard %d ready: %d pages, %d in flight (%.2fs)", shard.partition,
                  len(shard.pages), len(shard.in_flight), time.monotonic() - t0)
 
@@ -432,12 +476,25 @@ class Scheduler:
         thresholds: dict[int, float | None] = {
             p: e.get("log_threshold") for p, e in live.items()
         }
+        # the local shards are scheduled as one (merged picks): they share the worker's
+        # threshold, so the controller moves only the split between workers
+        if self.wanted == 0 and not self.control.paused:
+            # no credit in the interval (a share too small for one order): the EWMA of
+            # emitted values is stale, and would keep the share at nothing; the value the
+            # worker would crawl at now rises as its pages age, and brings the share back
+            best = self._best_value(now)
+            if best > 0.0 and (self.log_threshold is None
+                               or math.log(best) > self.log_threshold):
+                self.log_threshold = math.log(best)
         for p, s in self.shards.items():
-            thresholds[p] = s.log_threshold if s.ready else None
+            s.log_threshold = self.log_threshold if s.ready else None
+            thresholds[p] = s.log_threshold
         mean = budget.mean_log(thresholds)
         own: dict[int, dict[str, Any]] = {}
+        starved_all = self.wanted > 0 and self.emitted == 0 and not self.control.paused
+        self.wanted = self.emitted = 0
         for p, s in self.shards.items():
-            starved = s.ready and s.wanted > 0 and s.emitted == 0 and not self.control.paused
+            starved = s.ready and starved_all
             s.weight = budget.update_weight(
                 s.weight, s.log_threshold, mean, gain_per_s=self.settings.resplit_gain,
                 dt_s=dt_s, starved=starved and s.share_per_s * dt_s >= 2,
@@ -447,7 +504,7 @@ class Scheduler:
                 "share_per_s": s.share_per_s, "pages": len(s.pages),
                 "in_flight": len(s.in_flight), "ts": now, "worker": self.worker_id,
             }
-            s.emitted = s.wanted = 0
+            s.emitted = 0
         await self.store.put_shards(own)
         weights = {p: float(e.get("weight", 1.0)) for p, e in live.items()}
         weights.update({p: s.weight for p, s in self.shards.items()})
@@ -460,6 +517,18 @@ class Scheduler:
             self.metrics.shard_pages.labels(str(p)).set(len(s.pages))
             self.metrics.shard_in_flight.labels(str(p)).set(len(s.in_flight))
         self.global_shards = {**live, **own}
+
+    def _best_value(self, now: float) -> float:
+        best = 0.0
+        for s in self.shards.values():
+            if not s.ready:
+                continue
+            best = max(best, s.fresh.best_value())
+            if len(s.index):
+                top = s.index.best(now, k=1)
+                if top:
+                    best = max(best, top[0][1])
+        return best
 
     # -- the loop -------------------------------------------------------------------
     async def run(self) -> None:
@@ -559,79 +628,106 @@ class Scheduler:
     async def tick_all(self, shards: list[Shard]) -> int:
         """One tick: choose the orders of every shard, issue them in one Redis pipeline."""
         now = self.clock()
-        plans: list[tuple[Shard, list[tuple[str, str, float]]]] = []
         for shard in shards:
             await self._expire(shard, now)
-            picks = self._choose(shard, now)
-            if picks:
-                plans.append((shard, picks))
+        plans = self._choose(shards, now)
         if not plans:
             return 0
         return await self._issue(plans, now)
 
-    def _choose(self, shard: Shard, now: float) -> list[tuple[str, str, float]]:
+    def _choose(self, shards: list[Shard], now: float
+                ) -> list[tuple[Shard, list[tuple[str, str, float]]]]:
+        """The orders of one tick over all local shards, as one scheduler: one credit at
+        the sum of their shares, floor-due pages first (earliest due first), then the
+        highest crawl values among all the shards' eligible pages (one merged Algorithm 1;
+        shares only split R across workers)."""
         mono = time.monotonic()
-        dt = mono - shard.last_tick if shard.last_tick else 0.0
-        shard.last_tick = mono
-        if self.control.paused or shard.share_per_s <= 0.0:
-            shard.credit = 0.0
+        dt = mono - self.last_tick if self.last_tick else 0.0
+        self.last_tick = mono
+        total = sum(s.share_per_s for s in shards)
+        self.share_total = total
+        if self.control.paused or total <= 0.0:
+            self.credit = 0.0
             return []
-        cap = max(1.0, shard.share_per_s * self.settings.tick_s)
-        shard.credit = min(cap, shard.credit + shard.share_per_s * dt)
-        n = int(shard.credit)
+        cap = max(1.0, total * self.settings.tick_s)
+        self.credit = min(cap, self.credit + total * dt)
+        n = int(self.credit)
         if n < 1:
             return []
-        shard.wanted += n
-        taken: dict[str, int] = {}
-        accepted: set[Hashable] = set()
-        room = self._host_room(shard, now, taken)
-        ok = self._host_ok(shard, room, taken, accepted)
-        picks: list[tuple[str, str, float]] = []
+        self.wanted += n
+        ctx: list[_TickCtx] = []
+        for shard in shards:
+            taken: dict[str, int] = {}
+            accepted: set[Hashable] = set()
+            room = self._host_room(shard, now, taken)
+            ctx.append(_TickCtx(shard, taken, accepted, room,
+                                self._host_ok(shard, room, taken, accepted)))
+        chosen: list[tuple[_TickCtx, str, str, float]] = []
+        # floor-due pages of every shard, earliest due first
         if self.control.max_interval_s > 0:
-            deferred = []
-            while shard.floor and shard.floor[0][0] <= now and len(picks) < n:
-                entry = heapq.heappop(shard.floor)
-                _, url, last = entry
-                page = shard.pages.get(url)
-                if page is None or page.last_crawl_s != last or url in shard.in_flight:
-                    continue
-                if ok(url):
-                    picks.append((url, "floor", self._value(shard, url, now)))
-                else:
-                    deferred.append(entry)
-            for e in deferred:
-                heapq.heappush(shard.floor, e)
-        if len(picks) < n:
-            chosen = {u for u, _, _ in picks}
-            want = n - len(picks)
-            fresh: list[tuple[str, str, float]] = []
-            if len(shard.fresh):
-                def fresh_room(host: str) -> int:
-                    return room(host)
-
-                fresh = [f for f in shard.fresh.take(want, fresh_room) if f[0] not in chosen]
-                for url, host, _v in fresh:
-                    taken[host] = taken.get(host, 0) + 1
-                    accepted.add(url)
-            crawled: list[tuple[Hashable, float]] = []
-            if len(shard.index):
-                crawled = [(pid, v) for pid, v in shard.index.best(now, eligible=ok, k=want)
-                           if v > 0.0 and pid not in chosen]
-            # merge the two descending lists; fresh pages not used go back
-            i = j = 0
-            while len(picks) < n and (i < len(fresh) or j < len(crawled)):
-                if j >= len(crawled) or (i < len(fresh) and fresh[i][2] >= crawled[j][1]):
-                    picks.append((fresh[i][0], "greedy", fresh[i][2]))
-                    i += 1
-                else:
-                    picks.append((str(crawled[j][0]), "greedy", crawled[j][1]))
-                    j += 1
-            for url, host, v in fresh[i:]:
-                shard.fresh.add(url, host, v)
-        if picks:
+            due: list[tuple[float, int, _TickCtx, tuple[float, str, float]]] = []
+            for i, c in enumerate(ctx):
+                shard = c.shard
+                deferred = []
+                got = 0
+                while shard.floor and shard.floor[0][0] <= now and got < n:
+                    entry = heapq.heappop(shard.floor)
+                    _, url, last = entry
+                    page = shard.pages.get(url)
+                    if page is None or page.last_crawl_s != last or url in shard.in_flight:
+                        continue
+                    if c.ok(url):
+                        due.append((entry[0], i, c, entry))
+                        got += 1
+                    else:
+                        deferred.append(entry)
+                for e in deferred:
+                    heapq.heappush(shard.floor, e)
+            due.sort(key=lambda d: (d[0], d[1]))
+            for _, _, c, entry in due[:n]:
+                chosen.append((c, entry[1], "floor", self._value(c.shard, entry[1], now)))
+            for _, _, c, entry in due[n:]:
+                c.release(entry[1])
+                heapq.heappush(c.shard.floor, entry)
+        want = n - len(chosen)
+        if want > 0:
+            # each shard's best candidates (descending), then one merge over all shards
+            lists: list[list[tuple[float, int, str, bool, _TickCtx]]] = []
+            for i, c in enumerate(ctx):
+                shard = c.shard
+                fresh: list[tuple[str, str, float]] = []
+                if len(shard.fresh):
+                    fresh = shard.fresh.take(want, c.room)
+                    for url, host, _v in fresh:
+                        c.taken[host] = c.taken.get(host, 0) + 1
+                        c.accepted.add(url)
+                    c.fresh = fresh
+                crawled: list[tuple[Hashable, float]] = []
+                if len(shard.index):
+                    crawled = [(pid, v) for pid, v in shard.index.best(now, eligible=c.ok, k=want)
+                               if v > 0.0]
+                cand = [(-v, i, u, True, c) for u, _h, v in fresh]
+                cand += [(-v, i, str(pid), False, c) for pid, v in crawled]
+                cand.sort(key=lambda x: (x[0], x[1]))
+                lists.append(cand[:want])
+            used: set[tuple[int, str]] = set()
+            for negv, i, url, _is_fresh, c in heapq.merge(
+                    *lists, key=lambda x: (x[0], x[1])):
+                if len(chosen) >= n:
+                    break
+                chosen.append((c, url, "greedy", -negv))
+                used.add((i, url))
+            for i, c in enumerate(ctx):
+                for url, host, v in c.fresh:
+                    if (i, url) not in used:
+                        c.shard.fresh.add(url, host, v)
+        by_shard: dict[int, tuple[Shard, list[tuple[str, str, float]]]] = {}
+        for c, url, policy, value in chosen:
+            by_shard.setdefault(c.shard.partition, (c.shard, []))[1].append((url, policy, value))
+        for shard, _picks in by_shard.values():
             level = shard.index.threshold()
             shard.level = level if math.isfinite(level) else 0.0
-        return picks
+        return list(by_shard.values())
 
     def _value(self, shard: Shard, url: str, now: float) -> float:
         if url in shard.index:
@@ -687,7 +783,8 @@ class Scheduler:
                 if order["policy"] == "greedy" and order["crawl_value"] > 0:
                     self._observe_value(shard, order["crawl_value"], now)
                 shard.emitted += 1
-                shard.credit -= 1
+                self.emitted += 1
+                self.credit -= 1
                 sent += 1
             elif code == "no-token":
                 b.tokens, b.ts = 0.0, now
@@ -717,11 +814,11 @@ class Scheduler:
 
     def _observe_value(self, shard: Shard, value: float, now: float) -> None:
         lv = math.log(value)
-        if shard.log_threshold is None:
-            shard.log_threshold = lv
+        if self.log_threshold is None:
+            self.log_threshold = lv
         else:
-            w = 1.0 / max(1.0, shard.share_per_s * EWMA_S)
-            shard.log_threshold += w * (lv - shard.log_threshold)
+            w = 1.0 / max(1.0, self.share_total * EWMA_S)
+            self.log_threshold += w * (lv - self.log_threshold)
 
     async def _expire(self, shard: Shard, now: float) -> None:
         due: list[tuple[str, str]] = []

@@ -1,0 +1,143 @@
+"""The scheduler's choice of one tick over several local shards (no Redis, no Kafka): the
+local shards are one scheduler (one credit, one merged pick by value), whatever their
+shares, and the credit never exceeds ``max(1, sum(shares) * tick)``."""
+
+from __future__ import annotations
+
+import time
+
+from streams import budget
+from streams.metrics import Metrics
+from streams.params import PageParams
+from streams.scheduler import PageEntry, Scheduler, Shard
+from streams.settings import Settings
+
+
+def _params(value: float) -> PageParams:
+    # never crawled: V(inf) = mu / alpha with gamma = 0
+    return PageParams(alpha_per_s=1.0, beta_s=0.0, gamma_per_s=0.0, mu=value,
+                      change_rate_per_s=1.0, source_beta_s=(), origin_s=0.0, estimated=False)
+
+
+def _shard(p: int, pages: dict[str, tuple[str, float]], share: float) -> Shard:
+    s = Shard(p)
+    s.ready = True
+    s.share_per_s = share
+    for url, (host, value) in pages.items():
+        s.pages[url] = PageEntry(host, 0.0, 0.0, _params(value))
+        s.fresh.add(url, host, value)
+    return s
+
+
+def _scheduler(tick_s: float = 0.5) -> Scheduler:
+    st = Settings(web_enabled=False, tick_s=tick_s, default_host_crawls_per_s=100.0,
+                  host_burst=100.0, budget_per_s=10.0)
+
+    async def sink(k: bytes, v: bytes) -> None:
+        return None
+
+    return Scheduler(st, store=None, metrics=Metrics(), send_order=sink)  # type: ignore[arg-type]
+
+
+def test_one_merged_pick_over_local_shards_whatever_their_shares() -> None:
+    sch = _scheduler()
+    # shard 0 has a tiny share but the best pages; shard 1 most of the share, worse pages
+    a = _shard(0, {f"a{i}": ("a.org", 10.0 + i) for i in range(5)}, share=0.5)
+    b = _shard(1, {f"b{i}": (f"b{i % 3}.org", 1.0 + i) for i in range(9)}, share=9.5)
+    sch.last_tick = time.monotonic() - 10.0  # a long gap: the credit stops at the cap
+    plans = sch._choose([a, b], now=1000.0)
+    assert sch.credit == 5.0  # cap = max(1, (0.5 + 9.5) * 0.5)
+    picked = {s.partition: [u for u, _, _ in picks] for s, picks in plans}
+    assert picked == {0: ["a4", "a3", "a2", "a1", "a0"]}
+    # the pages not chosen are still there for the next tick
+    assert len(b.fresh) == 9 and len(a.fresh) == 0
+    values = [v for _, picks in plans for _, _, v in picks]
+    assert values == sorted(values, reverse=True)
+
+
+def test_merged_pick_takes_the_top_values_across_shards() -> None:
+    sch = _scheduler()
+    a = _shard(0, {"a0": ("a.org", 5.0), "a1": ("a.org", 3.0), "a2": ("a.org", 1.0)}, 1.0)
+    b = _shard(1, {"b0": ("b.org", 4.0), "b1": ("b.org", 2.0), "b2": ("b.org", 0.5)}, 7.0)
+    sch.last_tick = time.monotonic() - 10.0
+    plans = sch._choose([a, b], now=1000.0)  # cap = 4
+    got = sorted((v, u) for _, picks in plans for u, _, v in picks)
+    assert [u for _, u in got] == ["b1", "a1", "b0", "a0"]
+    assert set(a.fresh.key) == {"a2"} and set(b.fresh.key) == {"b2"}
+
+
+def test_credit_accrues_at_the_sum_of_the_shares_and_is_capped() -> None:
+    sch = _scheduler(tick_s=0.1)
+    a = _shard(0, {f"a{i}": ("a.org", 1.0) for i in range(50)}, 3.0)
+    b = _shard(1, {f"b{i}": ("b.org", 1.0) for i in range(50)}, 1.0)
+    sch.last_tick = time.monotonic() - 0.2
+    assert sch._choose([a, b], now=1.0) == []  # credit 0.4 (cap max(1, 0.4) = 1): none yet
+    assert 0.39 < sch.credit <= 1.0
+    sch.last_tick = time.monotonic() - 5.0
+    plans = sch._choose([a, b], now=1.0)
+    assert sum(len(p) for _, p in plans) == 1  # never more than the cap in one tick
+    sch.control.paused = True
+    assert sch._choose([a, b], now=1.0) == [] and sch.credit == 0.0
+
+
+def test_host_without_room_is_skipped_in_the_merge() -> None:
+    sch = _scheduler(tick_s=1.0)
+    sch.settings = sch.settings.model_copy(update={"host_burst": 1.0})
+    a = _shard(0, {"a0": ("a.org", 9.0), "a1": ("a.org", 8.0)}, 1.0)
+    b = _shard(1, {"b0": ("b.org", 1.0), "b1": ("c.org", 0.5)}, 2.0)
+    sch.last_tick = time.monotonic() - 10.0
+    plans = sch._choose([a, b], now=1000.0)  # cap 3 orders, but a.org has one token
+    got = {s.partition: [u for u, _, _ in p] for s, p in plans}
+    assert got == {0: ["a0"], 1: ["b0", "b1"]}
+    assert set(a.fresh.key) == {"a1"}
+
+
+def test_split_sums_to_the_budget_and_local_shards_move_together() -> None:
+    w = {0: 1.0, 1: 1.0, 2: 2.0}
+    shares = budget.split(8.0, w)
+    assert abs(sum(shares.values()) - 8.0) < 1e-12
+    # same threshold for the shards of one worker: their weights move by the same factor
+    w0 = budget.update_weight(1.0, 1.0, 0.0, gain_per_s=0.5, dt_s=0.5)
+    w1 = budget.update_weight(2.0, 1.0, 0.0, gain_per_s=0.5, dt_s=0.5)
+    assert abs(w1 / w0 - 2.0) < 1e-12
+
+
+def test_fresh_best_value_skips_removed_pages() -> None:
+    from streams.scheduler import FreshPages
+
+    f = FreshPages()
+    assert f.best_value() == 0.0
+    f.add("u1", "h1", 3.0)
+    f.add("u2", "h2", 5.0)
+    f.add("u3", "h2", 4.0)
+    assert f.best_value() == 5.0
+    f.remove("u2")
+    assert f.best_value() == 4.0
+    f.remove("u3")
+    assert f.best_value() == 3.0 and len(f) == 1
+
+
+def test_a_worker_without_credit_raises_its_threshold_to_its_best_value() -> None:
+    import asyncio
+    import math
+
+    class FakeStore:
+        def __init__(self) -> None:
+            self.put: dict[int, dict[str, object]] = {}
+
+        async def get_shards(self) -> dict[int, dict[str, object]]:
+            # another worker's shard, crawling at value e^0 = 1 with weight 1
+            return {9: {"weight": 1.0, "log_threshold": 0.0, "ts": time.time()}}
+
+        async def put_shards(self, own: dict[int, dict[str, object]]) -> None:
+            self.put.update(own)
+
+    sch = _scheduler()
+    sch.store = FakeStore()  # type: ignore[assignment]
+    a = _shard(0, {"a0": ("a.org", 20.0)}, 0.0)
+    sch.shards[0] = a
+    sch.log_threshold = math.log(0.1)  # stale: from when it last crawled
+    before = a.weight
+    asyncio.run(sch.resplit(0.5))
+    assert sch.log_threshold == math.log(20.0)
+    assert a.weight > before  # its share grows again
