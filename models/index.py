@@ -112,6 +112,9 @@ def _default_inverse_fn() -> _InverseFn:
 _STALE_BATCH = 1024
 # Working levels whose iota arrays are kept (a level is revisited after a full scan).
 _IOTA_CACHE_LEVELS = 48
+# A raise keeps only the top hot_target // _RAISE_HEADROOM pages hot, so the hot set
+# has room to grow before the next raise (each raise re-keys every page lazily).
+_RAISE_HEADROOM = 4
 
 
 class CrawlIndex:
@@ -802,7 +805,7 @@ class CrawlIndex:
         self, hot: npt.NDArray[np.int64], vals: FloatArray, vals_desc: FloatArray
     ) -> None:
         """Shrink the hot set: pages below the new level go back to the heap (lazily)."""
-        idx = self._choose_level(vals_desc, self._hot_target)
+        idx = self._choose_level(vals_desc, max(1, self._hot_target // _RAISE_HEADROOM))
         if idx <= self._level_idx:
             return
         self.stats.level_changes += 1
