@@ -53,6 +53,10 @@ def test_pings_raise_value_order_sooner_budget_change_and_explain(
     now = time.time()
     urls = [f"https://h{i}.org/p" for i in range(10)]
     produce_json(settings, "pages", [(f"h{i}.org", {"url": u}) for i, u in enumerate(urls)])
+    # pages and outcomes are separate topics: an outcome for a page not yet known is not
+    # applied, so publish the outcomes once the pages exist.
+    wait_for(lambda: all(page_value(settings, f"h{i}.org", u) for i, u in enumerate(urls)), 30,
+             "pages applied")
     produce_json(settings, "outcomes", [
         (f"h{i}.org", {"url": u, "fetched_at": now - 100, "changed": False, "status": 200})
         for i, u in enumerate(urls)
