@@ -14,8 +14,15 @@ Answers as the protocol says:
        not containing the key; remembered for ``failed_ttl_s``)
 422    URLs that do not belong to the host, or outside the key file's folder, or a key
        not matching the schema (8-128 characters of a-z, A-Z, 0-9, '-')
-429    too many requests for this host (token bucket per host)
+429    too many requests for this host (token bucket per host, shared by every
+       receiver process through Redis: :class:`RedisTokenBucket`)
+503    Redis unreachable (key registry or rate limit)
 =====  ==========================================================================
+
+The rate limit is a token bucket per host in Redis (``<prefix>:indexnow:{<host>}:rate``,
+one Lua script per request, Redis's clock), so receivers sharing a Redis and a key prefix
+share the limit: N receivers behind a load balancer still let a host submit
+``rate_per_s`` requests per second, not N times that.
 
 Keys are registered per host in Redis (``recrawl indexnow add-key HOST KEY``), or learnt
 by fetching the key file (``keyLocation``, else ``https://HOST/KEY.txt``) through the
@@ -90,6 +97,10 @@ class KeyRegistry:
 
 @dataclass
 class TokenBucket:
+    """An in-process token bucket per name (the reference semantics of
+    :class:`RedisTokenBucket`, which the receiver uses so that the limit holds over every
+    receiver process)."""
+
     rate_per_s: float
     burst: float
     _state: dict[str, tuple[float, float]] = field(default_factory=dict)
@@ -103,6 +114,73 @@ class TokenBucket:
             return False
         self._state[name] = (tokens - 1.0, now_s)
         return True
+
+
+#: One token bucket in a Redis hash ``{tokens, ts}``: refill at ``rate`` up to ``burst``
+#: since ``ts``, take one token if there is one.  The clock is Redis's ``TIME`` (one clock
+#: for every receiver process), unless ARGV[4] gives the time (tests).  The key expires
+#: once the bucket would be full again, so idle hosts cost nothing.
+_TOKEN_BUCKET = """
+local rate = tonumber(ARGV[1])
+local burst = tonumber(ARGV[2])
+local now
+if ARGV[4] and ARGV[4] ~= '' then
+  now = tonumber(ARGV[4])
+else
+  local t = redis.call('TIME')
+  now = tonumber(t[1]) + tonumber(t[2]) / 1000000
+end
+local s = redis.call('HMGET', KEYS[1], 'tokens', 'ts')
+local tokens = tonumber(s[1])
+local ts = tonumber(s[2])
+if tokens == nil or ts == nil then
+  tokens = burst
+  ts = now
+end
+if now > ts then
+  tokens = math.min(burst, tokens + (now - ts) * rate)
+  ts = now
+end
+local ok = 0
+if tokens >= 1 then
+  tokens = tokens - 1
+  ok = 1
+end
+redis.call('HSET', KEYS[1], 'tokens', string.format('%.17g', tokens),
+           'ts', string.format('%.17g', ts))
+redis.call('PEXPIRE', KEYS[1], tonumber(ARGV[3]))
+return ok
+"""
+
+
+class RedisTokenBucket:
+    """A token bucket per host shared by every receiver process: one Lua script per
+    request on ``<prefix>:indexnow:{<host>}:rate`` (hash ``tokens``, ``ts``), so the host's
+    limit is ``rate_per_s`` (burst ``burst``) whatever the number of receivers behind a
+    load balancer.  Same semantics as :class:`TokenBucket`; the time is Redis's clock.
+    """
+
+    def __init__(
+        self, client: aioredis.Redis, prefix: str, rate_per_s: float, burst: float
+    ) -> None:
+        if rate_per_s <= 0 or burst < 1:
+            raise ValueError("rate_per_s must be > 0 and burst >= 1")
+        self.redis = client
+        self.prefix = prefix
+        self.rate_per_s = float(rate_per_s)
+        self.burst = float(burst)
+        self._script = client.register_script(_TOKEN_BUCKET)
+        # the key lives until the bucket would be full again (plus a second)
+        self._ttl_ms = int(min(self.burst / self.rate_per_s, 86400.0 * 30) * 1000) + 1000
+
+    def key(self, host: str) -> str:
+        return f"{self.prefix}:indexnow:{{{host.lower()}}}:rate"
+
+    async def allow(self, host: str, now_s: float | None = None) -> bool:
+        """Take one token of ``host``'s bucket; False when empty (answer 429)."""
+        args: list[str | int] = [repr(self.rate_per_s), repr(self.burst), self._ttl_ms,
+                "" if now_s is None else repr(float(now_s))]  # fmt: skip
+        return bool(await self._script(keys=[self.key(host)], args=args))
 
 
 class Rejection(Exception):
@@ -186,7 +264,8 @@ class IndexNowReceiver:
         self.producer = producer
         self.registry = registry
         self.verifier = verifier
-        self.limiter = TokenBucket(rate_per_s, burst)
+        #: per-host limit shared through Redis by every receiver with the same prefix
+        self.limiter = RedisTokenBucket(registry.redis, registry.prefix, rate_per_s, burst)
         self.failed_ttl_s = failed_ttl_s
         self.stats: Counter[str] = Counter()
         self._verifying: dict[tuple[str, str], asyncio.Task[bool]] = {}
@@ -245,15 +324,15 @@ class IndexNowReceiver:
             sub = validate_submission(host, key, key_location, url_list)
         except Rejection as r:
             return self._answer(r.status, r.message)
-        if not self.limiter.allow(sub.host):
-            return self._answer(429, f"too many requests for {sub.host}")
         try:
+            if not await self.limiter.allow(sub.host):
+                return self._answer(429, f"too many requests for {sub.host}")
             if await self.registry.failed(sub.host, sub.key):
                 return self._answer(403, "key verification failed recently")
             scope = await self.registry.scope(sub.host, sub.key)
         except Exception as exc:  # Redis unreachable: tell the client to retry later
-            log.exception("key registry failed")
-            return self._answer(503, f"key registry unavailable: {exc!r}")
+            log.exception("key registry or rate limit failed")
+            return self._answer(503, f"Redis unavailable: {exc!r}")
         if scope is not None:
             if scope and not all(u.startswith(scope) for u in sub.urls):
                 return self._answer(422, "URLs outside the key's folder")

@@ -219,3 +219,67 @@ async def test_sitemap_poller_refuses_hostile_files(
     assert reason in (result.error or "")
     assert result.pings == 0
     assert await read_topic(settings, "pings", 1, timeout_s=1.5) == []
+
+
+# ---------------------------------------------------------------- IndexNow: shared rate limit
+async def test_indexnow_rate_limit_is_shared_by_receivers(
+    settings: Settings, redis_url: str, testweb: TestWeb
+) -> None:
+    """Two receivers (own Redis clients, own producers, own HTTP servers) sharing one Redis
+    and key prefix: a host's bucket of 4 holds over both together, not 4 per receiver."""
+    clients = [aioredis.from_url(redis_url) for _ in range(2)]
+    host, other = "h2.test", "h3.test"
+    for h in (host, other):
+        await KeyRegistry(clients[0], settings.key_prefix).add(h, testweb.key(h))
+    receivers = [
+        await _receiver(settings, c, verify=False, rate_per_s=0.001, burst=4) for c in clients
+    ]
+    (ra, a, close_a), (rb, b, close_b) = receivers
+    urls = [testweb.url(12)]
+    try:
+        async with aiohttp.ClientSession() as http:
+
+            async def post(endpoint: str, h: str, u: list[str]) -> int:
+                body = {"host": h, "key": testweb.key(h), "urlList": u}
+                async with http.post(endpoint, json=body) as r:
+                    return r.status
+
+            codes = [await post(ep, host, urls) for ep in (a, b, a, b, a, b)]
+            # each receiver alone would have allowed all three of its requests
+            assert codes == [200, 200, 200, 200, 429, 429]
+            # per host: another host has its own bucket, on either receiver
+            assert await post(b, other, [testweb.url(18)]) == 200
+            assert await post(a, host, urls) == 429
+        got = await read_topic(settings, "pings", 5, settle_s=1.0)
+    finally:
+        await close_a()
+        await close_b()
+        for c in clients:
+            await c.aclose()
+    assert len(got) == 5
+    assert (ra.stats["200"], ra.stats["429"]) == (2, 2)
+    assert (rb.stats["200"], rb.stats["429"]) == (3, 1)
+    key = f"{settings.key_prefix}:indexnow:{{{host}}}:rate"
+    assert ra.limiter.key(host) == key
+    assert await clients[0].exists(key) == 1
+    assert 0 < await clients[0].pttl(key) <= 4000 * 1000 + 1000
+
+
+async def test_redis_token_bucket_follows_the_in_process_bucket(
+    settings: Settings, rclient: aioredis.Redis
+) -> None:
+    """Same answers as :class:`TokenBucket` on the same clock (explicit times)."""
+    from streams.edges.indexnow import RedisTokenBucket, TokenBucket
+
+    shared = RedisTokenBucket(rclient, settings.key_prefix, rate_per_s=2.0, burst=3.0)
+    local = TokenBucket(rate_per_s=2.0, burst=3.0)
+    t0 = 1.7e9
+    steps = [0.0, 0.0, 0.0, 0.0, 0.1, 0.5, 0.5, 0.75, 2.0, 2.0, 2.0, 2.0, 2.0, 10.0]
+    got = [await shared.allow("a.org", t0 + dt) for dt in steps]
+    want = [local.allow("a.org", t0 + dt) for dt in steps]
+    assert got == want
+    assert got == [True, True, True, False, False, True, False, False, True, True, True,
+                   False, False, True]  # fmt: skip
+    # hosts do not share a bucket, and Redis's own clock is used without a time
+    assert await shared.allow("b.org", t0)
+    assert await shared.allow("c.org")
