@@ -31,7 +31,8 @@ Numerics
 ``R^i`` is evaluated with :func:`scipy.special.gammainc` (``-expm1(-x)`` for ``i = 0``),
 never as ``1 - e^{-x} sum``.  The difference of the two sums in ``V`` cancels when
 ``alpha (iota - i beta)`` is small; a term that loses more than three bits is
-recomputed from the cancellation-free forms derived in :func:`_term_without_cancellation`.
+recomputed from the cancellation-free forms derived in
+:func:`models._kernel._term_without_cancellation`.
 
 The sums over ``i`` are truncated once the dropped tail is provably below
 ``TRUNCATION_RTOL`` times the partial sum (bound in :func:`_ncis_sums`): the ``i``-th
@@ -55,6 +56,7 @@ import numpy as np
 import numpy.typing as npt
 from scipy import special as _sp
 
+from models import _kernel
 from models._args import FloatArray, as_float_array, as_terms, broadcast
 
 __all__ = [
@@ -82,11 +84,7 @@ TRUNCATION_RTOL = 1e-13
 # A term of V = sum_i (A_i - B_i) is recomputed without cancellation when
 # A_i - B_i < A_i / 8, i.e. when the subtraction would lose more than 3 bits.
 _CANCELLATION_RATIO = 0.125
-# Chunk length for the term loop: keeps the working arrays in L2 cache.
-_CHUNK = 1 << 16
 _SERIES_RTOL = 1e-17
-# Terms of the cancellation-free series added per vectorised step.
-_SERIES_BLOCK = 8
 # beta (alpha + gamma) below this: Greedy (the signals are uninformative).
 _UNINFORMATIVE_STEP = 1e-30
 
@@ -318,89 +316,6 @@ def from_precision_recall(
 # --------------------------------------------------------------------------------------
 
 
-def _term_without_cancellation(
-    i: int,
-    x: FloatArray,
-    alpha_s: FloatArray,
-    eps: FloatArray,
-    rho: FloatArray,
-    one_minus_rho: FloatArray,
-) -> FloatArray:
-    """``F_i`` with ``A_i - B_i = q^i / (alpha + gamma) * F_i``, free of cancellation.
-
-    With ``x = (alpha+gamma) s``, ``rho = gamma / (alpha+gamma)``, ``eps = -ln rho`` and
-    ``N ~ Poisson(x)``, expanding ``R^i`` in its Poisson series gives
-
-    ``F_i = R^i(x) - rho^{-(i+1)} e^{-alpha s} R^i(rho x) = E[1{N > i} (1 - rho^{N-i-1})]``
-
-    which we evaluate as a sum of non-negative terms, either
-
-    * (``x >= 1.25(i+1) + 1`` and ``(i+1) eps < alpha s``)
-      ``-expm1((i+1) eps - alpha s) + sum_{n<=i} p_n(x) expm1((i+1-n) eps)``, both
-      parts non-negative, or
-    * (otherwise) ``(1 - rho) p_{i+2}(x) sum_{l>=0} t_l c_l`` with
-      ``t_l = p_{i+2+l}/p_{i+2}`` and ``c_l = sum_{k<=l} rho^k``, summed until a
-      geometric bound on the rest is below ``1e-17`` of the sum.
-    """
-    out = np.zeros_like(x)
-    pos = x > 0
-    # the closed form is a sum of two non-negative parts once (i+1) eps < alpha s, i.e.
-    # roughly x > i+1; keeping x >= 1.25 (i+1) + 1 bounds the rounding of its exponent
-    # to a few ulps, and below that the series converges geometrically
-    pos &= one_minus_rho > 0  # alpha = 0: F = 0 exactly
-    closed = pos & (x >= 1.25 * (i + 1) + 1.0) & ((i + 1) * eps < alpha_s)
-    series = pos & ~closed & (x <= 4.0 * (i + 1) + 40.0)
-    # anything else (large x with rho < 0.6, where the naive difference does not
-    # cancel badly) is returned as NaN: the caller keeps the direct difference
-    out[pos & ~closed & ~series] = np.nan
-    lg_i = math.lgamma(i + 1)
-    if closed.any():
-        xc = x[closed]
-        ec = eps[closed]
-        first = -np.expm1((i + 1) * ec - alpha_s[closed])
-        # head sum, from n = i downwards; p_{n-1} = p_n n / x with n / x <= 0.8,
-        # so 200 terms reach 0.8^200 < 1e-19 of the largest one.
-        p = np.exp(-xc + i * np.log(xc) - lg_i)
-        head = p * np.expm1(ec)
-        n = i
-        while n > 0 and n > i - 200:
-            p = p * (n / xc)
-            n -= 1
-            head += p * np.expm1((i + 1 - n) * ec)
-        out[closed] = first + head
-    if series.any():
-        xs = x[series]
-        rs = rho[series]
-        p0 = np.exp(-xs + (i + 2) * np.log(xs) - math.lgamma(i + 3))
-        # blocks of _SERIES_BLOCK terms per step (2-D, one numpy call per operation):
-        # t_{l+j} = t_l prod_{k<=j} x/(i+2+l+k) and c_{l+j} = rho^j c_l + sum_{k<j} rho^k,
-        # all terms non-negative; the stopping bound is checked once per block
-        xs2 = xs[:, None]
-        jj = np.arange(1, _SERIES_BLOCK + 1, dtype=np.float64)
-        rpow = np.cumprod(np.broadcast_to(rs[:, None], (xs.size, _SERIES_BLOCK)), axis=1)
-        rsum = np.cumsum(rpow, axis=1) - rpow + 1.0  # sum_{k<j} rho^k, j = 1..B
-        t = np.ones_like(xs)
-        c = np.ones_like(xs)
-        total = np.ones_like(xs)
-        ell = 0
-        while True:
-            tb = np.cumprod(xs2 / (i + 2 + ell + jj), axis=1) * t[:, None]
-            cb = rpow * c[:, None] + rsum
-            total += (tb * cb).sum(axis=1)
-            ell += _SERIES_BLOCK
-            t = tb[:, -1]
-            c = cb[:, -1]
-            r = xs / (i + 3 + ell)
-            if (r < 1).all():
-                rest = t * (c * r / (1 - r) + r / (1 - r) ** 2)
-                if (rest <= _SERIES_RTOL * total).all():
-                    break
-            if ell > 1_000_000:  # pragma: no cover - unreachable for finite x
-                raise RuntimeError("series for the crawl value did not converge")
-        out[series] = one_minus_rho[series] * p0 * total
-    return out
-
-
 def _lambertw_log(log_z: FloatArray, k: int) -> npt.NDArray[np.complex128]:
     """Branch ``k`` of Lambert's W at ``z = exp(log_z)`` (real ``log_z``), overflow-free.
 
@@ -550,84 +465,26 @@ def _ncis_sums(
     v_out = np.zeros(n)
     psi_out = np.zeros(n)
     w_out = np.zeros(n)
-    for start in range(0, n, _CHUNK):
-        sl = slice(start, min(start + _CHUNK, n))
-        io, al, be, ga, nu_c, de, mt = (
-            iota[sl],
-            alpha[sl],
-            beta[sl],
-            gamma[sl],
-            nu[sl],
-            delta[sl],
-            max_terms[sl],
-        )
+    long = np.zeros(n, dtype=np.int8)
+    # the term loop, element by element (compiled: models._kernel)
+    _kernel.ncis_sums(
+        np.ascontiguousarray(iota), np.ascontiguousarray(alpha), np.ascontiguousarray(beta),
+        np.ascontiguousarray(gamma), np.ascontiguousarray(nu), np.ascontiguousarray(delta),
+        np.ascontiguousarray(max_terms), want_psi, want_w, TRUNCATION_RTOL,
+        _CANCELLATION_RATIO, _SERIES_RTOL, _MAX_LOOP_TERMS, v_out, psi_out, w_out, long,
+    )
+    lg = long.astype(bool)
+    if lg.any():
+        # long sums (tau/beta in the hundreds): closed residue expansion
+        io, al, be, ga, nu_l, de = (z[lg] for z in (iota, alpha, beta, gamma, nu, delta))
         c = al + ga
-        q = nu_c / c
-        with np.errstate(divide="ignore", over="ignore"):
-            q_ratio = np.where(de > 0, nu_c / de, np.inf)  # q / (1 - q)
+        q = nu_l / c
         e_ai = np.exp(-al * io)
-        with np.errstate(over="ignore"):
-            eps = np.log1p(al / ga)
-        rho = ga / c
-        omr = al / c
-        idx = np.arange(io.size)
-        qpow = np.ones(io.size)
-        v_acc = np.zeros(io.size)
-        psi_acc = np.zeros(io.size)
-        w_acc = np.zeros(io.size)
-        i = 0
-        while idx.size:
-            s = io if i == 0 else io - i * be
-            x = c * s
-            y = ga * s
-            a_term = qpow * _residual_int(i, x) / c
-            psi_term = _residual_int(i, y) / ga
-            d_term = a_term - e_ai * psi_term
-            hard = d_term < _CANCELLATION_RATIO * a_term
-            if hard.any():
-                f = _term_without_cancellation(
-                    i, x[hard], (al * s)[hard], eps[hard], rho[hard], omr[hard]
-                )
-                d_term[hard] = np.where(np.isnan(f), d_term[hard], (qpow[hard] / c[hard]) * f)
-            v_acc[idx] += d_term
-            psi_acc[idx] += psi_term
-            w_acc[idx] += a_term
-            done = (i + 1) >= mt
-            r = x / (i + 2)
-            qr = q * r
-            with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
-                tail_v = a_term * np.where(
-                    r < 1, np.minimum(q_ratio, q * r * r / (1 - qr)), q_ratio
-                )
-                conv = tail_v <= TRUNCATION_RTOL * v_acc[idx]
-                if want_psi:
-                    ry = y / (i + 2)
-                    tail_psi = np.where(ry < 1, psi_term * ry / (1 - ry), np.inf)
-                    conv &= tail_psi <= TRUNCATION_RTOL * psi_acc[idx]
-                if want_w:
-                    tail_w = a_term * np.where(r < 1, np.minimum(q_ratio, qr / (1 - qr)), q_ratio)
-                    conv &= tail_w <= TRUNCATION_RTOL * w_acc[idx]
-            keep = ~(done | conv)
-            if not keep.all():
-                idx = idx[keep]
-                io, al, be, ga, de, c, q, q_ratio, e_ai, eps, rho, omr, mt = (
-                    arr[keep]
-                    for arr in (io, al, be, ga, de, c, q, q_ratio, e_ai, eps, rho, omr, mt)
-                )
-                qpow = qpow[keep]
-            qpow = qpow * q
-            i += 1
-            if i >= _MAX_LOOP_TERMS and idx.size:
-                # long sums (tau/beta in the hundreds): closed residue expansion
-                u_w = _renewal_sum(c * io, q, c * be, de / c)
-                u_psi = _renewal_sum(ga * io, np.ones_like(q), ga * be, np.zeros_like(q))
-                w_acc[idx] = u_w / c
-                psi_acc[idx] = u_psi / ga
-                v_acc[idx] = w_acc[idx] - e_ai * psi_acc[idx]
-                break
-        v_out[sl] = v_acc
-        psi_out[sl] = psi_acc
-        w_out[sl] = w_acc
+        u_w = _renewal_sum(c * io, q, c * be, de / c)
+        u_psi = _renewal_sum(ga * io, np.ones_like(q), ga * be, np.zeros_like(q))
+        w_out[lg] = u_w / c
+        psi_out[lg] = u_psi / ga
+        v_out[lg] = w_out[lg] - e_ai * psi_out[lg]
     return _Sums(v_out, psi_out, w_out)
 
 
@@ -1108,7 +965,44 @@ def _solve_time_to_value(
     level: FloatArray, alpha: FloatArray, beta: FloatArray, gamma: FloatArray, mu: FloatArray,
     start: FloatArray | None = None,
 ) -> FloatArray:
-    """Safeguarded Newton for ``V(iota) = level`` with ``0 < level < mu/Delta``."""
+    """Safeguarded Newton for ``V(iota) = level`` with ``0 < level < mu/Delta``.
+
+    The general case (informative signals) runs element by element in the compiled
+    loop (:func:`models._kernel.solve_time_to_value`); Greedy and sums needing the
+    residue expansion use :func:`_solve_numpy`.
+    """
+    with np.errstate(invalid="ignore"):
+        gen = (gamma > 0) & (beta > 0) & ~(beta * (alpha + gamma) < _UNINFORMATIVE_STEP)
+    out = np.full(level.size, np.nan)
+    rest = ~gen
+    if gen.any():
+        a, b, g = alpha[gen], beta[gen], gamma[gen]
+        _, nu, delta = _derived(a, b, g)
+        st = np.full(a.size, np.nan) if start is None else np.ascontiguousarray(start[gen])
+        got = np.empty(a.size)
+        long = np.zeros(a.size, dtype=np.int8)
+        _kernel.solve_time_to_value(
+            np.ascontiguousarray(level[gen] / mu[gen]), np.ascontiguousarray(a),
+            np.ascontiguousarray(b), np.ascontiguousarray(g), nu, delta, st,
+            TRUNCATION_RTOL, _CANCELLATION_RATIO, _SERIES_RTOL, _MAX_LOOP_TERMS, got, long,
+        )
+        out[gen] = got
+        redo = np.zeros(level.size, dtype=bool)
+        redo[np.flatnonzero(gen)[long.astype(bool)]] = True
+        rest |= redo
+    if rest.any():
+        out[rest] = _solve_numpy(
+            level[rest], alpha[rest], beta[rest], gamma[rest], mu[rest],
+            None if start is None else start[rest],
+        )
+    return out
+
+
+def _solve_numpy(
+    level: FloatArray, alpha: FloatArray, beta: FloatArray, gamma: FloatArray, mu: FloatArray,
+    start: FloatArray | None = None,
+) -> FloatArray:
+    """Vectorised safeguarded Newton for ``V(iota) = level`` (any case of _evaluate)."""
     n = level.size
     target = level / mu
     x = np.sqrt(2.0 * target / alpha)  # alpha > 0 here since Delta > 0 and V < cap
