@@ -1,7 +1,8 @@
 """Reproductions of the estimation experiments of paper 004 (App. E) and paper 003 (Sec. 5).
 
 ``python -m streams.experiments.estimation app-e [--quick] [--seed N] [--out DIR] [--json PATH]``
-``python -m streams.experiments.estimation paper003 [...]``
+``python -m streams.experiments.estimation paper003 [--figures] [...]`` (``--figures``: also
+paper 003's Figs. 1-3, 6 and 7, from :mod:`streams.experiments.paper003_figs`)
 
 Each run writes PNG plots and a markdown table (``app_e.md`` / ``paper003.md``) into ``--out``
 and, with ``--json``, the numbers as JSON.  All the estimation code is in ``models``; this
@@ -38,6 +39,7 @@ from models.estimators import (
     naive_precision_recall,
 )
 from models.simulate_estimation import simulate_page_intervals
+from streams.experiments.paper003_figs import figures_table, run_figures
 
 FloatArray = npt.NDArray[np.float64]
 HOUR_S = 3600.0
@@ -387,6 +389,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--out", type=pathlib.Path, default=pathlib.Path("results/estimation"))
     ap.add_argument("--json", type=pathlib.Path, default=None, help="write the numbers here")
+    ap.add_argument(
+        "--figures", action="store_true", help="paper003: also Figs. 1-3, 6, 7 (paper003_figs)"
+    )
     args = ap.parse_args(argv)
     args.out.mkdir(parents=True, exist_ok=True)
     rng = np.random.default_rng(args.seed)
@@ -409,6 +414,12 @@ def main(argv: list[str] | None = None) -> int:
         table = _table_paper003(runs)
         (args.out / "paper003.md").write_text(table)
         result = {"runs": [_public(r) for r in runs]}
+        if args.figures:
+            fig_rows = run_figures(args.out, args.seed, args.quick)
+            table += "\n" + figures_table(fig_rows)
+            (args.out / "paper003.md").write_text(table)
+            files += list(dict.fromkeys(r["file"] for r in fig_rows))
+            result["figures"] = fig_rows
     result["seconds"] = time.perf_counter() - t0
     result["files"] = files
     print(table)
