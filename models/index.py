@@ -17,8 +17,8 @@ the values of the upper tiers more often; this module does the same thing **exac
   values only for the hot set (one vectorised call).  If the ``k``-th best eligible hot
   value is ``>= L`` it is the exact answer: every other page is below ``L``.  Otherwise
   the level is lowered (a full scan, rare), and when the hot set grows large the level
-  is raised (lazily: heap keys at a lower level are lower bounds of the keys at a
-  higher one and are corrected when they come due).
+  is raised.  Either way every page is re-keyed at the new level in one batched
+  inversion (compiled: ``models._kernel``), cached per level for later visits.
 
 ``iota`` depends only on a page's parameters, not on its origin, so crawls and pings
 re-key a page in ``O(log m)`` without any root finding; ``iota`` is recomputed (in
@@ -46,8 +46,10 @@ __all__ = ["DEFAULT_LEVELS", "CrawlIndex", "IndexStats"]
 
 FloatArray = npt.NDArray[np.float64]
 
-#: Default tier grid: ``2**(k/8)`` for ``k = -400..160`` (about 1e-15 to 1e6), ratio 1.09.
-DEFAULT_LEVELS: tuple[float, ...] = tuple(2.0 ** (k / 8.0) for k in range(-400, 161))
+#: Default tier grid: ``2**(k/32)`` for ``k = -1600..640`` (about 1e-15 to 1e6), ratio
+#: 1.022.  A fine grid keeps the candidate set small when many pages have nearly the
+#: top value (fig6's m = 10^4: ratio 1.09 left ~100 candidates per slot, 1.022 ~60).
+DEFAULT_LEVELS: tuple[float, ...] = tuple(2.0 ** (k / 32.0) for k in range(-1600, 641))
 
 # A computed ``iota`` is shrunk by this relative margin so that the key can only be early:
 # a page outside the hot set then has a value strictly below the level even if the root
@@ -108,12 +110,10 @@ def _default_inverse_fn() -> _InverseFn:
     return time_to_value
 
 
-# Pages looked at ahead of ``now`` in one drain to batch the re-inversion of stale keys.
-_STALE_BATCH = 1024
 # Working levels whose iota arrays are kept (a level is revisited after a full scan).
 _IOTA_CACHE_LEVELS = 48
 # A raise keeps only the top hot_target // _RAISE_HEADROOM pages hot, so the hot set
-# has room to grow before the next raise (each raise re-keys every page lazily).
+# has room to grow before the next raise (each raise re-keys every page).
 _RAISE_HEADROOM = 4
 
 
@@ -124,7 +124,7 @@ class CrawlIndex:
     ----------
     levels : sequence of float, optional
         Increasing grid of value levels (the tiers of App. F).  The working level is
-        always one of them.  Default :data:`DEFAULT_LEVELS` (geometric, ratio 2**(1/8)).
+        always one of them.  Default :data:`DEFAULT_LEVELS` (geometric, ratio 2**(1/32)).
     terms : int, optional
         Approx-J: rank pages by the value truncated to ``J`` terms (App. A.1).
     hot_target : int
@@ -329,9 +329,57 @@ class CrawlIndex:
             raise ValueError(f"origin must be a number or -inf, got {origin!r}")
         self._set_origin_slot(self._slot[page_id], float(origin))
 
+    def set_origins(self, page_ids: Sequence[Hashable], origins: npt.ArrayLike) -> None:
+        """Re-key several pages at once (e.g. the pings since the last query).
+
+        Same result as :meth:`set_origin` for each page; a candidate (hot) page whose
+        origin moves back (a ping: its value only grows) stays a candidate.
+        """
+        o = np.asarray(origins, dtype=np.float64).ravel()
+        if o.size != len(page_ids):
+            raise ValueError("page_ids and origins differ in length")
+        if np.isnan(o).any() or (o == math.inf).any():
+            raise ValueError("origins must be numbers or -inf")
+        slots = np.fromiter((self._slot[p] for p in page_ids), dtype=np.int64, count=o.size)
+        if np.unique(slots).size != slots.size:
+            raise ValueError("page_ids must be distinct")
+        keep_hot = self._hot_flag[slots] & (o <= self._origin[slots])
+        self._origin[slots] = o
+        self._version[slots] += 1
+        rest = slots[~keep_hot]
+        if self._level_idx < 0 or not rest.size:
+            for s in rest.tolist():
+                self._rekey(s)
+            return
+        hot = rest[self._hot_flag[rest]]
+        for s in hot.tolist():
+            self._hot.discard(s)
+        self._hot_flag[hot] = False
+        lvl = self._iota_level[rest]
+        ready = (lvl >= 0) & (lvl <= self._level_idx)
+        for s in rest[~ready].tolist():
+            self._pending.add(s)
+        push = rest[ready]
+        it = self._iota[push]
+        org = self._origin[push]
+        with np.errstate(invalid="ignore"):  # as _key: iota = inf first, then origin = -inf
+            keys = np.where(it == math.inf, math.inf,
+                            np.where(np.isneginf(org), -math.inf, org + it))
+        fin = keys != math.inf
+        heap = self._heap
+        for k, sq, s, ver in zip(keys[fin].tolist(), self._seq[push[fin]].tolist(),
+                                 push[fin].tolist(), self._version[push[fin]].tolist(),
+                                 strict=True):
+            heapq.heappush(heap, (k, sq, s, ver))
+        self._maybe_compact()
+
     def _set_origin_slot(self, s: int, origin: float) -> None:
         self._origin[s] = origin
         self._version[s] += 1
+        self._rekey(s)
+
+    def _rekey(self, s: int) -> None:
+        """Put a page whose origin changed back into the heap (or the pending set)."""
         if self._hot_flag[s]:
             self._hot_flag[s] = False
             self._hot.discard(s)
@@ -649,22 +697,8 @@ class CrawlIndex:
                 self._hot_flag[s] = True
             if not stale:
                 return
-            # batch: also re-key the next stale entries (in key order) that will come
-            # due soon, so that inversions happen in few vectorised calls
-            keep: list[tuple[float, int, int, int]] = []
-            looked = 0
-            while heap and len(stale) < _STALE_BATCH and looked < 2 * _STALE_BATCH:
-                e = heapq.heappop(heap)
-                looked += 1
-                s = e[2]
-                if e[3] != self._version[s] or not self._alive[s] or self._hot_flag[s]:
-                    continue
-                if self._iota_level[s] != self._level_idx:
-                    stale.append(s)
-                else:
-                    keep.append(e)
-            for e in keep:
-                heapq.heappush(heap, e)
+            # keys computed at another level (a page re-keyed while its parameters'
+            # iota at the working level was unknown): invert them and push again
             self._compute_iota(stale)
             for s in stale:
                 self._push(s)
@@ -798,23 +832,14 @@ class CrawlIndex:
             # not enough certified candidates above the level: lower it (full scan)
             return self._full_scan(now, eligible, k, eligible_host)
         if hot.size > 4 * self._hot_target:
-            self._raise_level(hot, vals, vals[order])
+            self._raise_level(hot, vals, vals[order], now)
         return out
 
     def _raise_level(
-        self, hot: npt.NDArray[np.int64], vals: FloatArray, vals_desc: FloatArray
+        self, hot: npt.NDArray[np.int64], vals: FloatArray, vals_desc: FloatArray, now: float
     ) -> None:
-        """Shrink the hot set: pages below the new level go back to the heap (lazily)."""
+        """Shrink the hot set: re-key every page at a higher level (one batched inversion)."""
         idx = self._choose_level(vals_desc, max(1, self._hot_target // _RAISE_HEADROOM))
         if idx <= self._level_idx:
             return
-        self.stats.level_changes += 1
-        self._level_idx = idx
-        level = float(self._levels[idx])
-        demote = hot[vals < level]
-        for s in demote.tolist():
-            self._hot.discard(s)
-            self._hot_flag[s] = False
-        self._compute_iota(demote.tolist())
-        for s in demote.tolist():
-            self._push(s)
+        self._set_level(idx, now)

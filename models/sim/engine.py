@@ -104,7 +104,15 @@ def run(
     made = 0
     pa_l, pe_l, pp_l = pa.tolist(), pe.tolist(), pp.tolist()
     ct_l = ct.tolist()
+    on_pings = getattr(policy, "on_pings", None)
+    # pings up to each slot, as one batch per slot when the policy takes batches
+    upto = np.searchsorted(pa, slots, side="right").tolist() if on_pings is not None else []
     for j, t in enumerate(slots.tolist()):
+        if on_pings is not None:
+            k2 = upto[j]
+            if k2 > k:
+                on_pings(pp[k:k2], pa[k:k2], pe[k:k2])
+                k = k2
         while k < n_pings and pa_l[k] <= t:
             policy.on_ping(pp_l[k], pa_l[k], pe_l[k])
             k += 1

@@ -162,6 +162,29 @@ class Algorithm1:
             self.origin[page] = o
             self.index.set_origin(page, o)
 
+    def on_pings(self, pages: IntArray, arrivals: FloatArray, emitted: FloatArray) -> None:
+        """All pings that arrived since the last slot, at once (same result as calling
+        :meth:`on_ping` for each: between two slots no crawl changes ``last_crawl``,
+        so the rule's verdicts do not depend on the order)."""
+        if type(self).on_ping is not Algorithm1.on_ping:  # a subclass's own ping rule
+            for p, a, e in zip(pages.tolist(), arrivals.tolist(), emitted.tolist(),
+                               strict=True):
+                self.on_ping(p, a, e)
+            return
+        ok = self.gamma[pages] != 0.0
+        if self.ping_rule == "tdelay":
+            ok &= arrivals - self.last_crawl[pages] > self.t_delay
+        elif self.ping_rule == "strict":
+            ok &= emitted >= self.last_crawl[pages]
+        got = pages[ok]
+        if not got.size:
+            return
+        before = self.origin[got]
+        np.subtract.at(self.origin, got, self.beta[got])  # beta = inf: origin -> -inf
+        moved = np.unique(got[self.origin[got] != before])
+        if moved.size:
+            self.index.set_origins(moved.tolist(), self.origin[moved])
+
     def plan(self, times: FloatArray) -> None:
         """The slot times of the run (:func:`models.sim.run` calls this once)."""
         self.index.plan(times)

@@ -54,7 +54,8 @@ def _random_params(rng: np.random.Generator, m: int) -> np.ndarray:
 
 def _run(seed: int, *, m: int, slots: int, terms: int | None, levels=None, k: int = 1,
          with_eligible: bool = False, hosts: int = 0,
-         both: bool = False, planned: int = 0) -> tuple[CrawlIndex, int]:
+         both: bool = False, planned: int = 0,
+         batch_pings: bool = False) -> tuple[CrawlIndex, int]:
     rng = np.random.default_rng(seed)
     R = 10.0
     params = _random_params(rng, m)
@@ -74,14 +75,20 @@ def _run(seed: int, *, m: int, slots: int, terms: int | None, levels=None, k: in
     for j in range(1, slots + 1):
         t = j / R
         # pings: each live page with prob 0.05 per slot
+        pinged: list[int] = []
         for p in sorted(live):
             if rng.random() < 0.05:
                 a, b, g, mu = ref.pages[p][1:]
                 if g == 0:
                     continue
                 o = -math.inf if b == math.inf else ref.pages[p][0] - b
-                idx.set_origin(p, o)
+                if batch_pings:
+                    pinged.append(p)
+                else:
+                    idx.set_origin(p, o)
                 ref.pages[p][0] = o
+        if pinged:  # all of the slot's pings in one call
+            idx.set_origins(pinged, [ref.pages[p][0] for p in pinged])
         # occasional parameter change, removal, insertion
         u = rng.random()
         if u < 0.05:
@@ -255,3 +262,25 @@ def test_plan_rejects_bad_times() -> None:
         idx.plan([1.0, 1.0])
     with pytest.raises(ValueError):
         idx.plan([1.0, 2.0], window=0)
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_batch_pings_match_brute_force(seed: int) -> None:
+    # set_origins (one call per slot) keeps pinged candidates hot: same picks
+    _, checks = _run(300 + seed, m=60, slots=150, terms=None, batch_pings=True,
+                     planned=4 if seed else 0)
+    assert checks == 150
+
+
+def test_set_origins_rejects_bad_input() -> None:
+    idx = CrawlIndex()
+    idx.upsert("a", origin=0.0, alpha=0.5, beta=1.0, gamma=0.5, mu=1.0)
+    idx.upsert("b", origin=0.0, alpha=0.5, beta=1.0, gamma=0.5, mu=1.0)
+    with pytest.raises(ValueError, match="length"):
+        idx.set_origins(["a", "b"], [0.0])
+    with pytest.raises(ValueError, match="distinct"):
+        idx.set_origins(["a", "a"], [0.0, -1.0])
+    with pytest.raises(ValueError, match="-inf"):
+        idx.set_origins(["a"], [math.nan])
+    with pytest.raises(KeyError):
+        idx.set_origins(["zz"], [0.0])
