@@ -20,6 +20,7 @@ COMMAND_MODULES = [
     "streams.commands.ping",
     "streams.commands.fetch",
     "streams.commands.indexnow",
+    "streams.commands.websub",
     "streams.commands.sitemaps",
     "streams.commands.testweb",
     "streams.commands.demo",
