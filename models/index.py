@@ -115,6 +115,8 @@ _IOTA_CACHE_LEVELS = 48
 # A raise keeps only the top hot_target // _RAISE_HEADROOM pages hot, so the hot set
 # has room to grow before the next raise (each raise re-keys every page).
 _RAISE_HEADROOM = 4
+# The level is raised when the hot set exceeds _RAISE_FACTOR * hot_target pages.
+_RAISE_FACTOR = 4
 
 
 class CrawlIndex:
@@ -768,7 +770,7 @@ class CrawlIndex:
                     break
         if relevel:
             vals_desc = vals[order]
-            idx = self._choose_level(vals_desc, max(self._hot_target, 2 * (last_rank + 1)))
+            idx = self._choose_level(vals_desc, max(self._sizes(k)[0], 2 * (last_rank + 1)))
             self._set_level(idx, now)
         return out
 
@@ -831,15 +833,27 @@ class CrawlIndex:
                 return self._scan(now, eligible, eligible_host, k, relevel=False)
             # not enough certified candidates above the level: lower it (full scan)
             return self._full_scan(now, eligible, k, eligible_host)
-        if hot.size > 4 * self._hot_target:
-            self._raise_level(hot, vals, vals[order], now)
+        _, trigger, keep = self._sizes(k)
+        if hot.size > trigger:
+            self._raise_level(vals[order], keep, now)
         return out
 
-    def _raise_level(
-        self, hot: npt.NDArray[np.int64], vals: FloatArray, vals_desc: FloatArray, now: float
-    ) -> None:
+    def _sizes(self, k: int) -> tuple[int, int, int]:
+        """``(rank a lowered level is set at, hot size that raises it, rank kept)``.
+
+        For single picks: ``hot_target``, ``4 hot_target``, ``hot_target // 4``.  For
+        ``k > 1`` (a batched step) the hot set must outlive a step: ``3k`` pages above a
+        lowered level, raised back to ``3k`` once it holds ``6k``.
+        """
+        if k == 1:
+            return (self._hot_target, int(_RAISE_FACTOR * self._hot_target),
+                    max(1, self._hot_target // _RAISE_HEADROOM))
+        base = max(self._hot_target, 3 * k)
+        return base, 2 * base, base
+
+    def _raise_level(self, vals_desc: FloatArray, keep: int, now: float) -> None:
         """Shrink the hot set: re-key every page at a higher level (one batched inversion)."""
-        idx = self._choose_level(vals_desc, max(1, self._hot_target // _RAISE_HEADROOM))
+        idx = self._choose_level(vals_desc, keep)
         if idx <= self._level_idx:
             return
         self._set_level(idx, now)

@@ -45,6 +45,9 @@ class Budget:
 
     rate: float
     changes: tuple[tuple[float, float], ...] = ()
+    #: crawls per step: ``batch > 1`` groups every ``batch`` consecutive slots into one
+    #: step at the time of its last slot (Sec. 6.7: 5000 crawls per step)
+    batch: int = 1
 
     def slot_times(self, horizon: float) -> FloatArray:
         """Slot times in ``(0, horizon]``: ``t_{j+1} = t_j + 1/R(t_j)``."""
@@ -85,6 +88,11 @@ def run(
 ) -> RunResult:
     """Simulate ``policy`` on ``(world, events)`` until ``events.horizon``."""
     slots = budget.slot_times(events.horizon)
+    if budget.batch < 1:
+        raise ValueError(f"budget batch must be >= 1, got {budget.batch!r}")
+    if budget.batch > 1:
+        return _run_steps(world, events, policy, budget, slots, host_limits=host_limits,
+                          progress=progress)
     n_slots = slots.size
     plan = getattr(policy, "plan", None)
     if plan is not None:  # Algorithm 1: batch value evaluation over upcoming slots
@@ -144,6 +152,93 @@ def run(
         if progress is not None and (j & 1023) == 0:
             progress(j, n_slots)
     return RunResult(getattr(policy, "name", "policy"), times[:made], pages[:made], n_slots)
+
+
+def _run_steps(
+    world: World,
+    events: Events,
+    policy: Policy,
+    budget: Budget,
+    slots: FloatArray,
+    *,
+    host_limits: bool,
+    progress: Callable[[int, int], None] | None,
+) -> RunResult:
+    """:func:`run` with ``budget.batch`` crawls per step, all at the step's time.
+
+    A policy with ``choose_many(t, k)`` (Algorithm 1: the ``k`` largest values, the
+    same pages as ``k`` sequential picks since a crawled page's value drops to 0)
+    picks a step at once; others pick one page at a time.
+    """
+    k = budget.batch
+    n_steps = slots.size // k
+    steps = slots[k - 1 :: k][:n_steps]
+    # no plan(): a step's candidates are mostly crawled in that step, so values are
+    # computed for the step only (a window of future steps would be wasted)
+    ct, cs = events.change_time, events.change_start
+    ptr = cs[:-1].copy()
+    end = cs[1:]
+    pa, pe, pp = events.ping_arrival, events.ping_emitted, events.ping_page
+    upto = np.searchsorted(pa, steps, side="right").tolist()
+    on_pings = getattr(policy, "on_pings", None)
+    choose_many = getattr(policy, "choose_many", None)
+    host = world.host
+    gap = np.where(np.isinf(world.host_rate), 0.0, 1.0 / world.host_rate)
+    host_next = np.full(world.host_rate.size, -np.inf)
+    limited = host_limits and bool(np.isfinite(world.host_rate).any())
+    times: list[FloatArray] = []
+    pages_out: list[IntArray] = []
+    q0 = 0
+    ct_l = ct.tolist()
+    for j, t in enumerate(steps.tolist()):
+        q1 = upto[j]
+        if q1 > q0:
+            if on_pings is not None:
+                on_pings(pp[q0:q1], pa[q0:q1], pe[q0:q1])
+            else:
+                for p_, a_, e_ in zip(pp[q0:q1].tolist(), pa[q0:q1].tolist(),
+                                      pe[q0:q1].tolist(), strict=True):
+                    policy.on_ping(p_, a_, e_)
+            q0 = q1
+        picked: list[int] = []
+        if choose_many is not None and not limited:
+            picked = [int(p_) for p_ in choose_many(t, k)]
+            crawl_now = picked
+        else:
+            crawl_now = []
+        for n in range(k):
+            if crawl_now:
+                if n >= len(crawl_now):
+                    break
+                page = crawl_now[n]
+            else:
+                if limited:
+                    def eligible(p_: int, now: float = t) -> bool:
+                        return bool(host_next[host[p_]] <= now)
+                    got = policy.choose(t, eligible)
+                else:
+                    got = policy.choose(t, None)
+                if got is None:
+                    break
+                page = got
+                picked.append(page)
+            q = int(ptr[page])
+            e = int(end[page])
+            changed = q < e and ct_l[q] <= t
+            while q < e and ct_l[q] <= t:
+                q += 1
+            ptr[page] = q
+            last_mod = ct_l[q - 1] if q > int(cs[page]) else -math.inf
+            policy.on_crawl(page, t, changed, last_mod)
+            if limited:
+                host_next[host[page]] = t + gap[host[page]]
+        times.append(np.full(len(picked), t))
+        pages_out.append(np.asarray(picked, dtype=np.int64))
+        if progress is not None:
+            progress(j, n_steps)
+    ctime = np.concatenate(times) if times else np.zeros(0)
+    cpage = np.concatenate(pages_out) if pages_out else np.zeros(0, dtype=np.int64)
+    return RunResult(getattr(policy, "name", "policy"), ctime, cpage, n_steps * k)
 
 
 def _fresh_intervals(

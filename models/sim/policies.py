@@ -197,6 +197,10 @@ class Algorithm1:
         assert isinstance(page, int)
         return page
 
+    def choose_many(self, t: float, k: int) -> list[int]:
+        """The ``k`` pages of largest value at ``t`` (one step of a batched budget)."""
+        return [int(cast(int, p)) for p, _ in self.index.best(t, k=k)]
+
     def on_crawl(self, page: int, t: float, changed: bool, last_modified: float) -> None:
         self.last_crawl[page] = t
         self.origin[page] = t
