@@ -263,6 +263,10 @@ class _TickCtx:
     ok: Callable[[Hashable], bool]
     fresh: list[tuple[str, str, float]] = field(default_factory=list)
 
+    def host_has_room(self, host: Hashable) -> bool:
+        """The index's host pre-filter: can the host take one more order this tick?"""
+        return self.room(str(host)) >= 1
+
     def release(self, url: str) -> None:
         """Give back the host room of a page that was eligible but not chosen."""
         if url in self.accepted:
@@ -381,7 +385,8 @@ class Scheduler:
             if state.crawled:
                 shard.fresh.remove(url)
                 shard.index.upsert(url, origin=params.origin_s, alpha=params.alpha_per_s,
-                                   beta=params.beta_s, gamma=params.gamma_per_s, mu=params.mu)
+                                   beta=params.beta_s, gamma=params.gamma_per_s, mu=params.mu,
+                                   host=host)
             else:
                 if url in shard.index:
                     shard.index.remove(url)
@@ -704,8 +709,12 @@ class Scheduler:
                     c.fresh = fresh
                 crawled: list[tuple[Hashable, float]] = []
                 if len(shard.index):
-                    crawled = [(pid, v) for pid, v in shard.index.best(now, eligible=c.ok, k=want)
-                               if v > 0.0]
+                    # hosts without room are filtered by host first: when every candidate
+                    # above the index's level is on a full host, only pages of hosts with
+                    # room are evaluated (no full scan)
+                    best = shard.index.best(now, eligible=c.ok, k=want,
+                                            eligible_host=c.host_has_room)
+                    crawled = [(pid, v) for pid, v in best if v > 0.0]
                 cand = [(-v, i, u, True, c) for u, _h, v in fresh]
                 cand += [(-v, i, str(pid), False, c) for pid, v in crawled]
                 cand.sort(key=lambda x: (x[0], x[1]))
