@@ -12,6 +12,7 @@ EXPERIMENTS: dict[str, str] = {
     # simulator experiments of paper 004 Sec. 6 and the peers comparison (issue 5)
     **{name: "streams.experiments.papers" for name in (
         "fig3", "fig4", "fig6", "fig8", "fig11", "fig12", "peers", "est")},
+    **{name: "streams.experiments.beyond" for name in ("uncertainty", "sources", "floor")},
 }
 
 
