@@ -28,7 +28,7 @@ import numpy as np
 import numpy.typing as npt
 from numba.extending import get_cython_function_address
 
-__all__ = ["ncis_sums", "solve_time_to_value"]
+__all__ = ["ncis_sums", "solve_time_to_value", "values_v"]
 
 # scipy's gammainc(double, double) as an external symbol of the compiled code (a symbol,
 # unlike a ctypes pointer, lets numba cache the machine code between processes)
@@ -245,7 +245,7 @@ def solve_time_to_value(  # pragma: no cover - compiled
         long[k] = 0
         res = math.nan
         for _ in range(400):
-            mt = 1.0 if math.isinf(be) else math.floor(x / be) + 1.0
+            mt = 1.0 if math.isinf(be) else np.floor(x / be) + 1.0
             v, ps, _w, lg = _sums_one(
                 x, al, be, ga, nu[k], delta[k], mt, True, False, rtol,
                 cancellation_ratio, series_rtol, max_loop,
@@ -276,3 +276,84 @@ def solve_time_to_value(  # pragma: no cover - compiled
                 break
             x = xn
         out[k] = res
+
+
+@numba.njit(cache=True, nogil=True)
+def values_v(  # pragma: no cover - compiled
+    tau: npt.NDArray[np.float64],
+    alpha: npt.NDArray[np.float64],
+    beta: npt.NDArray[np.float64],
+    gamma: npt.NDArray[np.float64],
+    j_cap: float,
+    exact: bool,
+    rtol: float,
+    cancellation_ratio: float,
+    series_rtol: float,
+    max_loop: int,
+    uninformative_step: float,
+    saturation_log_rtol: float,
+    out: npt.NDArray[np.float64],
+    flag: npt.NDArray[np.int8],
+) -> None:
+    """``V/mu`` for every element that is not Greedy (the cases of
+    ``models.values._evaluate``, element by element).
+
+    ``flag[k]``: 0 done, 1 Greedy (left to the caller's numpy formula, so Greedy values
+    are the same bits on every path), 2 the sum needs the residue expansion.
+    ``kappa = alpha beta`` (``0 * inf = inf``), ``nu = gamma e^{-kappa}``,
+    ``Delta = alpha + gamma (1 - e^{-kappa})`` (Sec. 3 of paper 004).
+    """
+    for k in range(tau.size):
+        a = alpha[k]
+        b = beta[k]
+        g = gamma[k]
+        t = tau[k]
+        flag[k] = 0
+        uninf = b * (a + g) < uninformative_step
+        if g == 0.0 or (exact and (b == 0.0 or uninf)):
+            flag[k] = 1
+            out[k] = 0.0
+            continue
+        kap = a * b
+        if math.isnan(kap):
+            kap = math.inf
+        nu = g * math.exp(-kap)
+        de = a + g * -math.expm1(-kap)
+        nt = math.inf  # beta = 0 (Approx-J only): J terms
+        if math.isinf(b):
+            nt = 1.0
+        elif b > 0.0:
+            nt = np.floor(t / b) + 1.0
+        if nt > j_cap:
+            nt = j_cap
+        if math.isinf(t):
+            if not (de > 0.0):
+                out[k] = 0.0
+                continue
+            c = a + g
+            q = nu / c
+            if q == 0.0:
+                w_inf = 1.0 / c
+            elif math.isinf(nt):
+                w_inf = 1.0 / de
+            else:
+                w_inf = -math.expm1(nt * math.log(q)) / de
+            out[k] = w_inf if de > 0.0 else 0.0
+            continue
+        if not (t > 0.0) or not (de > 0.0):
+            out[k] = 0.0
+            continue
+        if exact and a > 0.0:
+            log_gap = math.log(de) - a * t + math.log(t + 1.0 / a)
+            if log_gap <= saturation_log_rtol:
+                out[k] = 1.0 / de
+                continue
+        v, _p, _w, lg = _sums_one(
+            t, a, b, g, nu, de, nt, False, False, rtol, cancellation_ratio, series_rtol,
+            max_loop,
+        )
+        if lg:
+            flag[k] = 2
+            out[k] = 0.0
+            continue
+        out[k] = v if v > 0.0 else 0.0

@@ -172,6 +172,8 @@ class CrawlIndex:
         cap = 64
         self._ids: list[Hashable | None] = []
         self._slot: dict[Hashable, int] = {}
+        # every page id so far is the int equal to its slot (fast path of set_origins)
+        self._identity = True
         self._free: list[int] = []
         self._origin = np.zeros(cap)
         self._alpha = np.zeros(cap)
@@ -199,6 +201,11 @@ class CrawlIndex:
         self._cv_start = np.full(cap, -1, dtype=np.int64)
         self._cv_len = np.zeros(cap, dtype=np.int64)
         self._cv_ver = np.full(cap, -1, dtype=np.int64)
+        # upper bounds for planned queries: the value at the end of a window of planned
+        # times (V grows with time for a fixed origin, Lemma 2), valid for its version
+        self._ub_val = np.zeros(cap)
+        self._ub_end = np.full(cap, -1, dtype=np.int64)
+        self._ub_ver = np.full(cap, -1, dtype=np.int64)
         self._counter = 0
         self._level_idx = -1  # -1: no level chosen yet (first query scans)
         self._heap: list[tuple[float, int, int, int]] = []
@@ -208,7 +215,7 @@ class CrawlIndex:
     # ------------------------------------------------------------------ storage
     def _grow(self) -> None:
         n = self._origin.size * 2
-        for name in ("_origin", "_alpha", "_beta", "_gamma", "_mu"):
+        for name in ("_origin", "_alpha", "_beta", "_gamma", "_mu", "_ub_val"):
             old = getattr(self, name)
             new = np.zeros(n)
             new[: old.size] = old
@@ -221,6 +228,8 @@ class CrawlIndex:
             ("_cv_start", -1, np.int64),
             ("_cv_len", 0, np.int64),
             ("_cv_ver", -1, np.int64),
+            ("_ub_end", -1, np.int64),
+            ("_ub_ver", -1, np.int64),
         ):
             old = getattr(self, name)
             new_i = np.full(n, fill, dtype=dt)
@@ -252,6 +261,8 @@ class CrawlIndex:
                 self._grow()
             self._ids.append(page_id)
         self._slot[page_id] = s
+        if self._identity and not (type(page_id) is int and page_id == s):
+            self._identity = False
         self._alive[s] = True
         self._seq[s] = self._counter
         self._counter += 1
@@ -331,20 +342,29 @@ class CrawlIndex:
             raise ValueError(f"origin must be a number or -inf, got {origin!r}")
         self._set_origin_slot(self._slot[page_id], float(origin))
 
-    def set_origins(self, page_ids: Sequence[Hashable], origins: npt.ArrayLike) -> None:
+    def set_origins(
+        self, page_ids: Sequence[Hashable] | npt.NDArray[np.int64], origins: npt.ArrayLike
+    ) -> None:
         """Re-key several pages at once (e.g. the pings since the last query).
 
-        Same result as :meth:`set_origin` for each page; a candidate (hot) page whose
-        origin moves back (a ping: its value only grows) stays a candidate.
+        Same result as :meth:`set_origin` for each page (a page given twice takes its
+        last origin); a candidate (hot) page whose origin moves back (a ping: its value
+        only grows) stays a candidate.
         """
         o = np.asarray(origins, dtype=np.float64).ravel()
         if o.size != len(page_ids):
             raise ValueError("page_ids and origins differ in length")
         if np.isnan(o).any() or (o == math.inf).any():
             raise ValueError("origins must be numbers or -inf")
-        slots = np.fromiter((self._slot[p] for p in page_ids), dtype=np.int64, count=o.size)
-        if np.unique(slots).size != slots.size:
-            raise ValueError("page_ids must be distinct")
+        if (self._identity and isinstance(page_ids, np.ndarray)
+                and page_ids.dtype.kind in "iu"):
+            # ids 0..n-1 upserted in order and never removed: an id is its slot
+            slots = page_ids.astype(np.int64, copy=False)
+            if slots.size and (slots.min() < 0 or slots.max() >= len(self._ids)):
+                raise KeyError(int(slots.min() if slots.min() < 0 else slots.max()))
+        else:
+            slots = np.fromiter((self._slot[p] for p in page_ids), dtype=np.int64,
+                                count=o.size)
         keep_hot = self._hot_flag[slots] & (o <= self._origin[slots])
         self._origin[slots] = o
         self._version[slots] += 1
@@ -397,6 +417,7 @@ class CrawlIndex:
     def remove(self, page_id: Hashable) -> None:
         """Forget a page (its heap entries become stale)."""
         s = self._slot.pop(page_id)
+        self._identity = False
         self._alive[s] = False
         self._version[s] += 1
         self._hot_flag[s] = False
@@ -565,6 +586,7 @@ class CrawlIndex:
             self._cv = np.zeros((self._origin.size, self._window))
         self._cv_start[:] = -1
         self._cv_len[:] = 0
+        self._ub_end[:] = -1
 
     def _plan_index(self, now: float) -> int:
         plan = self._plan
@@ -812,6 +834,15 @@ class CrawlIndex:
         self._drain(now)
         level = float(self._levels[self._level_idx])
         hot = np.fromiter(self._hot, dtype=np.int64, count=len(self._hot))
+        p = self._plan_index(now) if hot.size and eligible_host is None else -1
+        if p >= 0:
+            got = self._best_bounded(hot, p, now, level, eligible, k)
+            if got is not None:
+                _, trigger, keep = self._sizes(k)
+                if hot.size > trigger:
+                    vals = self._values(hot, now)
+                    self._raise_level(np.sort(vals)[::-1], keep, now)
+                return got
         vals = self._hot_values(hot, now)
         order = np.lexsort((self._seq[hot], -vals))
         host_ok = self._host_ok(eligible_host)
@@ -837,6 +868,65 @@ class CrawlIndex:
         if hot.size > trigger:
             self._raise_level(vals[order], keep, now)
         return out
+
+    def _upper_bounds(self, hot: npt.NDArray[np.int64], p: int) -> FloatArray:
+        """Upper bounds of the hot pages' values at planned time ``p``: each page's value
+        at the last planned time of a window (``window`` planned times) starting at or
+        before ``p``; recomputed (one vectorised call) when a page was re-keyed or its
+        window has passed."""
+        assert self._plan is not None
+        stale = (self._ub_ver[hot] != self._version[hot]) | (self._ub_end[hot] < p)
+        if stale.any():
+            todo = hot[stale]
+            end = min(p + self._window - 1, self._plan.size - 1)
+            self._ub_val[todo] = self._values(todo, float(self._plan[end]))
+            self._ub_end[todo] = end
+            self._ub_ver[todo] = self._version[todo]
+        out: FloatArray = self._ub_val[hot]
+        return out
+
+    def _best_bounded(
+        self, hot: npt.NDArray[np.int64], p: int, now: float, level: float,
+        eligible: Callable[[Hashable], bool] | None, k: int,
+    ) -> list[tuple[Hashable, float]] | None:
+        """Exact top ``k`` of the hot set at planned time ``p``, evaluating only the pages
+        whose upper bound could still beat the ``k``-th exact value found (pages in
+        decreasing bound order, a few per vectorised call).  ``None``: fewer than ``k``
+        eligible pages reach the level (the caller's full path decides)."""
+        ub = self._upper_bounds(hot, p)
+        order = np.lexsort((self._seq[hot], -ub))
+        seq = self._seq
+        ids = self._ids
+        n = hot.size
+        step = max(4, k + 3)
+        done: list[tuple[float, int, int]] = []  # (-value, seq, slot): exact so far
+        ok: dict[int, bool] = {}
+        i = 0
+        while i < n:
+            chunk = hot[order[i : i + step]]
+            i += chunk.size
+            vals = self._values(chunk, now)
+            done.extend(zip((-vals).tolist(), seq[chunk].tolist(), chunk.tolist(),
+                            strict=True))
+            done.sort()
+            out: list[tuple[Hashable, float]] = []
+            for nv, _, s in done:
+                if -nv < level:
+                    break
+                e = ok.get(s)
+                if e is None:
+                    e = ok[s] = eligible is None or bool(eligible(ids[s]))
+                if e:
+                    out.append((ids[s], -nv))
+                    if len(out) == k:
+                        break
+            nxt = float(ub[order[i]]) if i < n else -math.inf
+            if len(out) == k:
+                if out[-1][1] > nxt:  # no page left can reach (or tie) the k-th value
+                    return out
+            elif nxt < level:
+                return None
+        return None
 
     def _sizes(self, k: int) -> tuple[int, int, int]:
         """``(rank a lowered level is set at, hot size that raises it, rank kept)``.

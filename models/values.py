@@ -598,6 +598,30 @@ def _evaluate(
     return _Sums(v, ps, ww)
 
 
+def _values_only(
+    tau: FloatArray, alpha: FloatArray, beta: FloatArray, gamma: FloatArray,
+    terms: int | None,
+) -> FloatArray:
+    """``V / mu`` on flat validated arrays: the cases of :func:`_evaluate`, element by
+    element in the compiled loop (:func:`models._kernel.values_v`); Greedy elements take
+    the numpy formula of ``_evaluate`` (same bits on every path) and long sums its
+    residue expansion."""
+    n = tau.size
+    out = np.empty(n)
+    flag = np.zeros(n, dtype=np.int8)
+    _kernel.values_v(
+        np.ascontiguousarray(tau), np.ascontiguousarray(alpha), np.ascontiguousarray(beta),
+        np.ascontiguousarray(gamma), math.inf if terms is None else float(terms),
+        terms is None, TRUNCATION_RTOL, _CANCELLATION_RATIO, _SERIES_RTOL, _MAX_LOOP_TERMS,
+        _UNINFORMATIVE_STEP, _SATURATION_LOG_RTOL, out, flag,
+    )
+    if flag.any():
+        redo = flag != 0
+        out[redo] = _evaluate(tau[redo], alpha[redo], beta[redo], gamma[redo], terms,
+                              want_psi=False, want_w=False).v
+    return out
+
+
 def _prepare(
     tau_eff: npt.ArrayLike,
     alpha: npt.ArrayLike,
@@ -691,8 +715,7 @@ def crawl_value(
     t, a, b, g, m = broadcast(tau_eff=t, alpha=a, beta=b, gamma=g, mu=m)
     full = t.shape
     t, a, b, g = (z.ravel() for z in (t, a, b, g))
-    sums = _evaluate(t, a, b, g, nterms, want_psi=False, want_w=False)
-    out: FloatArray = m * sums.v.reshape(full)
+    out: FloatArray = m * _values_only(t, a, b, g, nterms).reshape(full)
     return out
 
 
@@ -732,8 +755,7 @@ def _crawl_value_unchecked(
                     v[gi] = np.where(ai > 0, 1.0 / ai, 0.0)
         out: FloatArray = mu * v
         return out
-    sums = _evaluate(tau, alpha, beta, gamma, terms, want_psi=False, want_w=False)
-    res: FloatArray = mu * sums.v
+    res: FloatArray = mu * _values_only(tau, alpha, beta, gamma, terms)
     return res
 
 

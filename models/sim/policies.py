@@ -183,7 +183,7 @@ class Algorithm1:
         np.subtract.at(self.origin, got, self.beta[got])  # beta = inf: origin -> -inf
         moved = np.unique(got[self.origin[got] != before])
         if moved.size:
-            self.index.set_origins(moved.tolist(), self.origin[moved])
+            self.index.set_origins(moved, self.origin[moved])
 
     def plan(self, times: FloatArray) -> None:
         """The slot times of the run (:func:`models.sim.run` calls this once)."""

@@ -278,9 +278,27 @@ def test_set_origins_rejects_bad_input() -> None:
     idx.upsert("b", origin=0.0, alpha=0.5, beta=1.0, gamma=0.5, mu=1.0)
     with pytest.raises(ValueError, match="length"):
         idx.set_origins(["a", "b"], [0.0])
-    with pytest.raises(ValueError, match="distinct"):
-        idx.set_origins(["a", "a"], [0.0, -1.0])
+    idx.set_origins(["a", "a"], [0.0, -1.0])  # a page given twice: the last origin
+    assert idx.origin("a") == -1.0
     with pytest.raises(ValueError, match="-inf"):
         idx.set_origins(["a"], [math.nan])
     with pytest.raises(KeyError):
         idx.set_origins(["zz"], [0.0])
+
+
+def test_set_origins_with_int_ids_takes_the_array_fast_path() -> None:
+    # ids 0..n-1 in order: an int array of ids is used as slots; a missing id still fails
+    a = CrawlIndex()
+    b = CrawlIndex()
+    for idx in (a, b):
+        for i in range(5):
+            idx.upsert(i, origin=0.0, alpha=0.3 + 0.1 * i, beta=1.0, gamma=0.5, mu=1.0)
+    a.set_origins(np.array([3, 1]), [-2.0, -4.0])
+    b.set_origins([3, 1], [-2.0, -4.0])
+    assert [a.origin(i) for i in range(5)] == [b.origin(i) for i in range(5)]
+    assert a.best(1.0, k=5) == b.best(1.0, k=5)
+    with pytest.raises(KeyError):
+        a.set_origins(np.array([7]), [0.0])
+    a.remove(4)  # removal ends the fast path: ids are looked up again
+    with pytest.raises(KeyError):
+        a.set_origins(np.array([4]), [0.0])
