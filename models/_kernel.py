@@ -28,7 +28,7 @@ import numpy as np
 import numpy.typing as npt
 from numba.extending import get_cython_function_address
 
-__all__ = ["ncis_sums", "solve_time_to_value", "values_v"]
+__all__ = ["ncis_sums", "solve_time_to_value", "values_at", "values_v"]
 
 # scipy's gammainc(double, double) as an external symbol of the compiled code (a symbol,
 # unlike a ctypes pointer, lets numba cache the machine code between processes)
@@ -279,6 +279,61 @@ def solve_time_to_value(  # pragma: no cover - compiled
 
 
 @numba.njit(cache=True, nogil=True)
+def _value_one(  # pragma: no cover - compiled
+    t: float, a: float, b: float, g: float, j_cap: float, exact: bool, rtol: float,
+    cancellation_ratio: float, series_rtol: float, max_loop: int,
+    uninformative_step: float, saturation_log_rtol: float,
+) -> tuple[float, int]:
+    """``(V/mu, flag)`` of one page: the cases of ``models.values._evaluate``.
+
+    ``flag``: 0 done, 1 Greedy (left to the caller's numpy formula, so Greedy values
+    are the same bits on every path), 2 the sum needs the residue expansion.
+    ``kappa = alpha beta`` (``0 * inf = inf``), ``nu = gamma e^{-kappa}``,
+    ``Delta = alpha + gamma (1 - e^{-kappa})`` (Sec. 3 of paper 004).
+    """
+    uninf = b * (a + g) < uninformative_step
+    if g == 0.0 or (exact and (b == 0.0 or uninf)):
+        return 0.0, 1
+    kap = a * b
+    if math.isnan(kap):
+        kap = math.inf
+    nu = g * math.exp(-kap)
+    de = a + g * -math.expm1(-kap)
+    nt = math.inf  # beta = 0 (Approx-J only): J terms
+    if math.isinf(b):
+        nt = 1.0
+    elif b > 0.0:
+        nt = np.floor(t / b) + 1.0
+    if nt > j_cap:
+        nt = j_cap
+    if math.isinf(t):
+        if not (de > 0.0):
+            return 0.0, 0
+        c = a + g
+        q = nu / c
+        if q == 0.0:
+            w_inf = 1.0 / c
+        elif math.isinf(nt):
+            w_inf = 1.0 / de
+        else:
+            w_inf = -math.expm1(nt * math.log(q)) / de
+        return w_inf, 0
+    if not (t > 0.0) or not (de > 0.0):
+        return 0.0, 0
+    if exact and a > 0.0:
+        log_gap = math.log(de) - a * t + math.log(t + 1.0 / a)
+        if log_gap <= saturation_log_rtol:
+            return 1.0 / de, 0
+    v, _p, _w, lg = _sums_one(
+        t, a, b, g, nu, de, nt, False, False, rtol, cancellation_ratio, series_rtol,
+        max_loop,
+    )
+    if lg:
+        return 0.0, 2
+    return (v if v > 0.0 else 0.0), 0
+
+
+@numba.njit(cache=True, nogil=True)
 def values_v(  # pragma: no cover - compiled
     tau: npt.NDArray[np.float64],
     alpha: npt.NDArray[np.float64],
@@ -295,65 +350,44 @@ def values_v(  # pragma: no cover - compiled
     out: npt.NDArray[np.float64],
     flag: npt.NDArray[np.int8],
 ) -> None:
-    """``V/mu`` for every element that is not Greedy (the cases of
-    ``models.values._evaluate``, element by element).
-
-    ``flag[k]``: 0 done, 1 Greedy (left to the caller's numpy formula, so Greedy values
-    are the same bits on every path), 2 the sum needs the residue expansion.
-    ``kappa = alpha beta`` (``0 * inf = inf``), ``nu = gamma e^{-kappa}``,
-    ``Delta = alpha + gamma (1 - e^{-kappa})`` (Sec. 3 of paper 004).
-    """
+    """``V/mu`` of every element (:func:`_value_one`; flagged ones left to the caller)."""
     for k in range(tau.size):
-        a = alpha[k]
-        b = beta[k]
-        g = gamma[k]
-        t = tau[k]
-        flag[k] = 0
-        uninf = b * (a + g) < uninformative_step
-        if g == 0.0 or (exact and (b == 0.0 or uninf)):
-            flag[k] = 1
-            out[k] = 0.0
-            continue
-        kap = a * b
-        if math.isnan(kap):
-            kap = math.inf
-        nu = g * math.exp(-kap)
-        de = a + g * -math.expm1(-kap)
-        nt = math.inf  # beta = 0 (Approx-J only): J terms
-        if math.isinf(b):
-            nt = 1.0
-        elif b > 0.0:
-            nt = np.floor(t / b) + 1.0
-        if nt > j_cap:
-            nt = j_cap
-        if math.isinf(t):
-            if not (de > 0.0):
-                out[k] = 0.0
-                continue
-            c = a + g
-            q = nu / c
-            if q == 0.0:
-                w_inf = 1.0 / c
-            elif math.isinf(nt):
-                w_inf = 1.0 / de
-            else:
-                w_inf = -math.expm1(nt * math.log(q)) / de
-            out[k] = w_inf if de > 0.0 else 0.0
-            continue
-        if not (t > 0.0) or not (de > 0.0):
-            out[k] = 0.0
-            continue
-        if exact and a > 0.0:
-            log_gap = math.log(de) - a * t + math.log(t + 1.0 / a)
-            if log_gap <= saturation_log_rtol:
-                out[k] = 1.0 / de
-                continue
-        v, _p, _w, lg = _sums_one(
-            t, a, b, g, nu, de, nt, False, False, rtol, cancellation_ratio, series_rtol,
-            max_loop,
-        )
-        if lg:
-            flag[k] = 2
-            out[k] = 0.0
-            continue
-        out[k] = v if v > 0.0 else 0.0
+        v, f = _value_one(tau[k], alpha[k], beta[k], gamma[k], j_cap, exact, rtol,
+                          cancellation_ratio, series_rtol, max_loop, uninformative_step,
+                          saturation_log_rtol)
+        out[k] = v
+        flag[k] = f
+
+
+@numba.njit(cache=True, nogil=True)
+def values_at(  # pragma: no cover - compiled
+    slots: npt.NDArray[np.int64],
+    now: float,
+    origin: npt.NDArray[np.float64],
+    alpha: npt.NDArray[np.float64],
+    beta: npt.NDArray[np.float64],
+    gamma: npt.NDArray[np.float64],
+    mu: npt.NDArray[np.float64],
+    j_cap: float,
+    exact: bool,
+    rtol: float,
+    cancellation_ratio: float,
+    series_rtol: float,
+    max_loop: int,
+    uninformative_step: float,
+    saturation_log_rtol: float,
+    out: npt.NDArray[np.float64],
+    flag: npt.NDArray[np.int8],
+) -> None:
+    """``V = mu V/mu`` at ``tau = max(now - origin, 0)`` for pages given by index
+    (``models.index.CrawlIndex``'s storage), flagged ones left to the caller."""
+    for k in range(slots.size):
+        s = slots[k]
+        t = now - origin[s]
+        if t < 0.0:
+            t = 0.0
+        v, f = _value_one(t, alpha[s], beta[s], gamma[s], j_cap, exact, rtol,
+                          cancellation_ratio, series_rtol, max_loop, uninformative_step,
+                          saturation_log_rtol)
+        out[k] = mu[s] * v
+        flag[k] = f

@@ -388,11 +388,12 @@ class CrawlIndex:
             keys = np.where(it == math.inf, math.inf,
                             np.where(np.isneginf(org), -math.inf, org + it))
         fin = keys != math.inf
+        pf = push[fin]
         heap = self._heap
-        for k, sq, s, ver in zip(keys[fin].tolist(), self._seq[push[fin]].tolist(),
-                                 push[fin].tolist(), self._version[push[fin]].tolist(),
-                                 strict=True):
-            heapq.heappush(heap, (k, sq, s, ver))
+        heappush = heapq.heappush
+        for e in zip(keys[fin].tolist(), self._seq[pf].tolist(), pf.tolist(),
+                     self._version[pf].tolist(), strict=True):
+            heappush(heap, e)
         self._maybe_compact()
 
     def _set_origin_slot(self, s: int, origin: float) -> None:
@@ -551,6 +552,12 @@ class CrawlIndex:
         self.stats.values_computed += int(slots.size)
         if not slots.size:
             return np.zeros(0)
+        if self._fast_values:
+            from models.values import _values_at
+
+            return _values_at(np.ascontiguousarray(slots, dtype=np.int64), now,
+                              self._origin, self._alpha, self._beta, self._gamma, self._mu,
+                              self._terms)
         tau = now - self._origin[slots]
         tau = np.maximum(tau, 0.0)
         return self._value_arrays(

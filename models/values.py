@@ -622,6 +622,29 @@ def _values_only(
     return out
 
 
+def _values_at(
+    slots: npt.NDArray[np.int64], now: float, origin: FloatArray, alpha: FloatArray,
+    beta: FloatArray, gamma: FloatArray, mu: FloatArray, terms: int | None,
+) -> FloatArray:
+    """``crawl_value(max(now - origin, 0), ...)[slots]`` of stored parameter arrays
+    (``models.index.CrawlIndex``) without gathering them first: the compiled loop of
+    :func:`_values_only`, Greedy and long sums by the same numpy paths."""
+    out = np.empty(slots.size)
+    flag = np.zeros(slots.size, dtype=np.int8)
+    _kernel.values_at(
+        slots, now, origin, alpha, beta, gamma, mu,
+        math.inf if terms is None else float(terms), terms is None, TRUNCATION_RTOL,
+        _CANCELLATION_RATIO, _SERIES_RTOL, _MAX_LOOP_TERMS, _UNINFORMATIVE_STEP,
+        _SATURATION_LOG_RTOL, out, flag,
+    )
+    if flag.any():
+        redo = np.flatnonzero(flag)
+        sl = slots[redo]
+        tau = np.maximum(now - origin[sl], 0.0)
+        out[redo] = _crawl_value_unchecked(tau, alpha[sl], beta[sl], gamma[sl], mu[sl], terms)
+    return out
+
+
 def _prepare(
     tau_eff: npt.ArrayLike,
     alpha: npt.ArrayLike,

@@ -181,7 +181,7 @@ class Algorithm1:
             return
         before = self.origin[got]
         np.subtract.at(self.origin, got, self.beta[got])  # beta = inf: origin -> -inf
-        moved = np.unique(got[self.origin[got] != before])
+        moved = got[self.origin[got] != before]  # a page pinged twice: same origin twice
         if moved.size:
             self.index.set_origins(moved, self.origin[moved])
 
