@@ -149,10 +149,13 @@ class UncertainAlgorithm1(EstimatingAlgorithm1):
         quadrature with ``nodes`` points.  Because ``V(inf) = mu/Delta`` is convex in the
         rate, ``E[V(inf)] = e^{sigma^2/2} mu/Delta_hat``: an uncertain page keeps more
         value when long uncrawled and is less likely to be abandoned on a wrong early
-        estimate (the paper 003 Sec. 5.3 risk of very stale pages); near ``tau = 0`` the
-        value is linear in the rate and its expectation is the plug-in's times
-        ``E[s] = e^{sigma^2/2}`` as well.  The argmax is a full scan (one vectorised
-        value call over ``m * nodes`` points per slot), meant for simulator scale.
+        estimate (the paper 003 Sec. 5.3 risk of very stale pages).  Near ``tau = 0``,
+        ``V(x) ~ mu alpha x^2/2`` (from ``V' = mu alpha e^{-alpha x} psi``, Lemma 3), so
+        ``V(s tau)/s`` is linear in ``s`` and its expectation is again the plug-in's
+        times ``E[s] = e^{sigma^2/2}``: at both ends the rule is an importance bonus
+        ``e^{sigma^2/2}`` for uncertain pages, exact in between by quadrature.  The
+        argmax is a full scan (one vectorised value call over ``m * nodes`` points per
+        slot), meant for simulator scale.
     ``"conservative"`` (``greedy-ncis-conservative``): rank with the ordinary value at
         the upper ``quantile`` of the rate, ``s_q = conservative_change_rate(Delta_hat,
         se, quantile)/Delta_hat`` (paper 003 Sec. 5.3: shorter intervals while the

@@ -25,7 +25,8 @@ from __future__ import annotations
 
 import math
 import time
-from collections.abc import Sequence
+from collections import defaultdict
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -48,7 +49,6 @@ from streams.experiments._common import (
     aggregate,
     markdown_table,
     parser,
-    plot_lines,
     run_jobs,
     write_outputs,
 )
@@ -75,7 +75,7 @@ def _scale(name: str, quick: bool) -> dict[str, Any]:
                 "reps": 1 if quick else 4}
     if name == "sources":
         return {"ms": [100] if quick else [100, 300, 1000], "T": 10.0 if quick else 40.0,
-                "reps": 1 if quick else 4}
+                "reps": 1 if quick else 6}
     if name == "floor":
         return {"ms": [100 if quick else 300], "T": 8.0 if quick else 40.0,
                 "reps": 1 if quick else 4}
@@ -184,6 +184,37 @@ def _aggregate(raw: list[Row], keys: Sequence[str], extra: Sequence[str]) -> lis
     return rows
 
 
+def _add_paired(rows: list[Row], raw: list[Row], keys: Sequence[str],
+                ref: Callable[[Row], dict[str, Any]]) -> None:
+    """Paired differences to a reference run on the same world and events.
+
+    For each raw row, the reference is the raw row of the same repetition whose group keys
+    are the row's with ``ref(row)``'s overrides; ``d_acc``/``d_acc_se`` and
+    ``d_stale``/``d_stale_se`` are the mean and standard error over repetitions of the
+    accuracy and very-stale differences (more sensitive than comparing the means, whose
+    spread is mostly the worlds').
+    """
+    full = (*keys, "rep")
+    by = {tuple(r[k] for k in full): r for r in raw}
+    diffs: dict[tuple[Any, ...], dict[str, list[float]]] = defaultdict(
+        lambda: {"accuracy": [], "very_stale": []})
+    for r in raw:
+        target = {**{k: r[k] for k in full}, **ref(r)}
+        base = by.get(tuple(target[k] for k in full))
+        if base is None:
+            continue
+        for metric in ("accuracy", "very_stale"):
+            diffs[tuple(r[k] for k in keys)][metric].append(r[metric] - base[metric])
+    for row in rows:
+        d = diffs.get(tuple(row[k] for k in keys))
+        if d is None:
+            continue
+        for metric, col in (("accuracy", "d_acc"), ("very_stale", "d_stale")):
+            a = np.asarray(d[metric])
+            row[col] = float(a.mean())
+            row[f"{col}_se"] = float(a.std(ddof=1) / math.sqrt(a.size)) if a.size > 1 else 0.0
+
+
 def _header(name: str, sc: dict[str, Any], reps: int, t0: float) -> str:
     return (f"<!-- {name}: m in {sc['ms']}, R = {R:g}, T = {sc['T']:g} (metrics after "
             f"{BURN * sc['T']:g}), {reps} repetitions, {time.perf_counter() - t0:.0f} s wall -->\n")
@@ -212,6 +243,38 @@ def _plot_two_panels(rows: list[Row], path: Path, *, x: str, xs: Sequence[Any],
     for ax, lab in ((axes[0], "accuracy"), (axes[1], "very-stale share")):
         ax.set_xticks(range(len(xs)))
         ax.set_xticklabels(xlabels, fontsize=7)
+        ax.set_ylabel(lab)
+        ax.grid(alpha=0.3)
+    axes[0].legend(fontsize=7)
+    fig.suptitle(title, fontsize=9)
+    fig.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def _plot_sources(rows: list[Row], path: Path, title: str) -> None:
+    """Accuracy vs m (left) and the paired difference to ``merged`` vs m (right)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(1, 2, figsize=(10.0, 4.0))
+    groups: dict[str, list[Row]] = {}
+    for r in rows:
+        groups.setdefault(str(r["policy"]), []).append(r)
+    for label, rs in groups.items():
+        rs = sorted(rs, key=lambda r: r["m"])
+        ms = [r["m"] for r in rs]
+        axes[0].errorbar(ms, [r["accuracy"] for r in rs], yerr=[r["stderr"] for r in rs],
+                         marker="o", ms=3, capsize=2, label=label)
+        axes[1].errorbar(ms, [r.get("d_acc", 0.0) for r in rs],
+                         yerr=[r.get("d_acc_se", 0.0) for r in rs], marker="o", ms=3,
+                         capsize=2, label=label)
+    for ax, lab in ((axes[0], "accuracy"), (axes[1], "accuracy - merged (paired)")):
+        ax.set_xscale("log")
+        ax.set_xlabel("m (pages), R = 100")
         ax.set_ylabel(lab)
         ax.grid(alpha=0.3)
     axes[0].legend(fontsize=7)
@@ -269,9 +332,12 @@ def main(argv: Sequence[str]) -> int:
         raw = run_jobs(_uncertainty_job, jobs, processes=args.jobs, progress=progress,
                        label=name)
         rows = _aggregate(raw, ("m", "policy"), ("very_stale",))
+        _add_paired(rows, raw, ("m", "policy"), lambda r: {"policy": "greedy-ncis-est"})
         order = {p: i for i, p in enumerate(UNCERTAINTY_POLICIES)}
         rows.sort(key=lambda r: (r["m"], order[r["policy"]]))
-        cols = ["m", "policy", "accuracy", "stderr", "very_stale", "very_stale_stderr", "reps"]
+        ref_note = "d_* = paired difference to greedy-ncis-est"
+        cols = ["m", "policy", "accuracy", "stderr", "very_stale", "very_stale_stderr",
+                "d_acc", "d_acc_se", "d_stale", "d_stale_se", "reps"]
         _plot_bars(rows, args.out / f"{name}.png",
                    f"uncertainty: m={sc['ms'][0]}, R={R:g}, T={T:g}, {reps} reps")
     elif name == "sources":
@@ -280,11 +346,14 @@ def main(argv: Sequence[str]) -> int:
         raw = run_jobs(_sources_job, jobs, processes=args.jobs, progress=progress,
                        label=name)
         rows = _aggregate(raw, ("m", "policy"), ("very_stale",))
+        _add_paired(rows, raw, ("m", "policy"), lambda r: {"policy": "merged"})
         order = {p: i for i, p in enumerate(SOURCE_KINDS)}
         rows.sort(key=lambda r: (r["m"], order[r["policy"]]))
-        cols = ["m", "policy", "accuracy", "stderr", "very_stale", "reps"]
-        plot_lines(rows, args.out / f"{name}.png", x="m",
-                   title=f"sources: sitemap + IndexNow, R={R:g}, T={T:g}, {reps} reps")
+        ref_note = "d_* = paired difference to merged"
+        cols = ["m", "policy", "accuracy", "stderr", "very_stale", "d_acc", "d_acc_se",
+                "d_stale", "d_stale_se", "reps"]
+        _plot_sources(rows, args.out / f"{name}.png",
+                      f"sources: sitemap + IndexNow, R={R:g}, T={T:g}, {reps} reps")
     else:
         combos = [("greedy-ncis", "reactive", f) for f in FLOOR_MULTIPLES]
         combos += [("greedy-ncis", "proactive", f) for f in FLOOR_MULTIPLES
@@ -295,6 +364,8 @@ def main(argv: Sequence[str]) -> int:
         raw = run_jobs(_floor_job, jobs, processes=args.jobs, progress=progress, label=name)
         keys = ("m", "policy", "mode", "floor")
         rows = _aggregate(raw, keys, ("very_stale", "forced_share", "max_interval"))
+        _add_paired(rows, raw, keys, lambda r: {"floor": "none", "mode": "reactive"})
+        ref_note = "d_* = paired difference to the same policy without a floor"
         # the unfloored run belongs to both modes' curves
         for r in [r for r in rows if r["floor"] == "none" and r["policy"] == "greedy-ncis"]:
             rows.append({**r, "mode": "proactive"})
@@ -302,13 +373,14 @@ def main(argv: Sequence[str]) -> int:
         rows.sort(key=lambda r: (r["m"], r["policy"], r["mode"], fx[r["floor"]]))
         for r in rows:
             r["series"] = f"{r['policy']} ({r['mode']})"
-        cols = ["m", "policy", "mode", "floor", "accuracy", "stderr", "very_stale",
-                "forced_share", "max_interval", "reps"]
+        cols = ["m", "policy", "mode", "floor", "accuracy", "stderr", "very_stale", "d_acc",
+                "d_acc_se", "d_stale", "forced_share", "max_interval", "reps"]
         labels = ["none"] + [f"{f:g} m/R" for f in FLOOR_MULTIPLES[1:]]
         _plot_two_panels(rows, args.out / f"{name}.png", x="floor", xs=list(fx),
                          xlabels=labels, series="series",
                          title=f"floor: m={sc['ms'][0]}, R={R:g}, T={T:g}, {reps} reps "
                                f"(m/R = {sc['ms'][0] / R:g})")
     table = markdown_table(rows, cols)
-    write_outputs(name, args, rows, _header(name, sc, reps, t0) + table)
+    write_outputs(name, args, rows, _header(name, sc, reps, t0) + f"<!-- {ref_note} -->\n"
+                  + table)
     return 0
