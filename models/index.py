@@ -132,6 +132,11 @@ class CrawlIndex:
     hot_target : int
         Number of pages the hot set is sized for when a level is chosen; the level is
         raised when the hot set exceeds ``4 * hot_target``.
+    dense : bool
+        Keep each page's key in an array and find the due pages with one vectorised
+        comparison per query instead of a heap (no per-page heap pushes and pops).
+        Better when many pages are re-keyed between queries (batched steps, many pings)
+        or ``m`` is small; a query costs ``O(m)`` array work.  Results are identical.
     value_fn, inverse_fn : callable, optional
         ``crawl_value`` and ``time_to_value`` (default: :mod:`models.values`).  The
         inverse is only used without ``terms``; with ``terms`` the index inverts
@@ -151,6 +156,7 @@ class CrawlIndex:
         hot_target: int = 24,
         value_fn: _ValueFn | None = None,
         inverse_fn: _InverseFn | None = None,
+        dense: bool = False,
     ) -> None:
         grid = np.asarray(DEFAULT_LEVELS if levels is None else list(levels), dtype=np.float64)
         if grid.ndim != 1 or grid.size == 0:
@@ -209,6 +215,10 @@ class CrawlIndex:
         self._counter = 0
         self._level_idx = -1  # -1: no level chosen yet (first query scans)
         self._heap: list[tuple[float, int, int, int]] = []
+        # dense mode: each page's current key in an array (inf: hot, pending, removed or
+        # never due) instead of heap entries; a query compares all keys at once
+        self._dense = bool(dense)
+        self._keys = np.full(cap, np.inf)
         self._hot: set[int] = set()
         self._pending: set[int] = set()  # slots whose key must be (re)computed
 
@@ -220,6 +230,9 @@ class CrawlIndex:
             new = np.zeros(n)
             new[: old.size] = old
             setattr(self, name, new)
+        keys = np.full(n, np.inf)
+        keys[: self._keys.size] = self._keys
+        self._keys = keys
         for name, fill, dt in (
             ("_seq", 0, np.int64),
             ("_version", 0, np.int64),
@@ -368,6 +381,7 @@ class CrawlIndex:
         keep_hot = self._hot_flag[slots] & (o <= self._origin[slots])
         self._origin[slots] = o
         self._version[slots] += 1
+        self._keys[slots] = np.inf
         rest = slots[~keep_hot]
         if self._level_idx < 0 or not rest.size:
             for s in rest.tolist():
@@ -389,6 +403,9 @@ class CrawlIndex:
                             np.where(np.isneginf(org), -math.inf, org + it))
         fin = keys != math.inf
         pf = push[fin]
+        if self._dense:
+            self._keys[pf] = keys[fin]
+            return
         heap = self._heap
         heappush = heapq.heappush
         for e in zip(keys[fin].tolist(), self._seq[pf].tolist(), pf.tolist(),
@@ -399,6 +416,7 @@ class CrawlIndex:
     def _set_origin_slot(self, s: int, origin: float) -> None:
         self._origin[s] = origin
         self._version[s] += 1
+        self._keys[s] = math.inf
         self._rekey(s)
 
     def _rekey(self, s: int) -> None:
@@ -421,6 +439,7 @@ class CrawlIndex:
         self._identity = False
         self._alive[s] = False
         self._version[s] += 1
+        self._keys[s] = math.inf
         self._hot_flag[s] = False
         self._hot.discard(s)
         self._pending.discard(s)
@@ -443,6 +462,9 @@ class CrawlIndex:
 
     def _push(self, s: int) -> None:
         k = self._key(s)
+        if self._dense:
+            self._keys[s] = k
+            return
         if k != math.inf:
             heapq.heappush(self._heap, (k, int(self._seq[s]), s, int(self._version[s])))
         self._maybe_compact()
@@ -701,9 +723,12 @@ class CrawlIndex:
                          self._origin[slots] + self._iota[slots]),
             )
         hot = keys <= now
-        for s in slots[hot].tolist():
-            self._hot.add(s)
-            self._hot_flag[s] = True
+        hs = slots[hot]
+        self._hot.update(hs.tolist())
+        self._hot_flag[hs] = True
+        if self._dense:
+            self._keys[slots] = np.where(hot, np.inf, keys)
+            return
         rest = slots[~hot & np.isfinite(keys)]
         entries = [
             (float(k), int(self._seq[s]), int(s), int(self._version[s]))
@@ -714,6 +739,9 @@ class CrawlIndex:
 
     def _drain(self, now: float) -> None:
         """Move every page whose key has passed into the hot set."""
+        if self._dense:
+            self._drain_dense(now)
+            return
         heap = self._heap
         while True:
             stale: list[int] = []
@@ -733,6 +761,30 @@ class CrawlIndex:
             self._compute_iota(stale)
             for s in stale:
                 self._push(s)
+
+    def _drain_dense(self, now: float) -> None:
+        """:meth:`_drain` over the key array (keys of hot, pending and removed pages are
+        inf, so every page found is due and current)."""
+        keys = self._keys
+        while True:
+            due = np.flatnonzero(keys <= now)
+            if not due.size:
+                return
+            keys[due] = np.inf
+            cur = self._iota_level[due] == self._level_idx
+            good = due[cur]
+            self._hot.update(good.tolist())
+            self._hot_flag[good] = True
+            stale = due[~cur]
+            if not stale.size:
+                return
+            # keys computed at another level: invert at the working level, key again
+            self._compute_iota(stale.tolist())
+            it = self._iota[stale]
+            org = self._origin[stale]
+            with np.errstate(invalid="ignore"):  # as _key
+                keys[stale] = np.where(it == math.inf, math.inf,
+                                       np.where(np.isneginf(org), -math.inf, org + it))
 
     def _host_ok(
         self, eligible_host: Callable[[Hashable], bool] | None

@@ -182,6 +182,7 @@ def _run_steps(
     upto = np.searchsorted(pa, steps, side="right").tolist()
     on_pings = getattr(policy, "on_pings", None)
     choose_many = getattr(policy, "choose_many", None)
+    on_crawls = getattr(policy, "on_crawls", None)
     host = world.host
     gap = np.where(np.isinf(world.host_rate), 0.0, 1.0 / world.host_rate)
     host_next = np.full(world.host_rate.size, -np.inf)
@@ -201,6 +202,26 @@ def _run_steps(
                     policy.on_ping(p_, a_, e_)
             q0 = q1
         picked: list[int] = []
+        if choose_many is not None and on_crawls is not None and not limited:
+            # the whole step at once: the policy sees the step's crawls together
+            got_pages = np.asarray(choose_many(t, k), dtype=np.int64)
+            chg = np.zeros(got_pages.size, dtype=bool)
+            lmod = np.full(got_pages.size, -math.inf)
+            for n, page in enumerate(got_pages.tolist()):
+                q = int(ptr[page])
+                e = int(end[page])
+                chg[n] = q < e and ct_l[q] <= t
+                while q < e and ct_l[q] <= t:
+                    q += 1
+                ptr[page] = q
+                if q > int(cs[page]):
+                    lmod[n] = ct_l[q - 1]
+            on_crawls(got_pages, t, chg, lmod)
+            times.append(np.full(got_pages.size, t))
+            pages_out.append(got_pages)
+            if progress is not None:
+                progress(j, n_steps)
+            continue
         if choose_many is not None and not limited:
             picked = [int(p_) for p_ in choose_many(t, k)]
             crawl_now = picked

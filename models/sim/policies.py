@@ -143,7 +143,8 @@ class Algorithm1:
         m = self.mu.size
         self.last_crawl = np.zeros(m)
         self.origin = np.zeros(m)
-        self.index = index if index is not None else CrawlIndex(terms=terms)
+        # dense keys: the simulator re-keys many pages per slot (pings, batched steps)
+        self.index = index if index is not None else CrawlIndex(terms=terms, dense=True)
         for i in range(m):
             self.index.upsert(
                 i, origin=0.0, alpha=float(self.alpha[i]), beta=float(self.beta[i]),
@@ -205,6 +206,21 @@ class Algorithm1:
         self.last_crawl[page] = t
         self.origin[page] = t
         self.index.set_origin(page, t)
+
+    def on_crawls(self, pages: IntArray, t: float, changed: npt.NDArray[np.bool_],
+                  last_modified: FloatArray) -> None:
+        """A step's crawls at time ``t``, at once (same result as :meth:`on_crawl` for
+        each page: the pages of one step are distinct)."""
+        if type(self).on_crawl is not Algorithm1.on_crawl:  # a subclass's own update
+            for p, c, lm in zip(pages.tolist(), changed.tolist(), last_modified.tolist(),
+                                strict=True):
+                self.on_crawl(p, t, c, lm)
+            return
+        if not pages.size:
+            return
+        self.last_crawl[pages] = t
+        self.origin[pages] = t
+        self.index.set_origins(pages, np.full(pages.size, t))
 
 
 def algorithm1(

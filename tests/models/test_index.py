@@ -55,11 +55,11 @@ def _random_params(rng: np.random.Generator, m: int) -> np.ndarray:
 def _run(seed: int, *, m: int, slots: int, terms: int | None, levels=None, k: int = 1,
          with_eligible: bool = False, hosts: int = 0,
          both: bool = False, planned: int = 0,
-         batch_pings: bool = False) -> tuple[CrawlIndex, int]:
+         batch_pings: bool = False, dense: bool = False) -> tuple[CrawlIndex, int]:
     rng = np.random.default_rng(seed)
     R = 10.0
     params = _random_params(rng, m)
-    idx = CrawlIndex(levels, terms=terms, hot_target=4)
+    idx = CrawlIndex(levels, terms=terms, hot_target=4, dense=dense)
     ref = BruteForce(terms)
     origin = {i: -rng.uniform(0, 5) for i in range(m)}
     for i in range(m):
@@ -148,6 +148,28 @@ def test_best_matches_brute_force_exact_ncis(seed: int) -> None:
     assert checks == 250
     # the index did not degenerate into a scan per query
     assert idx.stats.full_scans < 0.3 * idx.stats.queries
+
+
+@pytest.mark.parametrize(
+    "kw",
+    [dict(seed=400, m=25, slots=250, terms=None),
+     dict(seed=401, m=40, slots=200, terms=None, batch_pings=True),
+     dict(seed=402, m=20, slots=150, terms=2),
+     dict(seed=403, m=25, slots=150, terms=None, k=3, with_eligible=True),
+     dict(seed=404, m=30, slots=200, terms=None, hosts=6),
+     dict(seed=405, m=30, slots=150, terms=None, k=2, with_eligible=True, hosts=5,
+          both=True),
+     dict(seed=406, m=30, slots=200, terms=None, planned=5),
+     dict(seed=407, m=60, slots=150, terms=None, batch_pings=True, planned=4),
+     dict(seed=408, m=25, slots=150, terms=None, levels=[0.05, 0.2, 0.5, 1.0, 2.0])],
+)
+def test_dense_keys_match_brute_force(kw: dict) -> None:
+    """dense=True (keys in an array, no heap) gives the brute-force picks, with pings,
+    removals, insertions, parameter changes, hosts, planned times and level changes."""
+    idx, checks = _run(dense=True, **kw)
+    assert checks == kw["slots"]
+    assert not idx._heap  # nothing went through the heap
+    assert idx.stats.full_scans < 0.5 * idx.stats.queries
 
 
 @pytest.mark.parametrize("terms", [1, 2])
