@@ -87,6 +87,38 @@ def aggregate(rows: Sequence[Row], keys: Sequence[str] = ("m", "policy"),
     return out
 
 
+def add_paired(rows: list[Row], raw: Sequence[Row], keys: Sequence[str],
+               ref: Callable[[Row], dict[str, Any]],
+               metrics: Sequence[tuple[str, str]] = (("accuracy", "d_acc"),)) -> None:
+    """Paired differences to a reference run on the same world and events.
+
+    For each raw row, the reference is the raw row of the same repetition whose group keys
+    are the row's with ``ref(row)``'s overrides.  For each ``(metric, column)``, the
+    aggregated row gets ``column`` and ``column_se``: the mean and standard error over
+    repetitions of ``metric - reference metric`` (more sensitive than comparing the means,
+    whose spread is mostly the worlds').
+    """
+    full = (*keys, "rep")
+    by = {tuple(r[k] for k in full): r for r in raw}
+    diffs: dict[tuple[Any, ...], dict[str, list[float]]] = defaultdict(
+        lambda: defaultdict(list))
+    for r in raw:
+        target = {**{k: r[k] for k in full}, **ref(r)}
+        base = by.get(tuple(target[k] for k in full))
+        if base is None:
+            continue
+        for metric, _ in metrics:
+            diffs[tuple(r[k] for k in keys)][metric].append(r[metric] - base[metric])
+    for row in rows:
+        d = diffs.get(tuple(row[k] for k in keys))
+        if d is None:
+            continue
+        for metric, col in metrics:
+            a = np.asarray(d[metric])
+            row[col] = float(a.mean())
+            row[f"{col}_se"] = float(a.std(ddof=1) / math.sqrt(a.size)) if a.size > 1 else 0.0
+
+
 def markdown_table(rows: Sequence[Row], columns: Sequence[str]) -> str:
     def fmt(v: Any) -> str:
         if isinstance(v, float):

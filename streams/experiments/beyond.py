@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import math
 import time
-from collections import defaultdict
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
@@ -46,6 +45,7 @@ from models.sim.variants import (
 from streams.experiments._common import (
     Job,
     Row,
+    add_paired,
     aggregate,
     markdown_table,
     parser,
@@ -186,33 +186,9 @@ def _aggregate(raw: list[Row], keys: Sequence[str], extra: Sequence[str]) -> lis
 
 def _add_paired(rows: list[Row], raw: list[Row], keys: Sequence[str],
                 ref: Callable[[Row], dict[str, Any]]) -> None:
-    """Paired differences to a reference run on the same world and events.
-
-    For each raw row, the reference is the raw row of the same repetition whose group keys
-    are the row's with ``ref(row)``'s overrides; ``d_acc``/``d_acc_se`` and
-    ``d_stale``/``d_stale_se`` are the mean and standard error over repetitions of the
-    accuracy and very-stale differences (more sensitive than comparing the means, whose
-    spread is mostly the worlds').
-    """
-    full = (*keys, "rep")
-    by = {tuple(r[k] for k in full): r for r in raw}
-    diffs: dict[tuple[Any, ...], dict[str, list[float]]] = defaultdict(
-        lambda: {"accuracy": [], "very_stale": []})
-    for r in raw:
-        target = {**{k: r[k] for k in full}, **ref(r)}
-        base = by.get(tuple(target[k] for k in full))
-        if base is None:
-            continue
-        for metric in ("accuracy", "very_stale"):
-            diffs[tuple(r[k] for k in keys)][metric].append(r[metric] - base[metric])
-    for row in rows:
-        d = diffs.get(tuple(row[k] for k in keys))
-        if d is None:
-            continue
-        for metric, col in (("accuracy", "d_acc"), ("very_stale", "d_stale")):
-            a = np.asarray(d[metric])
-            row[col] = float(a.mean())
-            row[f"{col}_se"] = float(a.std(ddof=1) / math.sqrt(a.size)) if a.size > 1 else 0.0
+    """Paired ``d_acc`` and ``d_stale`` (accuracy and very-stale share) to a reference run
+    on the same world and events (:func:`add_paired`)."""
+    add_paired(rows, raw, keys, ref, (("accuracy", "d_acc"), ("very_stale", "d_stale")))
 
 
 def _header(name: str, sc: dict[str, Any], reps: int, t0: float) -> str:

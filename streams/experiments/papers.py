@@ -49,6 +49,7 @@ from models.values import change_params, from_precision_recall, precision_recall
 from streams.experiments._common import (
     Job,
     Row,
+    add_paired,
     aggregate,
     markdown_table,
     parser,
@@ -297,7 +298,10 @@ def main(argv: Sequence[str]) -> int:
         raw = run_jobs(_fig8_job, jobs, processes=args.jobs,
                        progress=not args.no_progress, label=name)
         rows = aggregate(raw, keys=("m", "p", "policy"))
-        cols = ["m", "p", "policy", "accuracy", "stderr", "reps"]
+        # paired with Greedy on the same world and events (Greedy ignores the estimates)
+        add_paired(rows, raw, ("m", "p", "policy"), lambda r: {"policy": "greedy"},
+                   (("accuracy", "d_greedy"),))
+        cols = ["m", "p", "policy", "accuracy", "stderr", "d_greedy", "d_greedy_se", "reps"]
         plot_lines(rows, args.out / "fig8.png", x="p", logx=False,
                    title=f"fig8 stand-in: m={sc['ms'][0]}, budget m/20 per step")
     table = markdown_table(rows, cols)
