@@ -121,6 +121,18 @@ class KafkaConfig:
         )
 
 
+def new_cluster_id() -> str:
+    """A random KRaft cluster id: 16 random bytes, URL-safe base64 without padding (the
+    form ``kafka-storage random-uuid`` prints), never starting with ``-``: the format
+    command's parser reads such an id as an option, so one CI run in 64 failed with
+    "expected one argument" (Kafka's own ``Uuid.randomUuid`` redraws those since
+    KAFKA-13741, apache/kafka#11901; we also pass ``--cluster-id=ID``)."""
+    while True:
+        cid = base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
+        if not cid.startswith("-"):
+            return cid
+
+
 def start(
     cache_dir: Path,
     data_dir: Path,
@@ -149,9 +161,10 @@ def start(
         f"-Dkafka.logs.dir={log_dir}", "-cp", classpath,
     ]  # fmt: skip
     if not (data_dir / "kraft-logs" / "meta.properties").exists():
-        cluster_id = base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
+        cluster_id = new_cluster_id()
         fmt = subprocess.run(
-            [*jvm, "kafka.tools.StorageTool", "format", "-t", cluster_id, "-c", str(props)],
+            [*jvm, "kafka.tools.StorageTool", "format", f"--cluster-id={cluster_id}",
+             "-c", str(props)],
             capture_output=True,
             text=True,
             check=False,

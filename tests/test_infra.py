@@ -68,3 +68,18 @@ def test_stack_up_down_round_trip(tmp_path: Path) -> None:
         time.sleep(0.1)
     assert not pid_alive(info.kafka_pid) and not pid_alive(info.redis_pid)
     assert stack.status(tmp_path)["running"] is False
+
+
+def test_cluster_ids_never_start_with_a_dash(monkeypatch: pytest.MonkeyPatch) -> None:
+    # 0xf8 encodes to "-" first (URL-safe base64): such an id made `kafka-storage
+    # format -t <id>` fail with "expected one argument" (1 start in 64)
+    import uuid
+
+    dash = uuid.UUID(bytes=b"\xf8" + bytes(15))
+    plain = uuid.UUID(bytes=b"\x10" + bytes(15))
+    draws = iter([dash, dash, plain])
+    monkeypatch.setattr(kafka.uuid, "uuid4", lambda: next(draws))
+    assert kafka.base64.urlsafe_b64encode(dash.bytes).decode().startswith("-")
+    cid = kafka.new_cluster_id()
+    assert cid == kafka.base64.urlsafe_b64encode(plain.bytes).decode().rstrip("=")
+    assert len(cid) == 22 and not cid.startswith("-")
