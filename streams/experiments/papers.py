@@ -58,6 +58,9 @@ from streams.experiments._common import (
     write_outputs,
 )
 
+# reference policy of the paired differences (same world and events) per experiment
+PAIRED_REF = {"fig3": "greedy", "fig4": "greedy", "fig6": "greedy",
+              "fig11": "greedy-ncis-delayed"}
 NAMES = ("fig3", "fig4", "fig6", "fig8", "fig11", "fig12", "peers", "est")
 
 WORLDS: dict[str, dict[str, Any]] = {
@@ -255,6 +258,13 @@ def main(argv: Sequence[str]) -> int:
             for r, s in zip(rows, stale, strict=True):
                 r["very_stale"] = s["very_stale"]
         cols = ["m", "policy", "accuracy", "stderr", "reps", *extra]
+        ref = PAIRED_REF.get(name)
+        if ref is not None:
+            # each policy's gap to the reference on the same worlds and events
+            col = "d_" + ref.replace("-", "_")
+            add_paired(rows, raw, ("m", "policy"), lambda r: {"policy": ref},
+                       (("accuracy", col),))
+            cols += [col, f"{col}_se"]
         plot_lines([r for r in rows if r["policy"] != "baseline"] + [
             r for r in rows if r["policy"] == "baseline"], args.out / f"{name}.png",
             x="m", title=f"{name}: R=100, T={T:g}, {reps} reps")
