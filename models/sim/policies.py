@@ -29,7 +29,7 @@ import numpy as np
 import numpy.typing as npt
 
 from models.index import CrawlIndex
-from models.values import signal_params
+from models.values import change_params, signal_params
 
 __all__ = [
     "POLICY_NAMES",
@@ -246,6 +246,14 @@ class EstimatingAlgorithm1(Algorithm1):
     state (:class:`models.estimators.SignalEstimator`, Grimes-Ford pseudo-datapoints for
     young pages) is updated and the page is re-keyed in the index with the new estimate.
     ``mu`` is taken as known (Sec. E: requests are observed directly).
+
+    ``variant`` is the value function ranked with (one of :data:`POLICY_NAMES`; default
+    ``greedy-ncis`` with pings, ``greedy`` without): the estimate is read as believed
+    ``(Delta, lam, nu)`` (:func:`models.values.change_params`) and passed through
+    :func:`value_params`, exactly as :func:`algorithm1` does with true parameters, so
+    e.g. ``greedy-cis`` believes the estimated pings noiseless and ``greedy-cis-plus``
+    splits pages on their *estimated* precision and recall (Sec. 6.7).  Every variant
+    but ``greedy`` counts pings per interval for the estimator, whatever it ranks with.
     """
 
     def __init__(
@@ -254,11 +262,22 @@ class EstimatingAlgorithm1(Algorithm1):
         mu: FloatArray,
         *,
         use_pings: bool = True,
+        variant: str | None = None,
         ping_rule: PingRule = "accept",
         t_delay: float = 0.0,
         refit_every: int = 1,
     ) -> None:
         from models.estimators import PseudoDatapoints, SignalEstimator, SignalPrior
+
+        if variant is None:
+            variant = "greedy-ncis" if use_pings else "greedy"
+        if variant not in POLICY_NAMES:
+            raise ValueError(f"unknown variant {variant!r}; expected one of {POLICY_NAMES}")
+        if variant == "greedy" and use_pings:
+            use_pings = False  # Greedy ranks without pings: nothing to estimate about them
+        if variant != "greedy" and not use_pings:
+            raise ValueError(f"variant {variant!r} ranks with pings; use_pings must be True")
+        self.variant = variant
 
         # Grimes-Ford's 1 h / 57 h pseudo-intervals, rescaled to the simulator's time unit
         # (the prior rate ln(1 + 1/57)/0.05 = 0.35 is near the mean change rate 0.5).
@@ -275,16 +294,21 @@ class EstimatingAlgorithm1(Algorithm1):
         self._refit_every = max(1, int(refit_every))
         self._crawls = np.zeros(m, dtype=np.int64)
         a0, b0, g0 = self._params(0)
+        terms = value_params(variant, np.ones(1), np.zeros(1), np.zeros(1))[3]
         super().__init__(
             name, mu, np.full(m, a0), np.full(m, b0), np.full(m, g0),
-            ping_rule=ping_rule, t_delay=t_delay,
+            terms=terms, ping_rule=ping_rule, t_delay=t_delay,
         )
 
     def _params(self, page: int) -> tuple[float, float, float]:
+        """``(alpha, beta, gamma)`` of the page's estimate, as ``variant`` ranks with."""
         r = self._est.result(self._state[page])
         if not self._use_pings:
             return float(r.change_rate_per_s), 0.0, 0.0
-        return float(r.alpha_per_s), float(r.beta_s[0]), float(r.gamma_per_s[0])
+        delta, lam, nu = change_params(np.array([r.alpha_per_s]), np.array([r.beta_s[0]]),
+                                       np.array([r.gamma_per_s[0]]))
+        va, vb, vg, _ = value_params(self.variant, delta, lam, nu)
+        return float(va[0]), float(vb[0]), float(vg[0])
 
     def on_ping(self, page: int, arrival: float, emitted: float) -> None:
         if self._use_pings and _ping_ok(self.ping_rule, self.t_delay,

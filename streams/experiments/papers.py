@@ -8,7 +8,7 @@ fig11      delayed pings (lag Poisson(6) slots), T_DELAY = 5/R rule and the stri
 fig12      burn-in: R 100 -> 150 -> 100 at t = 133 and 266, m = 1000 (App. D)
 fig8       semi-synthetic web, Greedy / Greedy-NCIS / Greedy-CIS+ with corrupted estimates (6.7)
 peers      recrawl vs Nutch vs StormCrawler vs round robin, +- pings, +- host limits
-est        known vs online-estimated parameters (App. E estimators)
+est        every Algorithm 1 variant with known vs online-estimated parameters (App. E)
 =========  ==================================================================================
 
 Defaults are reduced from the paper's scale; ``--paper`` runs fig3/fig4/fig6/fig11 at
@@ -26,6 +26,7 @@ import numpy as np
 
 from models.policies import expected_accuracy, low_discrepancy_schedule, optimal_rates
 from models.sim import (
+    POLICY_NAMES,
     Budget,
     EstimatingAlgorithm1,
     NutchAdaptive,
@@ -77,7 +78,8 @@ POLICIES = {
     "fig6": ["greedy", "greedy-cis", "greedy-ncis", "ncis-approx-1", "ncis-approx-2", "baseline"],
     "fig11": ["greedy-ncis", "greedy-ncis-delayed", "greedy-ncis-d", "greedy-ncis-strict",
               "baseline"],
-    "est": ["greedy", "greedy-est", "greedy-ncis", "greedy-ncis-est"],
+    # every Algorithm 1 variant with true parameters and with online estimates
+    "est": [v + suffix for v in POLICY_NAMES for suffix in ("", "-est")],
 }
 
 
@@ -145,10 +147,10 @@ def _policy(kind: str, w: World, R: float, T: float, rng: np.random.Generator,
         p = algorithm1("greedy-ncis", w.mu, w.delta, w.lam, w.nu)
         p.name = kind
         return p
-    if kind == "greedy-est":
-        return EstimatingAlgorithm1(kind, w.mu, use_pings=False)
-    if kind == "greedy-ncis-est":
-        return EstimatingAlgorithm1(kind, w.mu, use_pings=True)
+    if kind.endswith("-est"):  # the variant with online App. E estimates
+        variant = kind.removesuffix("-est")
+        return EstimatingAlgorithm1(kind, w.mu, variant=variant,
+                                    use_pings=variant != "greedy")
     return algorithm1(kind, w.mu, w.delta, w.lam, w.nu)
 
 
@@ -265,6 +267,12 @@ def main(argv: Sequence[str]) -> int:
             add_paired(rows, raw, ("m", "policy"), lambda r: {"policy": ref},
                        (("accuracy", col),))
             cols += [col, f"{col}_se"]
+        if name == "est":
+            # what estimating costs: each variant against itself with true parameters
+            add_paired(rows, raw, ("m", "policy"),
+                       lambda r: {"policy": r["policy"].removesuffix("-est")},
+                       (("accuracy", "d_true"), ("very_stale", "d_stale_true")))
+            cols += ["d_true", "d_true_se", "d_stale_true", "d_stale_true_se"]
         plot_lines([r for r in rows if r["policy"] != "baseline"] + [
             r for r in rows if r["policy"] == "baseline"], args.out / f"{name}.png",
             x="m", title=f"{name}: R=100, T={T:g}, {reps} reps")

@@ -9,7 +9,9 @@ import numpy as np
 import pytest
 
 from models.sim import (
+    POLICY_NAMES,
     Budget,
+    EstimatingAlgorithm1,
     NutchAdaptive,
     RoundRobin,
     StormCrawlerAdaptive,
@@ -17,10 +19,14 @@ from models.sim import (
     algorithm1,
     assign_hosts,
     run,
+    semi_synthetic_world,
     simulate_events,
     synthetic_world,
 )
 from models.sim.engine import RunResult
+from models.sim.policies import value_params
+from models.sim.world import PRECISION_SHAPE_Q95, RECALL_SHAPE_Q95, stand_in_beta
+from models.values import change_params, precision_recall
 
 
 def test_budget_slots_follow_rate_changes() -> None:
@@ -154,3 +160,70 @@ def test_batched_budget_crawls_k_distinct_pages_per_step() -> None:
         assert np.unique(res.crawl_page[res.crawl_time == t]).size == 20
     with pytest.raises(ValueError, match="batch"):
         run(w, ev, algorithm1("greedy", w.mu, w.delta, w.lam, w.nu), Budget(40.0, batch=0))
+
+
+@pytest.mark.parametrize("variant", POLICY_NAMES)
+def test_estimating_policy_ranks_with_the_variants_value_of_the_estimate(variant: str) -> None:
+    # each variant with online estimates ranks a page as algorithm1(variant) would with the
+    # page's current estimate read as believed (Delta, lam, nu)
+    rng = np.random.default_rng(21)
+    w = synthetic_world(60, rng)
+    ev = simulate_events(w, 4.0, rng)
+    pol = EstimatingAlgorithm1(variant + "-est", w.mu, variant=variant,
+                               use_pings=variant != "greedy")
+    res = run(w, ev, pol, Budget(40.0))
+    crawled = np.unique(res.crawl_page)
+    assert crawled.size > 30
+    for page in crawled[:20].tolist():
+        r = pol._est.result(pol._state[page])
+        if variant == "greedy":
+            want = (np.array([r.change_rate_per_s]), np.zeros(1), np.zeros(1))
+        else:
+            est = (np.array([r.alpha_per_s]), np.array([r.beta_s[0]]),
+                   np.array([r.gamma_per_s[0]]))
+            want = value_params(variant, *change_params(*est))[:3]
+        got = (pol.alpha[page], pol.beta[page], pol.gamma[page])
+        np.testing.assert_allclose(got, [float(x[0]) for x in want], rtol=1e-12)
+    if variant == "greedy-cis":  # believes every ping noiseless (unless estimated useless)
+        heard = pol.gamma[crawled] > 0.0
+        assert heard.any()
+        assert np.isinf(pol.beta[crawled][heard]).all()
+    if variant == "greedy-cis-plus":  # splits on estimated precision and recall
+        split = np.isinf(pol.beta[crawled])
+        assert split.any() and (~split).any()
+        assert (pol.gamma[crawled][~split] == 0.0).all()
+    if variant.startswith("ncis-approx-"):
+        assert pol.index._terms == int(variant[-1])
+
+
+def test_estimating_policy_variant_defaults_and_errors() -> None:
+    rng = np.random.default_rng(22)
+    w = synthetic_world(40, rng)
+    ev = simulate_events(w, 3.0, rng)
+    for use_pings, variant in ((True, "greedy-ncis"), (False, "greedy")):
+        a = run(w, ev, EstimatingAlgorithm1("a", w.mu, use_pings=use_pings), Budget(30.0))
+        b = run(w, ev, EstimatingAlgorithm1("b", w.mu, variant=variant), Budget(30.0))
+        np.testing.assert_array_equal(a.crawl_page, b.crawl_page)
+    with pytest.raises(ValueError, match="unknown variant"):
+        EstimatingAlgorithm1("x", w.mu, variant="lds")
+    with pytest.raises(ValueError, match="use_pings"):
+        EstimatingAlgorithm1("x", w.mu, variant="greedy-cis", use_pings=False)
+
+
+def test_stand_in_top_urls_are_the_papers_high_quality_pages() -> None:
+    # Sec. 6.7: top URLs draw from the upper 5% of the precision/recall histograms, and
+    # Greedy-CIS+'s split (precision > 0.7, recall > 0.6) "matches all top URLs"
+    from scipy import stats
+
+    for a, q95 in (PRECISION_SHAPE_Q95, RECALL_SHAPE_Q95):
+        assert stats.beta(*stand_in_beta(a, q95)).ppf(0.95) == pytest.approx(q95, abs=1e-10)
+    w = semi_synthetic_world(20_000, np.random.default_rng(5))
+    assert w.top.mean() == pytest.approx(0.05, abs=1e-4)
+    _, prec, rec = precision_recall(*w.signal_params())
+    np.testing.assert_array_equal((prec > 0.7) & (rec > 0.6), w.top)
+    np.testing.assert_allclose(rec, w.lam, rtol=1e-9)
+    a, b, g, _ = value_params("greedy-cis-plus", w.delta, w.lam, w.nu)
+    np.testing.assert_array_equal(np.isinf(b), w.top)  # Greedy-CIS on top pages only
+    assert (g[~w.top] == 0.0).all()  # Greedy elsewhere
+    # top URLs hold more than their share of importance (Sec. 2: 4% of URLs, 26% weight)
+    assert w.mu[w.top].sum() / w.mu.sum() > 0.1
