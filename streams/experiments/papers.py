@@ -19,7 +19,7 @@ repetition unless ``--reps``; the paper used 100).  Every table says the scale i
 from __future__ import annotations
 
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
@@ -273,9 +273,13 @@ def main(argv: Sequence[str]) -> int:
                        lambda r: {"policy": r["policy"].removesuffix("-est")},
                        (("accuracy", "d_true"), ("very_stale", "d_stale_true")))
             cols += ["d_true", "d_true_se", "d_stale_true", "d_stale_true_se"]
-        plot_lines([r for r in rows if r["policy"] != "baseline"] + [
-            r for r in rows if r["policy"] == "baseline"], args.out / f"{name}.png",
-            x="m", title=f"{name}: R=100, T={T:g}, {reps} reps")
+        if name == "est":
+            _plot_est(rows, args.out / "est.png", f"est: m={sc['ms'][0]}, R=100, T={T:g}, "
+                      f"{reps} reps")
+        else:
+            plot_lines([r for r in rows if r["policy"] != "baseline"] + [
+                r for r in rows if r["policy"] == "baseline"], args.out / f"{name}.png",
+                x="m", title=f"{name}: R=100, T={T:g}, {reps} reps")
     elif name == "peers":
         kinds = ["recrawl", "nutch", "stormcrawler", "round-robin"]
         jobs = [{**base, "m": m, "rep": r, "policy": k, "pings": pi, "hosts": h}
@@ -285,7 +289,7 @@ def main(argv: Sequence[str]) -> int:
                        progress=not args.no_progress, label=name)
         rows = aggregate(raw, keys=("m", "pings", "host_limits", "policy"))
         cols = ["m", "pings", "host_limits", "policy", "accuracy", "stderr", "reps"]
-        _plot_bars(rows, args.out / "peers.png")
+        _plot_peers(rows, args.out / "peers.png")
     elif name == "fig12":
         jobs = [{**base, "m": m, "rep": r, "policy": p} for m in sc["ms"]
                 for r in range(reps) for p in ("R=100->150->100", "R=100", "R=150")]
@@ -332,30 +336,52 @@ def _header(name: str, sc: dict[str, Any], reps: int, t0: float) -> str:
             f"{time.perf_counter() - t0:.0f} s wall -->\n")
 
 
-def _plot_bars(rows: list[Row], path: Any) -> None:
+def _plot_bars(path: Any, groups: Sequence[str], series: Sequence[str],
+               value: Callable[[int, int], tuple[float, float]], title: str) -> None:
+    """Grouped bars: one group per ``groups`` entry, one bar per ``series`` entry, the
+    bar's height and error ``value(group index, series index)``."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    settings = [(False, False), (True, False), (False, True), (True, True)]
-    kinds = ["recrawl", "nutch", "stormcrawler", "round-robin"]
     fig, ax = plt.subplots(figsize=(7.0, 4.0))
-    width = 0.2
-    for j, k in enumerate(kinds):
-        ys, es = [], []
-        for pi, h in settings:
-            r = next(r for r in rows if r["policy"] == k and r["pings"] == pi
-                     and r["host_limits"] == h)
-            ys.append(r["accuracy"])
-            es.append(r["stderr"])
-        ax.bar(np.arange(4) + j * width, ys, width, yerr=es, label=k, capsize=2)
-    ax.set_xticks(np.arange(4) + 1.5 * width)
-    ax.set_xticklabels(["no pings", "pings", "no pings\nhost limits", "pings\nhost limits"])
+    width = 0.8 / len(series)
+    x = np.arange(len(groups))
+    for j, name in enumerate(series):
+        ys, es = zip(*(value(g, j) for g in range(len(groups))), strict=True)
+        ax.bar(x + j * width, ys, width, yerr=es, label=name, capsize=2)
+    ax.set_xticks(x + 0.5 * (len(series) - 1) * width)
+    ax.set_xticklabels(groups, fontsize=8)
     ax.set_ylabel("accuracy")
-    ax.set_title("peers at the same crawl rate R = 100")
+    ax.set_title(title)
     ax.legend(fontsize=7)
     fig.tight_layout()
     path.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(path, dpi=110)
     plt.close(fig)
+
+
+def _plot_peers(rows: list[Row], path: Any) -> None:
+    settings = [(False, False), (True, False), (False, True), (True, True)]
+    kinds = ["recrawl", "nutch", "stormcrawler", "round-robin"]
+
+    def value(g: int, j: int) -> tuple[float, float]:
+        pi, h = settings[g]
+        r = next(r for r in rows if r["policy"] == kinds[j] and r["pings"] == pi
+                 and r["host_limits"] == h)
+        return r["accuracy"], r["stderr"]
+
+    _plot_bars(path, ["no pings", "pings", "no pings\nhost limits", "pings\nhost limits"],
+               kinds, value, "peers at the same crawl rate R = 100")
+
+
+def _plot_est(rows: list[Row], path: Any, title: str) -> None:
+    by = {r["policy"]: r for r in rows}
+
+    def value(g: int, j: int) -> tuple[float, float]:
+        r = by[POLICY_NAMES[g] + ("", "-est")[j]]
+        return r["accuracy"], r["stderr"]
+
+    _plot_bars(path, [n.replace("-", "-\n", 1) for n in POLICY_NAMES],
+               ["true parameters", "estimated online (App. E)"], value, title)

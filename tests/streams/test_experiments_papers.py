@@ -5,6 +5,9 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
+
+from models.sim import POLICY_NAMES
 from streams.commands.experiments import EXPERIMENTS
 from streams.experiments import papers
 
@@ -30,3 +33,21 @@ def test_fig3_quick_writes_outputs(tmp_path: Path) -> None:
         assert abs(rows[(m, "greedy")]["accuracy"] - rows[(m, "baseline")]["accuracy"]) < 0.05
         assert rows[(m, "greedy")]["stderr"] >= 0.0
     assert "| m | policy | accuracy |" in (out / "fig3.md").read_text()
+
+
+def test_est_quick_pairs_every_variant_with_its_estimated_twin(tmp_path: Path) -> None:
+    out = tmp_path / "out"
+    rc = papers.main(["est", "--quick", "--reps", "2", "--jobs", "1", "--no-progress",
+                      "--out", str(out), "--json", str(tmp_path / "est.json")])
+    assert rc == 0
+    assert (out / "est.png").stat().st_size > 1000
+    rows = {r["policy"]: r for r in json.loads((tmp_path / "est.json").read_text())["rows"]}
+    assert set(rows) == {v + s for v in POLICY_NAMES for s in ("", "-est")}
+    for v in POLICY_NAMES:
+        est, true = rows[v + "-est"], rows[v]
+        # d_true is the paired gap of the estimated run to the same variant, true parameters
+        assert true["d_true"] == 0.0
+        assert est["d_true"] == pytest.approx(est["accuracy"] - true["accuracy"], abs=1e-12)
+        assert 0.0 <= est["very_stale"] <= 1.0
+    # pings with true parameters are worth something (Sec. 6.6)
+    assert rows["greedy-ncis"]["accuracy"] > rows["greedy"]["accuracy"]
