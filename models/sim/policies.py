@@ -76,6 +76,11 @@ def _ping_ok(rule: PingRule, t_delay: float, last_crawl: float, arrival: float,
     return True
 
 
+def _terms(kind: str) -> int | None:
+    """``J`` of ``ncis-approx-J`` (App. A.1: the first J terms of the value), else None."""
+    return int(kind.removeprefix("ncis-approx-")) if kind.startswith("ncis-approx-") else None
+
+
 def value_params(
     kind: str,
     delta: FloatArray,
@@ -100,8 +105,7 @@ def value_params(
         return a, b, g, None
     if kind in ("greedy-ncis", "ncis-approx-1", "ncis-approx-2"):
         a, b, g = signal_params(delta, lam, nu)
-        terms = None if kind == "greedy-ncis" else int(kind[-1])
-        return a, b, g, terms
+        return a, b, g, _terms(kind)
     if kind == "greedy-cis-plus":
         s = lam * delta
         with np.errstate(divide="ignore", invalid="ignore"):
@@ -294,10 +298,9 @@ class EstimatingAlgorithm1(Algorithm1):
         self._refit_every = max(1, int(refit_every))
         self._crawls = np.zeros(m, dtype=np.int64)
         a0, b0, g0 = self._params(0)
-        terms = value_params(variant, np.ones(1), np.zeros(1), np.zeros(1))[3]
         super().__init__(
             name, mu, np.full(m, a0), np.full(m, b0), np.full(m, g0),
-            terms=terms, ping_rule=ping_rule, t_delay=t_delay,
+            terms=_terms(variant), ping_rule=ping_rule, t_delay=t_delay,
         )
 
     def _params(self, page: int) -> tuple[float, float, float]:

@@ -273,7 +273,6 @@ def main(argv: Sequence[str]) -> int:
                        lambda r: {"policy": r["policy"].removesuffix("-est")},
                        (("accuracy", "d_true"), ("very_stale", "d_stale_true")))
             cols += ["d_true", "d_true_se", "d_stale_true", "d_stale_true_se"]
-        if name == "est":
             _plot_est(rows, args.out / "est.png", f"est: m={sc['ms'][0]}, R=100, T={T:g}, "
                       f"{reps} reps")
         else:
