@@ -148,9 +148,7 @@ def _policy(kind: str, w: World, R: float, T: float, rng: np.random.Generator,
         p.name = kind
         return p
     if kind.endswith("-est"):  # the variant with online App. E estimates
-        variant = kind.removesuffix("-est")
-        return EstimatingAlgorithm1(kind, w.mu, variant=variant,
-                                    use_pings=variant != "greedy")
+        return EstimatingAlgorithm1(kind, w.mu, variant=kind.removesuffix("-est"))
     return algorithm1(kind, w.mu, w.delta, w.lam, w.nu)
 
 

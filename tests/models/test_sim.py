@@ -169,8 +169,7 @@ def test_estimating_policy_ranks_with_the_variants_value_of_the_estimate(variant
     rng = np.random.default_rng(21)
     w = synthetic_world(60, rng)
     ev = simulate_events(w, 4.0, rng)
-    pol = EstimatingAlgorithm1(variant + "-est", w.mu, variant=variant,
-                               use_pings=variant != "greedy")
+    pol = EstimatingAlgorithm1(variant + "-est", w.mu, variant=variant)
     res = run(w, ev, pol, Budget(40.0))
     crawled = np.unique(res.crawl_page)
     assert crawled.size > 30
