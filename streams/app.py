@@ -42,13 +42,17 @@ def create_app(settings: Settings) -> faust.App:
     )
     store = Store.from_url(settings.redis_url, settings.key_prefix)
     metrics = Metrics()
-    orders_topic = app.topic(
-        settings.topic("orders"), value_serializer="raw", key_serializer="raw"
-    )
+    # declared with the app's topics (created at start when missing)
+    app.topic(settings.topic("orders"), value_serializer="raw", key_serializer="raw")
     pages_topic_name = settings.topic("pages")
 
+    orders_name = settings.topic("orders")
+
     async def send_order(key: bytes, value: bytes) -> None:
-        await orders_topic.send(key=key, value=value)
+        # straight to the producer (no Faust message object per order): the call returns
+        # once the record is in the producer's batch, its delivery is not awaited; keys
+        # are partitioned by murmur2 as by Kafka's Java clients
+        await app.producer.send(orders_name, key, value, None, None, None)
 
     def assignment() -> set[int]:
         return {tp.partition for tp in app.consumer.assignment() if tp.topic == pages_topic_name}

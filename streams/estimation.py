@@ -23,11 +23,12 @@ Parameters for the crawl value
 ------------------------------
 The value function (Theorem 1 of paper 004) has one signal source; with several we use
 ``alpha`` (changes no source signals), ``gamma = sum_g gamma_g`` (all signals observed) and
-``beta = sum_g gamma_g beta_g / gamma`` (the expected ``tau_eff`` step of the next signal;
-the plain mean of ``beta_g`` while ``gamma = 0``).  ``alpha`` may be taken at an upper
-quantile of its posterior (``settings.estimate_quantile``, :func:`conservative_change_rate`
-of paper 003 Sec. 5.3) while the estimate converges; ``kappa_g = alpha*beta_g`` is kept, so
-a signal's evidence does not change with the quantile.
+``beta = ln(gamma/nu)/alpha`` with ``nu = sum_g gamma_g exp(-alpha beta_g)``: Sec. 3 of
+paper 004 applied to the merged source (:func:`models.decision.pooling.pooled_beta`, the
+same rule as the simulator; the plain mean of ``beta_g`` while ``gamma = 0``).  ``alpha``
+may be taken at an upper quantile of its posterior (``settings.estimate_quantile``,
+:func:`conservative_change_rate` of paper 003 Sec. 5.3) while the estimate converges;
+``kappa_g = alpha*beta_g`` is kept, so a signal's evidence does not change with the quantile.
 
 A crawl whose outcome says ``changed: null`` (the fetcher's first fetch of a URL: nothing to
 compare with) is not an observation; the next interval starts at it, because the fetcher
@@ -44,6 +45,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from models.decision.pooling import pooled_beta
 from models.estimators import (
     BatchSignalState,
     CrawlInterval,
@@ -235,8 +237,6 @@ def value_parameters(
         alpha = float(conservative_change_rate(alpha, est.alpha_se_per_s, quantile)) or alpha
     betas = tuple(k / alpha for k in est.kappa)
     gamma = float(sum(est.gamma_per_s))
-    if gamma > 0.0:
-        beta = sum(g * b for g, b in zip(est.gamma_per_s, betas, strict=True)) / gamma
-    else:
-        beta = sum(betas) / len(betas)
+    # the merged source of paper 004 Sec. 3 (models.decision.pooling): the simulator's rule
+    beta = pooled_beta(alpha, betas, est.gamma_per_s)
     return alpha, betas, gamma, beta

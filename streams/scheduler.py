@@ -1,23 +1,24 @@
-"""The scheduler: per shard (an input partition this worker owns) an in-memory
-:class:`models.index.CrawlIndex` rebuilt from Redis, and one loop that emits orders.
+"""The scheduler's I/O: per shard (an input partition this worker owns) a decision book
+(:class:`models.decision.core.ShardBook`) rebuilt from Redis, and one loop that emits
+orders.  What to order is decided in :mod:`models.decision` (pure, time passed in); this
+module keeps Redis (Lua), Kafka and the clock.
 
 Loop (twice per ``tick_s``, default 10 ms)
 ------------------------------------------
 The shards of one worker are scheduled as ONE scheduler (paper 004 Sec. 5.2 with the
-shares following demand exactly): ``credit = min(cap, credit + S * dt)`` with ``S`` the sum
-of the local shards' shares and ``cap = max(1, S * tick)``; ``n = floor(credit)`` orders are
-chosen: first pages past the floor (longest interval ``max_interval_s``, earliest due
-first), then the highest crawl values among all local shards' pages whose host has a token
-(each shard's ``CrawlIndex.best`` with an eligibility predicate and its never-crawled pages,
-merged by value: Algorithm 1 of paper 004 over the worker's pages).  Each order is one Lua
-script in Redis that checks the page exists and has no order in flight, takes a token from
-the host's bucket (and respects max in flight), marks the page in flight and records the
-decision; only then the order is sent.  In any window of ``L`` seconds a worker emits at
-most ``S * L + cap`` orders: no spikes, and unspent credit is never banked beyond one tick
-(scarce pages or hosts give fewer orders, not a burst later).  The flip side: when
-``S * tick`` is about 1, any wake-up later than ``tick - 1/S`` costs budget, so give the
-loop a tick with a few orders (``R * tick >= 4``) when the emitted rate must match R
-closely.
+shares following demand exactly): the credit pacer (:mod:`models.decision.pacer`) accrues
+``S`` per second, ``S`` the sum of the local shards' shares, capped at ``S * tick + 1``;
+``n = floor(credit)`` orders are chosen by :func:`models.decision.core.choose`: first pages
+past the floor (longest interval ``max_interval_s``, earliest due first), then the highest
+crawl values among all local shards' pages whose host has room (each shard's crawl index
+and never-crawled pages, merged by value: Algorithm 1 of paper 004 over the worker's
+pages).  Each order is one Lua script in Redis that checks the page exists and has no
+order in flight, takes a token from the host's bucket (and respects max in flight) and
+marks the page in flight; only then the order is sent.  In any window of ``L`` seconds a
+worker emits at most ``S * (L + tick) + 1`` orders (no spikes), unspent credit is never
+banked beyond one tick, and while the loop wakes up at least once per tick the emitted
+rate is ``S`` within one order (the pacer's docstring).  Decisions go to an in-memory ring
+(:mod:`streams.decisions`) for explain.
 
 Budget
 ------
@@ -42,15 +43,22 @@ import logging
 import math
 import secrets
 import time
-from collections.abc import Awaitable, Callable, Hashable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from models.decision.core import ShardBook, choose, level_of
+from models.decision.fresh import FreshPages
+from models.decision.hosts import HostBuckets
+from models.decision.pacer import CreditPacer
+from models.decision.table import PageTable
 from models.index import CrawlIndex
 from streams import budget
+from streams.decisions import DecisionRing
 from streams.estimation import Estimates, estimates_of
 from streams.metrics import Metrics
 from streams.params import PageParams, page_params
+from streams.records import SOURCES
 from streams.settings import Settings
 from streams.state import HostInfo, PageState, Store
 
@@ -85,144 +93,18 @@ class Control:
         )
 
 
-@dataclass(slots=True)
-class HostBucket:
-    """Local mirror of a host's token bucket (Redis is authoritative)."""
-
-    rate_per_s: float | None = None
-    max_in_flight: int | None = None
-    tokens: float | None = None
-    ts: float = 0.0
-    in_flight: int = 0
-
-    def available(self, now: float, default_rate: float, burst: float) -> float:
-        rate = self.rate_per_s or default_rate
-        if self.tokens is None:
-            return burst
-        return min(burst, self.tokens + max(0.0, now - self.ts) * rate)
-
-    def take(self, now: float, default_rate: float, burst: float) -> None:
-        self.tokens = self.available(now, default_rate, burst) - 1.0
-        self.ts = now
-
-
-@dataclass(slots=True)
-class PageEntry:
-    host: str
-    last_crawl_s: float
-    first_seen_s: float
-    params: PageParams
-    estimator: Estimates | None = None
-
-
 KEEP = object()
 NOT_IN_FLIGHT = object()
 
 
-class FreshPages:
-    """Never-crawled pages, outside the :class:`CrawlIndex`: their value is constant,
-    ``V(inf) = mu/Delta`` (``tau_eff`` is decades), so they need no time-to-level keys.
-
-    One heap per host (highest value first, ties by arrival) and a heap of hosts keyed by
-    their best page, so a host without a token is skipped in one step with all its pages
-    (an index full of equal values would otherwise make every query a full scan).  Removal
-    is lazy: an entry counts only while ``self.key[url]`` is that entry.
-    """
-
-    __slots__ = ("by_host", "hosts", "key", "seq")
-
-    def __init__(self) -> None:
-        self.by_host: dict[str, list[tuple[float, int, str]]] = {}
-        self.hosts: list[tuple[float, int, str]] = []
-        self.key: dict[str, tuple[float, int, str]] = {}
-        self.seq = 0
-
-    def __len__(self) -> int:
-        return len(self.key)
-
-    def __contains__(self, url: object) -> bool:
-        return url in self.key
-
-    def add(self, url: str, host: str, value: float) -> None:
-        old = self.key.get(url)
-        if old is not None and old[0] == -value:
-            return
-        self.seq += 1
-        entry = (-value, self.seq, url)
-        self.key[url] = entry
-        heap = self.by_host.setdefault(host, [])
-        heapq.heappush(heap, entry)
-        if heap[0] is entry:
-            heapq.heappush(self.hosts, (entry[0], entry[1], host))
-
-    def remove(self, url: str) -> None:
-        self.key.pop(url, None)
-
-    def best_value(self) -> float:
-        """The highest value of any page (0 when empty)."""
-        while self.hosts:
-            hk = self.hosts[0]
-            top = self._top(hk[2])
-            if top is not None and (top[0], top[1]) == (hk[0], hk[1]):
-                return -top[0]
-            heapq.heappop(self.hosts)
-            if top is not None:
-                heapq.heappush(self.hosts, (top[0], top[1], hk[2]))
-        return 0.0
-
-    def _top(self, host: str) -> tuple[float, int, str] | None:
-        heap = self.by_host.get(host)
-        while heap and self.key.get(heap[0][2]) is not heap[0]:
-            heapq.heappop(heap)
-        if not heap:
-            self.by_host.pop(host, None)
-            return None
-        return heap[0]
-
-    def take(self, n: int, capacity: Callable[[str], int]) -> list[tuple[str, str, float]]:
-        """Up to ``n`` best pages ``(url, host, value)`` (removed), at most
-        ``capacity(host)`` per host; a host with no capacity is skipped whole."""
-        out: list[tuple[str, str, float]] = []
-        skipped: list[tuple[float, int, str]] = []
-        room: dict[str, int] = {}
-        while len(out) < n and self.hosts:
-            hk = self.hosts[0]
-            host = hk[2]
-            top = self._top(host)
-            if top is None or (top[0], top[1]) != (hk[0], hk[1]):
-                heapq.heappop(self.hosts)  # stale host entry
-                if top is not None:
-                    heapq.heappush(self.hosts, (top[0], top[1], host))
-                continue
-            left = room.get(host)
-            if left is None:
-                left = capacity(host)
-            if left <= 0:
-                skipped.append(heapq.heappop(self.hosts))
-                continue
-            room[host] = left - 1
-            heapq.heappop(self.by_host[host])
-            del self.key[top[2]]
-            out.append((top[2], host, -top[0]))
-            heapq.heappop(self.hosts)
-            nxt = self._top(host)
-            if nxt is not None:
-                heapq.heappush(self.hosts, (nxt[0], nxt[1], host))
-        for e in skipped:
-            heapq.heappush(self.hosts, e)
-        return out
-
-
-@dataclass
+@dataclass(eq=False)
 class Shard:
+    """One input partition this worker owns: its decision book (:mod:`models.decision`)
+    and the I/O side's bookkeeping (loading, order time-outs, share of ``R``)."""
+
     partition: int
-    index: CrawlIndex = field(default_factory=CrawlIndex)
-    pages: dict[str, PageEntry] = field(default_factory=dict)
-    hosts: dict[str, HostBucket] = field(default_factory=dict)
-    #: url -> (order id, issued at); such pages are out of the index until the order ends
-    in_flight: dict[str, tuple[str, float]] = field(default_factory=dict)
+    book: ShardBook = field(default_factory=lambda: ShardBook(HostBuckets(1.0)))
     timeouts: list[tuple[float, str, str]] = field(default_factory=list)
-    floor: list[tuple[float, str, float]] = field(default_factory=list)
     share_per_s: float = 0.0
     weight: float = 1.0
     log_threshold: float | None = None
@@ -230,18 +112,33 @@ class Shard:
     emitted: int = 0
     ready: bool = False
     dirty: set[tuple[str, str]] = field(default_factory=set)
-    rate_window: list[tuple[float, int]] = field(default_factory=list)
-    fresh: FreshPages = field(default_factory=lambda: FreshPages())
 
-    def bucket(self, host: str) -> HostBucket:
-        b = self.hosts.get(host)
-        if b is None:
-            b = self.hosts[host] = HostBucket()
-        return b
+    @property
+    def in_flight(self) -> dict[Any, tuple[str, float]]:
+        return self.book.in_flight
+
+    @property
+    def hosts(self) -> HostBuckets:
+        return self.book.hosts
+
+    @property
+    def index(self) -> CrawlIndex:
+        return self.book.index
+
+    @property
+    def fresh(self) -> FreshPages:
+        return self.book.fresh
+
+    @property
+    def table(self) -> PageTable:
+        return self.book.table
+
+    def host(self, url: str) -> str:
+        return str(self.book.table.host_of(url))
 
     def summary(self) -> dict[str, Any]:
         return {
-            "pages": len(self.pages),
+            "pages": len(self.book),
             "in_flight": len(self.in_flight),
             "share_per_s": self.share_per_s,
             "weight": self.weight,
@@ -250,30 +147,6 @@ class Shard:
             "emitted": self.emitted,
             "ready": self.ready,
         }
-
-
-@dataclass(slots=True)
-class _TickCtx:
-    """One shard's per-tick host bookkeeping while the worker chooses its orders."""
-
-    shard: Shard
-    taken: dict[str, int]
-    accepted: set[Hashable]
-    room: Callable[[str], int]
-    ok: Callable[[Hashable], bool]
-    fresh: list[tuple[str, str, float]] = field(default_factory=list)
-
-    def host_has_room(self, host: Hashable) -> bool:
-        """The index's host pre-filter: can the host take one more order this tick?"""
-        return self.room(str(host)) >= 1
-
-    def release(self, url: str) -> None:
-        """Give back the host room of a page that was eligible but not chosen."""
-        if url in self.accepted:
-            self.accepted.discard(url)
-            entry = self.shard.pages.get(url)
-            if entry is not None:
-                self.taken[entry.host] = self.taken.get(entry.host, 0) - 1
 
 
 class Scheduler:
@@ -286,6 +159,8 @@ class Scheduler:
         *,
         assignment: Callable[[], set[int]] | None = None,
         clock: Callable[[], float] = time.time,
+        monotonic: Callable[[], float] = time.monotonic,
+        decisions: DecisionRing | None = None,
     ) -> None:
         self.settings = settings
         self.store = store
@@ -293,6 +168,9 @@ class Scheduler:
         self.send_order = send_order
         self.assignment = assignment
         self.clock = clock
+        self.monotonic = monotonic
+        self.decisions = decisions if decisions is not None else DecisionRing(
+            per_page=settings.decisions_per_page)
         self.shards: dict[int, Shard] = {}
         self.control = Control(
             settings.budget_per_s, t_delay_s=settings.t_delay_s,
@@ -306,9 +184,10 @@ class Scheduler:
         self.loop_stats: dict[str, float] = {"iterations": 0, "busy_s": 0.0,
                                              "max_busy_s": 0.0, "late": 0}
         self._last_report = 0.0
+        #: loop time spent working since the start (benchmarks: busy time per order)
+        self.busy_total_s = 0.0
         #: one credit, threshold and starved count for all local shards (one scheduler)
-        self.credit = 0.0
-        self.last_tick = 0.0
+        self.pacer = CreditPacer(settings.tick_s)
         self.share_total = 0.0
         self.log_threshold: float | None = None
         self.emitted = 0
@@ -316,10 +195,11 @@ class Scheduler:
 
     # -- events from the agents -------------------------------------------------------
     async def on_page(
-        self, partition: int, host: str, url: str, value: str | None, *,
+        self, partition: int, host: str, url: str, value: str | PageState | None, *,
         in_flight_cleared: bool = False, estimator: str | Estimates | None = None,
     ) -> None:
-        """A page's stored value changed (None: deleted); keep the shard's index in step."""
+        """A page's stored value changed (None: deleted); keep the shard's book in step.
+        ``value``: the stored record as text or decoded (:class:`PageState`)."""
         shard = self.shards.get(partition)
         if shard is None:
             return
@@ -329,17 +209,21 @@ class Scheduler:
         if value is None:
             self._forget(shard, url)
             return
-        entry = shard.pages.get(url)
-        if estimator is None and entry is not None:
-            estimator = entry.estimator
         flight = NOT_IN_FLIGHT if in_flight_cleared else KEEP
-        self._apply(shard, host, url, PageState.decode(value), estimator, flight)
+        state = value if isinstance(value, PageState) else PageState.decode(value)
+        self._apply(shard, host, url, state, estimator, flight)
+
+    def new_shard(self, partition: int) -> Shard:
+        st = self.settings
+        return Shard(partition, ShardBook(
+            HostBuckets(st.default_host_crawls_per_s, st.host_burst,
+                        st.default_host_max_in_flight), key=partition,
+            table=PageTable(n_sources=len(SOURCES))))
 
     def on_host(self, partition: int, host: str, rate: float, mif: int | None) -> None:
         shard = self.shards.get(partition)
         if shard is not None:
-            b = shard.bucket(host)
-            b.rate_per_s, b.max_in_flight = rate, mif
+            shard.hosts.set_capacity(host, rate, mif)
 
     async def refresh_control(self) -> None:
         self.control = Control.from_redis(await self.store.get_control(), self.settings)
@@ -347,13 +231,7 @@ class Scheduler:
 
     # -- shard state ----------------------------------------------------------------
     def _forget(self, shard: Shard, url: str) -> None:
-        entry = shard.pages.pop(url, None)
-        shard.fresh.remove(url)
-        if url in shard.index:
-            shard.index.remove(url)
-        fl = shard.in_flight.pop(url, None)
-        if fl is not None and entry is not None:
-            shard.bucket(entry.host).in_flight -= 1
+        shard.book.remove_page(url)
 
     def _apply(
         self, shard: Shard, host: str, url: str, state: PageState,
@@ -364,45 +242,30 @@ class Scheduler:
         now = self.clock()
         if isinstance(estimator, str):
             estimator = estimates_of(estimator)
-        params = page_params(state, estimator, self.settings)
-        entry = shard.pages.get(url)
-        if entry is None:
-            entry = shard.pages[url] = PageEntry(host, state.last_crawl_s, now, params)
-        entry.last_crawl_s, entry.params, entry.estimator = state.last_crawl_s, params, estimator
+        t = shard.table
+        slot = t.get(url)
+        if estimator is None and slot is not None and t.estimated[slot]:
+            # the page's estimate did not change (a ping, a catalogue update): its
+            # parameters are the table's, with the origin from the new signal counts
+            params = _cached_params(t, slot, state)
+        else:
+            params = page_params(state, estimator, self.settings)
+        first_seen = float(t.first_seen[slot]) if slot is not None else now
+        floor_due: float | None = None
         if self.control.max_interval_s > 0:
-            base = state.last_crawl_s if state.crawled else entry.first_seen_s
-            heapq.heappush(shard.floor, (base + self.control.max_interval_s, url,
-                                         state.last_crawl_s))
-            if len(shard.floor) > 3 * len(shard.pages) + 1024:
-                self._compact_floor(shard)
-        known = shard.in_flight.get(url)
-        if flight is KEEP:
-            flight = (known[0], known[1]) if known is not None else NOT_IN_FLIGHT
+            base = state.last_crawl_s if state.crawled else first_seen
+            floor_due = base + self.control.max_interval_s
         if flight is NOT_IN_FLIGHT:
-            if known is not None:
-                del shard.in_flight[url]
-                shard.bucket(host).in_flight -= 1
-            if state.crawled:
-                shard.fresh.remove(url)
-                shard.index.upsert(url, origin=params.origin_s, alpha=params.alpha_per_s,
-                                   beta=params.beta_s, gamma=params.gamma_per_s, mu=params.mu,
-                                   host=host)
-            else:
-                if url in shard.index:
-                    shard.index.remove(url)
-                value = params.max_value()
-                if value > 0.0:  # worthless pages are left to the floor
-                    shard.fresh.add(url, host, value)
-                else:
-                    shard.fresh.remove(url)
-            return
-        self._set_flight(shard, url, host, flight)
-
-    def _compact_floor(self, shard: Shard) -> None:
-        keep = [e for e in shard.floor
-                if e[1] in shard.pages and shard.pages[e[1]].last_crawl_s == e[2]]
-        heapq.heapify(keep)
-        shard.floor = keep
+            shard.book.end_flight(url)
+        shard.book.set_page(
+            url, host, crawled=state.crawled, origin=params.origin_s,
+            alpha=params.alpha_per_s, beta=params.beta_s, gamma=params.gamma_per_s,
+            mu=params.mu, max_value=params.max_value(), floor_due_s=floor_due,
+            first_seen_s=first_seen, last_crawl_s=state.last_crawl_s,
+            delta=params.change_rate_per_s, estimated=params.estimated,
+            src_beta=params.source_beta_s)
+        if flight is not KEEP and flight is not NOT_IN_FLIGHT:
+            self._set_flight(shard, url, host, flight)
 
     async def _load(self, shard: Shard) -> None:
         """Rebuild a shard from Redis (its hosts set, then each host's pages)."""
@@ -432,16 +295,15 @@ class Scheduler:
                 await asyncio.sleep(0.5)
         shard.ready = True
         log.info("shard %d ready: %d pages, %d in flight (%.2fs)", shard.partition,
-                 len(shard.pages), len(shard.in_flight), time.monotonic() - t0)
+                 len(shard.book), len(shard.in_flight), time.monotonic() - t0)
 
     def _load_host(
         self, shard: Shard, host: str, pages: dict[str, PageState],
         in_flight: dict[str, tuple[str, float]], est: dict[str, str], info: HostInfo,
     ) -> None:
-        b = shard.bucket(host)
-        b.rate_per_s, b.max_in_flight = info.rate_per_s, info.max_in_flight
+        shard.hosts.set_capacity(host, info.rate_per_s, info.max_in_flight)
         if info.tokens is not None:
-            b.tokens, b.ts = info.tokens, info.updated_s or 0.0
+            shard.hosts.set_tokens(host, info.tokens, info.updated_s or 0.0)
         for url, state in pages.items():
             self._apply(shard, host, url, state, est.get(url), in_flight.get(url, NOT_IN_FLIGHT))
 
@@ -468,7 +330,7 @@ class Scheduler:
                 self.metrics.forget_shard(p)
                 log.info("shard %d revoked", p)
         for p in sorted(partitions - set(self.shards)):
-            shard = self.shards[p] = Shard(p)
+            shard = self.shards[p] = self.new_shard(p)
             self._loaders[p] = asyncio.ensure_future(self._load(shard))
             log.info("shard %d assigned; loading", p)
 
@@ -506,34 +368,33 @@ class Scheduler:
             )
             own[p] = {
                 "weight": s.weight, "log_threshold": s.log_threshold,
-                "share_per_s": s.share_per_s, "pages": len(s.pages),
+                "share_per_s": s.share_per_s, "pages": len(s.book),
                 "in_flight": len(s.in_flight), "ts": now, "worker": self.worker_id,
+                "ready": s.ready,
             }
             s.emitted = 0
         await self.store.put_shards(own)
         weights = {p: float(e.get("weight", 1.0)) for p, e in live.items()}
         weights.update({p: s.weight for p, s in self.shards.items()})
+        # a shard still loading cannot spend: its share goes to the ready ones (of any
+        # worker) until it is ready, unless no shard is ready
+        loading = {p for p, e in live.items() if e.get("ready") is False}
+        loading |= {p for p, s in self.shards.items() if not s.ready}
+        if loading and len(loading) < len(weights):
+            weights = {p: (0.0 if p in loading else w) for p, w in weights.items()}
         shares = budget.split(self.control.budget_per_s, weights)
         for p, s in self.shards.items():
             s.share_per_s = shares.get(p, 0.0)
             self.metrics.shard_rate.labels(str(p)).set(s.share_per_s)
             thr = math.exp(s.log_threshold) if s.log_threshold is not None else 0.0
             self.metrics.shard_threshold.labels(str(p)).set(thr)
-            self.metrics.shard_pages.labels(str(p)).set(len(s.pages))
+            self.metrics.shard_pages.labels(str(p)).set(len(s.book))
             self.metrics.shard_in_flight.labels(str(p)).set(len(s.in_flight))
         self.global_shards = {**live, **own}
 
     def _best_value(self, now: float) -> float:
-        best = 0.0
-        for s in self.shards.values():
-            if not s.ready:
-                continue
-            best = max(best, s.fresh.best_value())
-            if len(s.index):
-                top = s.index.best(now, k=1)
-                if top:
-                    best = max(best, top[0][1])
-        return best
+        return max((s.book.best_value(now) for s in self.shards.values() if s.ready),
+                   default=0.0)
 
     # -- the loop -------------------------------------------------------------------
     async def run(self) -> None:
@@ -568,6 +429,7 @@ class Scheduler:
                 log.warning("scheduler tick failed: %r", exc)
                 await asyncio.sleep(0.2)
             busy = time.monotonic() - mono
+            self.busy_total_s += busy
             self.loop_stats["iterations"] += 1
             self.loop_stats["busy_s"] += busy
             self.loop_stats["max_busy_s"] = max(self.loop_stats["max_busy_s"], busy)
@@ -586,195 +448,79 @@ class Scheduler:
                 delay = 0.0
             await asyncio.sleep(max(0.0, delay))
 
-    def _host_room(self, shard: Shard, now: float, taken: dict[str, int]
-                   ) -> Callable[[str], int]:
-        """Orders a host can still take this tick (tokens and max in flight), minus
-        ``taken``; computed once per host per tick."""
-        st = self.settings
-        cache: dict[str, int] = {}
-
-        def room(host: str) -> int:
-            r = cache.get(host)
-            if r is None:
-                b = shard.bucket(host)
-                r = int(b.available(now, st.default_host_crawls_per_s, st.host_burst))
-                mif = (b.max_in_flight if b.max_in_flight is not None
-                       else st.default_host_max_in_flight)
-                if mif > 0:
-                    r = min(r, mif - b.in_flight)
-                cache[host] = r
-            return r - taken.get(host, 0)
-
-        return room
-
-    def _host_ok(self, shard: Shard, room: Callable[[str], int], taken: dict[str, int],
-                 accepted: set[Hashable]) -> Callable[[Hashable], bool]:
-        pages = shard.pages
-
-        def ok(url: Hashable) -> bool:
-            if url in accepted:
-                return True
-            entry = pages.get(url)  # type: ignore[call-overload]
-            if entry is None:
-                return False
-            host = entry.host
-            if room(host) < 1:
-                return False
-            taken[host] = taken.get(host, 0) + 1
-            accepted.add(url)
-            return True
-
-        return ok
-
     async def tick(self, shard: Shard) -> int:
         """One tick of one shard (tests and benchmarks); returns the orders sent."""
         return await self.tick_all([shard])
 
     async def tick_all(self, shards: list[Shard]) -> int:
         """One tick: choose the orders of every shard, issue them in one Redis pipeline."""
-        now = self.clock()
+        now, mono = self.clock(), self.monotonic()  # issued_at and the pacer's time
         for shard in shards:
             await self._expire(shard, now)
-        plans = self._choose(shards, now)
+        plans = self._choose(shards, now, mono)
         if not plans:
             return 0
         return await self._issue(plans, now)
 
-    def _choose(self, shards: list[Shard], now: float
+    def _choose(self, shards: list[Shard], now: float, mono: float | None = None
                 ) -> list[tuple[Shard, list[tuple[str, str, float]]]]:
         """The orders of one tick over all local shards, as one scheduler: one credit at
-        the sum of their shares, floor-due pages first (earliest due first), then the
-        highest crawl values among all the shards' eligible pages (one merged Algorithm 1;
-        shares only split R across workers)."""
-        mono = time.monotonic()
-        dt = mono - self.last_tick if self.last_tick else 0.0
-        self.last_tick = mono
+        the sum of their shares (:class:`models.decision.pacer.CreditPacer`, paced on
+        ``mono``, the monotonic clock), then :func:`models.decision.core.choose` (floor
+        pages first, then the merged Algorithm 1 pick within the hosts' room)."""
+        mono = self.monotonic() if mono is None else mono
         total = sum(s.share_per_s for s in shards)
         self.share_total = total
-        if self.control.paused or total <= 0.0:
-            self.credit = 0.0
-            return []
-        cap = max(1.0, total * self.settings.tick_s)
-        self.credit = min(cap, self.credit + total * dt)
-        n = int(self.credit)
+        n = self.pacer.advance(mono, 0.0 if self.control.paused else total)
         if n < 1:
             return []
         self.wanted += n
-        ctx: list[_TickCtx] = []
-        for shard in shards:
-            taken: dict[str, int] = {}
-            accepted: set[Hashable] = set()
-            room = self._host_room(shard, now, taken)
-            ctx.append(_TickCtx(shard, taken, accepted, room,
-                                self._host_ok(shard, room, taken, accepted)))
-        chosen: list[tuple[_TickCtx, str, str, float]] = []
-        # floor-due pages of every shard, earliest due first
-        if self.control.max_interval_s > 0:
-            due: list[tuple[float, int, _TickCtx, tuple[float, str, float]]] = []
-            for i, c in enumerate(ctx):
-                shard = c.shard
-                deferred = []
-                got = 0
-                while shard.floor and shard.floor[0][0] <= now and got < n:
-                    entry = heapq.heappop(shard.floor)
-                    _, url, last = entry
-                    page = shard.pages.get(url)
-                    if page is None or page.last_crawl_s != last or url in shard.in_flight:
-                        continue
-                    if c.ok(url):
-                        due.append((entry[0], i, c, entry))
-                        got += 1
-                    else:
-                        deferred.append(entry)
-                for e in deferred:
-                    heapq.heappush(shard.floor, e)
-            due.sort(key=lambda d: (d[0], d[1]))
-            for _, _, c, entry in due[:n]:
-                chosen.append((c, entry[1], "floor", self._value(c.shard, entry[1], now)))
-            for _, _, c, entry in due[n:]:
-                c.release(entry[1])
-                heapq.heappush(c.shard.floor, entry)
-        want = n - len(chosen)
-        if want > 0:
-            # each shard's best candidates (descending), then one merge over all shards
-            lists: list[list[tuple[float, int, str, bool, _TickCtx]]] = []
-            for i, c in enumerate(ctx):
-                shard = c.shard
-                fresh: list[tuple[str, str, float]] = []
-                if len(shard.fresh):
-                    fresh = shard.fresh.take(want, c.room)
-                    for url, host, _v in fresh:
-                        c.taken[host] = c.taken.get(host, 0) + 1
-                        c.accepted.add(url)
-                    c.fresh = fresh
-                crawled: list[tuple[Hashable, float]] = []
-                if len(shard.index):
-                    # hosts without room are filtered by host first: when every candidate
-                    # above the index's level is on a full host, only pages of hosts with
-                    # room are evaluated (no full scan)
-                    best = shard.index.best(now, eligible=c.ok, k=want,
-                                            eligible_host=c.host_has_room)
-                    crawled = [(pid, v) for pid, v in best if v > 0.0]
-                cand = [(-v, i, u, True, c) for u, _h, v in fresh]
-                cand += [(-v, i, str(pid), False, c) for pid, v in crawled]
-                cand.sort(key=lambda x: (x[0], x[1]))
-                lists.append(cand[:want])
-            used: set[tuple[int, str]] = set()
-            for negv, i, url, _is_fresh, c in heapq.merge(
-                    *lists, key=lambda x: (x[0], x[1])):
-                if len(chosen) >= n:
-                    break
-                chosen.append((c, url, "greedy", -negv))
-                used.add((i, url))
-            for i, c in enumerate(ctx):
-                for url, host, v in c.fresh:
-                    if (i, url) not in used:
-                        c.shard.fresh.add(url, host, v)
+        picks = choose([s.book for s in shards], n, now,
+                       floor=self.control.max_interval_s > 0)
         by_shard: dict[int, tuple[Shard, list[tuple[str, str, float]]]] = {}
-        for c, url, policy, value in chosen:
-            by_shard.setdefault(c.shard.partition, (c.shard, []))[1].append((url, policy, value))
-        for shard, _picks in by_shard.values():
-            level = shard.index.threshold()
-            shard.level = level if math.isfinite(level) else 0.0
+        for shard in shards:
+            shard.level = level_of(shard.book)
+        owner = {id(s.book): s for s in shards}
+        for pk in picks:
+            shard = owner[id(pk.book)]
+            by_shard.setdefault(shard.partition, (shard, []))[1].append(
+                (str(pk.page), pk.policy, pk.value))
         return list(by_shard.values())
-
-    def _value(self, shard: Shard, url: str, now: float) -> float:
-        if url in shard.index:
-            return shard.index.value(url, now)
-        entry = shard.pages.get(url)
-        return entry.params.max_value() if entry is not None else 0.0
 
     async def _issue(
         self, plans: list[tuple[Shard, list[tuple[str, str, float]]]], now: float
     ) -> int:
         st = self.settings
-        orders: list[tuple[Shard, dict[str, Any]]] = []
+        orders: list[tuple[Shard, dict[str, Any], str]] = []
         pipe = self.store.redis.pipeline(transaction=False)
         for shard, picks in plans:
             for url, policy, value in picks:
                 self._seq += 1
                 oid = f"{self.worker_id}-{shard.partition}-{self._seq:x}"
-                page = shard.pages[url]
-                tau = max(0.0, now - page.params.origin_s)
+                slot = shard.table.slot[url]
+                host = shard.host(url)
+                crawled = bool(shard.table.crawled[slot])
+                tau = max(0.0, now - float(shard.table.origin[slot]))
                 # the Order record's fields (streams/records.py), built as a plain dict
                 order: dict[str, Any] = {
-                    "order_id": oid, "url": url, "host": page.host,
+                    "order_id": oid, "url": url, "host": host,
                     "issued_at": round(now, 6), "crawl_value": float(value),
                     "threshold": shard.level, "tau_eff": tau, "policy": policy,
                 }
                 why = (f"{now:.3f} ordered {oid} ({policy}): value {value:.4g}"
-                       f" {'>=' if value >= shard.level else '<'} threshold {shard.level:.4g},"
-                       f" tau_eff {tau:.0f}s")
+                       f" {'>=' if value >= shard.level else '<'} threshold {shard.level:.4g}"
+                       + (f", tau_eff {tau:.0f}s" if crawled
+                          else ", never crawled"))
                 await self.store.queue_issue(
-                    pipe, url, page.host, order_id=oid, now_s=now,
+                    pipe, url, host, order_id=oid, now_s=now,
                     default_rate=st.default_host_crawls_per_s,
                     default_mif=st.default_host_max_in_flight, burst=st.host_burst,
                     keep=st.decisions_per_page, decision=why,
                 )
-                orders.append((shard, order))
+                orders.append((shard, order, why))
         results = await pipe.execute(raise_on_error=False)
         sent = 0
-        for (shard, order), res in zip(orders, results, strict=True):
+        for (shard, order, why), res in zip(orders, results, strict=True):
             if isinstance(res, Exception):
                 if "NOSCRIPT" in str(res):
                     await self.store.load_scripts()
@@ -783,9 +529,9 @@ class Scheduler:
                 continue
             code = _s(res[0])
             url, host = order["url"], order["host"]
-            b = shard.bucket(host)
+            hosts = shard.hosts
             if code == "ok":
-                b.take(now, st.default_host_crawls_per_s, st.host_burst)
+                hosts.take(host, now)
                 self._set_flight(shard, url, host, (order["order_id"], now))
                 await self.send_order(host.encode(), json.dumps(order).encode())
                 self.metrics.order(shard.partition, order["policy"])
@@ -793,33 +539,48 @@ class Scheduler:
                     self._observe_value(shard, order["crawl_value"], now)
                 shard.emitted += 1
                 self.emitted += 1
-                self.credit -= 1
+                self.pacer.spend(1)
                 sent += 1
-            elif code == "no-token":
-                b.tokens, b.ts = 0.0, now
+                self.decisions.add(url, why)
+                continue
+            if code == "no-token":
+                hosts.empty(host, now)
             elif code == "in-flight":
                 oid, _, at = _s(res[1]).partition("|")
                 self._set_flight(shard, url, host, (oid, float(at or now)))
             elif code == "max-in-flight":
-                b.in_flight = max(b.in_flight, b.max_in_flight or 0)
+                b = hosts.bucket(host)
+                b.in_flight = max(b.in_flight, hosts.max_in_flight(host))
             elif code == "gone":
                 self._forget(shard, url)
+                continue
+            if code != "in-flight":
+                self._restore(shard, url)  # not ordered: back among the candidates
         return sent
 
+    def _restore(self, shard: Shard, url: str) -> None:
+        """Put a chosen page that was not ordered back in its book (a never-crawled page
+        left the fresh pages when it was chosen)."""
+        t = shard.table
+        slot = t.get(url)
+        if slot is None or url in shard.in_flight:
+            return
+        shard.book.set_page(
+            url, shard.host(url), crawled=bool(t.crawled[slot]), origin=float(t.origin[slot]),
+            alpha=float(t.alpha[slot]), beta=float(t.beta[slot]), gamma=float(t.gamma[slot]),
+            mu=float(t.mu[slot]), max_value=float(t.max_value[slot]),
+            floor_due_s=shard.book.floor.due_of(url), first_seen_s=float(t.first_seen[slot]),
+            last_crawl_s=float(t.last_crawl[slot]), delta=float(t.delta[slot]),
+            estimated=bool(t.estimated[slot]))
+
     def _set_flight(self, shard: Shard, url: str, host: str, flight: tuple[str, float]) -> None:
-        entry = shard.pages.get(url)
-        if entry is None:
+        if url not in shard.book:
             return
         known = shard.in_flight.get(url)
-        if known is None:
-            shard.bucket(host).in_flight += 1
+        shard.book.start_flight(url, flight)
         if known is None or known[0] != flight[0]:
             heapq.heappush(shard.timeouts,
                            (flight[1] + self.control.order_timeout_s, url, flight[0]))
-        shard.in_flight[url] = flight
-        shard.fresh.remove(url)
-        if url in shard.index:
-            shard.index.remove(url)
 
     def _observe_value(self, shard: Shard, value: float, now: float) -> None:
         lv = math.log(value)
@@ -841,7 +602,7 @@ class Scheduler:
         pipe = self.store.redis.pipeline(transaction=False)
         for url, oid in due:
             await self.store.queue_expire(
-                pipe, url, shard.pages[url].host, order_id=oid,
+                pipe, url, shard.host(url), order_id=oid,
                 keep=self.settings.decisions_per_page,
                 decision=f"{now:.3f} order {oid} timed out: no outcome within "
                          f"{self.control.order_timeout_s:g}s; eligible again",
@@ -851,7 +612,7 @@ class Scheduler:
         for url, _ in due:
             self.metrics.order_timeouts.inc()
             self.metrics.tally["orders.timed_out"] += 1
-            by_host.setdefault(shard.pages[url].host, []).append(url)
+            by_host.setdefault(shard.host(url), []).append(url)
         for host, urls in by_host.items():
             await self._reload(shard, host, urls)
 
@@ -875,6 +636,17 @@ class Scheduler:
             },
             "counters": dict(sorted(self.metrics.tally.items())),
         }
+
+
+def _cached_params(t: PageTable, slot: int, state: PageState) -> PageParams:
+    """:func:`streams.params.page_params` of a page whose estimate is unchanged, from the
+    table: ``mu`` is the importance, ``origin = last_crawl - sum_s beta_s n_s`` (paper 004
+    Sec. 3, one factor per source)."""
+    betas = tuple(float(b) for b in t.src_beta[slot])
+    origin = (state.last_crawl_s - sum(b * n for b, n in zip(betas, state.signals, strict=True))
+              if state.crawled else 0.0)
+    return PageParams(float(t.alpha[slot]), float(t.beta[slot]), float(t.gamma[slot]),
+                      state.importance, float(t.delta[slot]), betas, origin, True)
 
 
 def _s(x: Any) -> str:

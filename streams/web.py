@@ -41,10 +41,8 @@ def register_views(
             local: dict[str, Any] | None = None
             shard = scheduler.shards.get(p)
             if shard is not None and host in shard.hosts:
-                b = shard.hosts[host]
-                local = {"tokens": b.available(time.time(), settings.default_host_crawls_per_s,
-                                               settings.host_burst),
-                         "in_flight": b.in_flight}
+                local = {"tokens": shard.hosts.tokens(host, time.time()),
+                         "in_flight": shard.hosts.in_flight(host)}
             hi = info["info"]
             return self.json({
                 "host": host,

@@ -24,10 +24,12 @@ import heapq
 import math
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 import numpy.typing as npt
 
+from models.decision.pings import APPLIED, ping_verdict
 from models.sim.events import Events
 from models.sim.policies import Algorithm1
 
@@ -46,28 +48,18 @@ BoolArray = npt.NDArray[np.bool_]
 
 
 def live_ping_ok(last_crawl: float, arrival: float, emitted: float, t_delay: float) -> bool:
-    """The worker's rule: keep a ping unless its change (or arrival) precedes the last
-    crawl or it arrives within ``t_delay`` after it (``last_crawl = -inf``: never crawled)."""
-    if last_crawl == -math.inf:
-        return True
-    if emitted < last_crawl or arrival < last_crawl:
-        return False
-    return arrival > last_crawl + t_delay
+    """The worker's rule (``"live"`` of :mod:`models.decision.pings`): keep a ping unless its
+    change (or arrival) precedes the last crawl or it arrives within ``t_delay`` after it
+    (``last_crawl = -inf``: never crawled)."""
+    return ping_verdict("live", t_delay, last_crawl, arrival, emitted) == APPLIED
 
 
 class LiveRuleAlgorithm1(Algorithm1):
-    """:class:`Algorithm1` (true or believed parameters) with :func:`live_ping_ok`."""
+    """:class:`Algorithm1` (true or believed parameters) with the ``"live"`` ping rule."""
 
-    def on_ping(self, page: int, arrival: float, emitted: float) -> None:
-        if self.gamma[page] == 0.0:
-            return
-        if not live_ping_ok(float(self.last_crawl[page]), arrival, emitted, self.t_delay):
-            return
-        b = float(self.beta[page])
-        o = -math.inf if b == math.inf else float(self.origin[page]) - b
-        if o != self.origin[page]:
-            self.origin[page] = o
-            self.index.set_origin(page, o)
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        kwargs.setdefault("ping_rule", "live")
+        super().__init__(*args, **kwargs)
 
 
 def testweb_events(

@@ -13,9 +13,10 @@
   :class:`StormCrawlerAdaptive` (StormCrawler ``AdaptiveScheduler``) and
   :class:`RoundRobin`.
 
-Ping rules (App. C): ``"accept"`` every ping; ``"tdelay"`` drops a ping arriving within
+Ping rules (App. C) are :mod:`models.decision.pings`' (the one rule of the simulator and
+the service): ``"accept"`` every ping; ``"tdelay"`` drops a ping arriving within
 ``t_delay`` after the page's last crawl; ``"strict"`` drops a ping whose emission time
-precedes the last crawl.
+precedes the last crawl; ``"live"`` is the worker's (both, and an arrival before the crawl).
 """
 
 from __future__ import annotations
@@ -23,11 +24,12 @@ from __future__ import annotations
 import heapq
 import math
 from collections.abc import Callable, Hashable
-from typing import Literal, Protocol, cast
+from typing import Protocol, cast
 
 import numpy as np
 import numpy.typing as npt
 
+from models.decision.pings import APPLIED, PingRule, ping_ok, ping_verdict
 from models.index import CrawlIndex
 from models.values import change_params, signal_params
 
@@ -46,7 +48,6 @@ __all__ = [
 
 FloatArray = npt.NDArray[np.float64]
 IntArray = npt.NDArray[np.int64]
-PingRule = Literal["accept", "tdelay", "strict"]
 Eligible = Callable[[int], bool] | None
 
 #: Algorithm 1 variants (Sec. 5.1, 6.2, 6.7 of paper 004).
@@ -69,11 +70,9 @@ class Policy(Protocol):
 
 def _ping_ok(rule: PingRule, t_delay: float, last_crawl: float, arrival: float,
              emitted: float) -> bool:
-    if rule == "tdelay":
-        return arrival - last_crawl > t_delay
-    if rule == "strict":
-        return emitted >= last_crawl
-    return True
+    """Whether a ping counts (:func:`models.decision.pings.ping_verdict`; the simulator's
+    ``emitted`` is the change time the ping announces)."""
+    return ping_verdict(rule, t_delay, last_crawl, arrival, emitted) == APPLIED
 
 
 def _terms(kind: str) -> int | None:
@@ -176,11 +175,8 @@ class Algorithm1:
                                strict=True):
                 self.on_ping(p, a, e)
             return
-        ok = self.gamma[pages] != 0.0
-        if self.ping_rule == "tdelay":
-            ok &= arrivals - self.last_crawl[pages] > self.t_delay
-        elif self.ping_rule == "strict":
-            ok &= emitted >= self.last_crawl[pages]
+        ok = (self.gamma[pages] != 0.0) & ping_ok(self.ping_rule, self.t_delay,
+                                                  self.last_crawl[pages], arrivals, emitted)
         got = pages[ok]
         if not got.size:
             return

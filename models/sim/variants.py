@@ -71,9 +71,11 @@ import numpy as np
 import numpy.typing as npt
 from scipy import special
 
+from models.decision.pings import APPLIED, PingRule, ping_verdict
+from models.decision.pooling import pooled_params
 from models.index import CrawlIndex
 from models.sim.events import Events
-from models.sim.policies import EstimatingAlgorithm1, PingRule, Policy
+from models.sim.policies import EstimatingAlgorithm1, Policy
 from models.sim.world import World
 from models.values import crawl_value
 
@@ -96,16 +98,6 @@ __all__ = [
 FloatArray = npt.NDArray[np.float64]
 IntArray = npt.NDArray[np.int64]
 Eligible = Callable[[int], bool] | None
-
-
-def _ping_ok(rule: PingRule, t_delay: float, last_crawl: float, arrival: float,
-             emitted: float) -> bool:
-    """App. C ping rules, as in :mod:`models.sim.policies`."""
-    if rule == "tdelay":
-        return arrival - last_crawl > t_delay
-    if rule == "strict":
-        return emitted >= last_crawl
-    return True
 
 
 # ===================================================================== a. uncertainty
@@ -459,38 +451,6 @@ def simulate_source_events(
     return SourceEvents(ev, sr[keep][o])
 
 
-def pooled_params(alpha: FloatArray, beta: FloatArray,
-                  gamma: FloatArray) -> tuple[FloatArray, FloatArray, FloatArray]:
-    """Merge ``S`` sources into one: ``(alpha, beta_bar, gamma_bar)`` per page.
-
-    ``gamma_bar = sum_s gamma_s``, ``nu = sum_s gamma_s e^{-alpha beta_s}`` (the false
-    rates) and ``beta_bar = ln(gamma_bar/nu)/alpha`` (Sec. 3 of paper 004 for the merged
-    source; ``inf`` if no source sends false pings, ``0`` without signals).
-    ``e^{-alpha beta_bar}`` is the pings' mean false probability ``sum_s (gamma_s/
-    gamma_bar) (nu_s/gamma_s)``, so one merged ping weighs as the average ping; when
-    every active source has the same ``beta_s``, ``beta_bar`` is that value.
-    """
-    a = np.asarray(alpha, dtype=np.float64)
-    b = np.asarray(beta, dtype=np.float64)
-    g = np.asarray(gamma, dtype=np.float64)
-    with np.errstate(over="ignore", invalid="ignore"):
-        nu_s = np.where(g > 0.0, g * np.exp(-a[:, None] * b), 0.0)
-    nu_s = np.where(np.isnan(nu_s), 0.0, nu_s)  # alpha = 0, beta = inf
-    gbar = g.sum(axis=1)
-    nu = nu_s.sum(axis=1)
-    with np.errstate(divide="ignore", invalid="ignore"):
-        bbar = np.log(gbar / nu) / a
-    bbar = np.where(gbar == nu, 0.0, bbar)  # no signal is informative
-    bbar = np.where((gbar > nu) & ((nu == 0.0) | (a == 0.0)), np.inf, bbar)
-    # when the active sources share one beta (one source, in particular) it is beta_bar
-    # exactly; take it as is rather than through the rounding of exp and log
-    active = g > 0.0
-    lo = np.where(active, b, np.inf).min(axis=1)
-    hi = np.where(active, b, -np.inf).max(axis=1)
-    bbar = np.where(active.any(axis=1) & (lo == hi), lo, bbar)
-    return a.copy(), bbar, gbar
-
-
 def _multi_indices(beta: FloatArray, x_max: float, k_max: int) -> IntArray:
     """All ``i`` in ``N^S`` with ``sum_s i_s beta_s < x_max`` and ``|i| <= k_max``."""
     ranges = []
@@ -657,8 +617,8 @@ class MultiSourceAlgorithm1:
         s = self.source_of(page, arrival, emitted)
         if self.gamma[page, s] == 0.0:
             return
-        if not _ping_ok(self.ping_rule, self.t_delay, float(self.last_crawl[page]), arrival,
-                        emitted):
+        if ping_verdict(self.ping_rule, self.t_delay, float(self.last_crawl[page]), arrival,
+                        emitted) != APPLIED:
             return
         b = float(self.beta[page, s])
         o = -math.inf if b == math.inf else float(self.origin[page]) - b

@@ -26,6 +26,7 @@ from typing import Any
 
 import numpy as np
 
+from models.decision.pings import APPLIED, ping_verdict
 from models.index import CrawlIndex
 from models.sim.events import Events
 from models.sim.live import LiveRuleAlgorithm1, run_timed, testweb_events, windowed_accuracy
@@ -76,8 +77,9 @@ class WorkerMirror:
     def on_ping(self, page: int, arrival: float, emitted: float) -> None:
         st = self.states[page]
         received, changed = arrival + self.offset, emitted + self.offset
-        last = st.last_crawl_s
-        if last > 0 and (changed < last or received < last or received <= last + self.t_delay):
+        last = st.last_crawl_s  # the worker stores 0 for never crawled
+        if ping_verdict("live", self.t_delay, last if last > 0 else -math.inf, received,
+                        changed) != APPLIED:
             return
         sig = list(st.signals)
         sig[self.src[page]] += 1

@@ -55,6 +55,12 @@ async def test_fetcher_outcomes_digests_and_refusals(settings: Settings, testweb
         bad = [_order(10 + k, u) for k, u in enumerate(refused)]
         await produce(settings, "orders", [*bad, (b"h0.test", {"no": "url"})])
         everything = await read_topic(settings, "outcomes", 3 + len(refused), timeout_s=30)
+        # the unreadable order has no outcome and may sit on another partition than the
+        # last outcome read: wait (bounded) until the service has consumed it too
+        for _ in range(300):
+            if service.stats.bad_orders:
+                break
+            await asyncio.sleep(0.1)
     finally:
         service.stop()
         with contextlib.suppress(asyncio.CancelledError):
@@ -73,7 +79,8 @@ async def test_fetcher_outcomes_digests_and_refusals(settings: Settings, testweb
         assert out["changed"] is None and out["digest"] is None
     assert len(everything) == 3 + len(refused)  # the unreadable order is skipped, counted
     assert service.stats.bad_orders == 1
-    assert service.stats.last_threshold == 0.5 + 10 + len(refused) - 1
+    # the threshold of the last order handled (partitions are consumed in any order)
+    assert service.stats.last_threshold in {0.5 + 10 + k for k in range(len(refused))}
     # the truth saw three fetches of the page, the last one current
     p = testweb.truth.pages[page]
     assert (p.fetches, p.copy_version, p.fresh) == (3, 1, True)

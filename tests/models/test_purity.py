@@ -13,7 +13,8 @@ MODELS = Path(__file__).resolve().parents[2] / "models"
 
 def test_importing_models_pulls_in_no_streaming_stack() -> None:
     code = (
-        "import json, sys; import models, models.values, models.policies, models.cost; "
+        "import json, sys; import models, models.values, models.policies, models.cost, "
+        "models.decision.core, models.decision.pings, models.decision.pooling; "
         "print(json.dumps(sorted(sys.modules)))"
     )
     out = subprocess.run(
@@ -34,5 +35,6 @@ def test_models_source_reads_no_clock_or_environment() -> None:
         r"import os\b|from os import)|time\.time\(|datetime\.now|os\.environ",
         re.MULTILINE,
     )
-    offenders = [p.name for p in MODELS.glob("*.py") if pattern.search(p.read_text())]
+    offenders = [str(p.relative_to(MODELS)) for p in MODELS.rglob("*.py")
+                 if pattern.search(p.read_text())]
     assert offenders == []

@@ -1,6 +1,7 @@
 """The scheduler's choice of one tick over several local shards (no Redis, no Kafka): the
 local shards are one scheduler (one credit, one merged pick by value), whatever their
-shares, and the credit never exceeds ``max(1, sum(shares) * tick)``."""
+shares, and the credit never exceeds ``sum(shares) * tick + 1`` (models.decision.pacer).
+Time is passed in (``mono``): nothing here depends on the wall clock."""
 
 from __future__ import annotations
 
@@ -8,24 +9,18 @@ import time
 
 from streams import budget
 from streams.metrics import Metrics
-from streams.params import PageParams
-from streams.scheduler import PageEntry, Scheduler, Shard
+from streams.scheduler import Scheduler, Shard
 from streams.settings import Settings
 
 
-def _params(value: float) -> PageParams:
-    # never crawled: V(inf) = mu / alpha with gamma = 0
-    return PageParams(alpha_per_s=1.0, beta_s=0.0, gamma_per_s=0.0, mu=value,
-                      change_rate_per_s=1.0, source_beta_s=(), origin_s=0.0, estimated=False)
-
-
-def _shard(p: int, pages: dict[str, tuple[str, float]], share: float) -> Shard:
-    s = Shard(p)
+def _shard(sch: Scheduler, p: int, pages: dict[str, tuple[str, float]],
+           share: float) -> Shard:
+    s = sch.new_shard(p)
     s.ready = True
     s.share_per_s = share
     for url, (host, value) in pages.items():
-        s.pages[url] = PageEntry(host, 0.0, 0.0, _params(value))
-        s.fresh.add(url, host, value)
+        s.book.set_page(url, host, crawled=False, origin=0.0, alpha=1.0, beta=0.0,
+                        gamma=0.0, mu=value, max_value=value)
     return s
 
 
@@ -42,25 +37,27 @@ def _scheduler(tick_s: float = 0.5) -> Scheduler:
 def test_one_merged_pick_over_local_shards_whatever_their_shares() -> None:
     sch = _scheduler()
     # shard 0 has a tiny share but the best pages; shard 1 most of the share, worse pages
-    a = _shard(0, {f"a{i}": ("a.org", 10.0 + i) for i in range(5)}, share=0.5)
-    b = _shard(1, {f"b{i}": (f"b{i % 3}.org", 1.0 + i) for i in range(9)}, share=9.5)
-    sch.last_tick = time.monotonic() - 10.0  # a long gap: the credit stops at the cap
-    plans = sch._choose([a, b], now=1000.0)
-    assert sch.credit == 5.0  # cap = max(1, (0.5 + 9.5) * 0.5)
+    a = _shard(sch, 0, {f"a{i}": ("a.org", 10.0 + i) for i in range(5)}, share=0.5)
+    b = _shard(sch, 1, {f"b{i}": (f"b{i % 3}.org", 1.0 + i) for i in range(9)}, share=9.5)
+    sch._choose([a, b], now=1000.0, mono=0.0)
+    plans = sch._choose([a, b], now=1000.0, mono=10.0)  # a long gap: credit at the cap
+    assert sch.pacer.credit == 6.0  # cap = (0.5 + 9.5) * 0.5 + 1
     picked = {s.partition: [u for u, _, _ in picks] for s, picks in plans}
-    assert picked == {0: ["a4", "a3", "a2", "a1", "a0"]}
+    assert picked == {0: ["a4", "a3", "a2", "a1", "a0"], 1: ["b8"]}
     # the pages not chosen are still there for the next tick
-    assert len(b.fresh) == 9 and len(a.fresh) == 0
+    assert len(b.fresh) == 8 and len(a.fresh) == 0
     values = [v for _, picks in plans for _, _, v in picks]
     assert values == sorted(values, reverse=True)
 
 
 def test_merged_pick_takes_the_top_values_across_shards() -> None:
     sch = _scheduler()
-    a = _shard(0, {"a0": ("a.org", 5.0), "a1": ("a.org", 3.0), "a2": ("a.org", 1.0)}, 1.0)
-    b = _shard(1, {"b0": ("b.org", 4.0), "b1": ("b.org", 2.0), "b2": ("b.org", 0.5)}, 7.0)
-    sch.last_tick = time.monotonic() - 10.0
-    plans = sch._choose([a, b], now=1000.0)  # cap = 4
+    a = _shard(sch, 0, {"a0": ("a.org", 5.0), "a1": ("a.org", 3.0), "a2": ("a.org", 1.0)},
+               1.0)
+    b = _shard(sch, 1, {"b0": ("b.org", 4.0), "b1": ("b.org", 2.0), "b2": ("b.org", 0.5)},
+               6.0)
+    sch._choose([a, b], now=1000.0, mono=0.0)
+    plans = sch._choose([a, b], now=1000.0, mono=10.0)  # cap = 7 * 0.5 + 1 = 4.5
     got = sorted((v, u) for _, picks in plans for u, _, v in picks)
     assert [u for _, u in got] == ["b1", "a1", "b0", "a0"]
     assert set(a.fresh.key) == {"a2"} and set(b.fresh.key) == {"b2"}
@@ -68,25 +65,24 @@ def test_merged_pick_takes_the_top_values_across_shards() -> None:
 
 def test_credit_accrues_at_the_sum_of_the_shares_and_is_capped() -> None:
     sch = _scheduler(tick_s=0.1)
-    a = _shard(0, {f"a{i}": ("a.org", 1.0) for i in range(50)}, 3.0)
-    b = _shard(1, {f"b{i}": ("b.org", 1.0) for i in range(50)}, 1.0)
-    sch.last_tick = time.monotonic() - 0.2
-    assert sch._choose([a, b], now=1.0) == []  # credit 0.4 (cap max(1, 0.4) = 1): none yet
-    assert 0.39 < sch.credit <= 1.0
-    sch.last_tick = time.monotonic() - 5.0
-    plans = sch._choose([a, b], now=1.0)
-    assert sum(len(p) for _, p in plans) == 1  # never more than the cap in one tick
+    a = _shard(sch, 0, {f"a{i}": ("a.org", 1.0) for i in range(50)}, 3.0)
+    b = _shard(sch, 1, {f"b{i}": ("b.org", 1.0) for i in range(50)}, 1.0)
+    assert sch._choose([a, b], now=1.0, mono=0.0) == []
+    assert sch._choose([a, b], now=1.0, mono=0.2) == []  # credit 0.8: none yet
+    assert sch.pacer.credit == 0.8
+    plans = sch._choose([a, b], now=1.0, mono=5.2)
+    assert sum(len(p) for _, p in plans) == 1  # never more than the cap 1.4 in one tick
     sch.control.paused = True
-    assert sch._choose([a, b], now=1.0) == [] and sch.credit == 0.0
+    assert sch._choose([a, b], now=1.0, mono=6.0) == [] and sch.pacer.credit == 0.0
 
 
 def test_host_without_room_is_skipped_in_the_merge() -> None:
     sch = _scheduler(tick_s=1.0)
     sch.settings = sch.settings.model_copy(update={"host_burst": 1.0})
-    a = _shard(0, {"a0": ("a.org", 9.0), "a1": ("a.org", 8.0)}, 1.0)
-    b = _shard(1, {"b0": ("b.org", 1.0), "b1": ("c.org", 0.5)}, 2.0)
-    sch.last_tick = time.monotonic() - 10.0
-    plans = sch._choose([a, b], now=1000.0)  # cap 3 orders, but a.org has one token
+    a = _shard(sch, 0, {"a0": ("a.org", 9.0), "a1": ("a.org", 8.0)}, 1.0)
+    b = _shard(sch, 1, {"b0": ("b.org", 1.0), "b1": ("c.org", 0.5)}, 1.0)
+    sch._choose([a, b], now=1000.0, mono=0.0)
+    plans = sch._choose([a, b], now=1000.0, mono=10.0)  # cap 3 orders; a.org has 1 token
     got = {s.partition: [u for u, _, _ in p] for s, p in plans}
     assert got == {0: ["a0"], 1: ["b0", "b1"]}
     assert set(a.fresh.key) == {"a1"}
@@ -103,7 +99,7 @@ def test_split_sums_to_the_budget_and_local_shards_move_together() -> None:
 
 
 def test_fresh_best_value_skips_removed_pages() -> None:
-    from streams.scheduler import FreshPages
+    from models.decision.fresh import FreshPages
 
     f = FreshPages()
     assert f.best_value() == 0.0
@@ -134,10 +130,48 @@ def test_a_worker_without_credit_raises_its_threshold_to_its_best_value() -> Non
 
     sch = _scheduler()
     sch.store = FakeStore()  # type: ignore[assignment]
-    a = _shard(0, {"a0": ("a.org", 20.0)}, 0.0)
+    a = _shard(sch, 0, {"a0": ("a.org", 20.0)}, 0.0)
     sch.shards[0] = a
     sch.log_threshold = math.log(0.1)  # stale: from when it last crawled
     before = a.weight
     asyncio.run(sch.resplit(0.5))
     assert sch.log_threshold == math.log(20.0)
     assert a.weight > before  # its share grows again
+
+
+def test_a_ping_reuses_the_tables_estimate_exactly() -> None:
+    """A page event or ping without estimator: the scheduler's parameters from its table
+    equal page_params with the page's estimator (no estimator object kept per page)."""
+    import asyncio
+    import random
+
+    from streams.estimation import Estimation, Observation, estimates_of
+    from streams.params import page_params
+    from streams.scheduler import NOT_IN_FLIGHT
+    from streams.state import PageState
+
+    est = Estimation()
+    record = None
+    rng = random.Random(3)
+    t = 1_000_000.0
+    for _ in range(30):
+        t += 3600.0
+        record = est.observe([Observation(record, 3600.0, (rng.randint(0, 2), rng.randint(0, 1),
+                                                            0, rng.randint(0, 1), 0),
+                                          rng.random() < 0.5, t)])[0]
+    sch = _scheduler()
+    sh = _shard(sch, 0, {}, 1.0)
+    sh.ready = True
+    sch.shards[0] = sh
+    state = PageState(2.0, 1e-5, t, (0, 0, 0, 0, 0))
+    sch._apply(sh, "h.org", "u", state, record, NOT_IN_FLIGHT)
+    pinged = PageState(3.0, 1e-5, t, (1, 2, 0, 1, 0))
+    asyncio.run(sch.on_page(0, "h.org", "u", pinged))
+    want = page_params(pinged, estimates_of(record), sch.settings)
+    slot = sh.table.slot["u"]
+    assert want.estimated and bool(sh.table.estimated[slot])
+    assert float(sh.table.origin[slot]) == want.origin_s
+    assert float(sh.table.mu[slot]) == want.mu == 3.0
+    assert (float(sh.table.alpha[slot]), float(sh.table.beta[slot]),
+            float(sh.table.gamma[slot])) == (want.alpha_per_s, want.beta_s, want.gamma_per_s)
+    assert sh.index.value("u", t + 7200.0) > 0.0

@@ -1,0 +1,141 @@
+"""Never-crawled pages: their crawl value is constant, ``V(inf) = mu/Delta`` (paper 004
+Sec. 4: we hold no copy, so the page is stale for sure and its ``tau_eff`` is unbounded),
+so they need no time-to-level keys and live outside the crawl index.
+
+One heap per host (highest value first, ties by arrival) and a heap of hosts keyed by
+their best page, so a host without room is skipped in one step with all its pages (an
+index full of equal values would otherwise make every query a full scan).  A host found
+without room can be *parked* (:meth:`FreshPages.take` with ``park``): it leaves the heap of
+hosts until :meth:`FreshPages.unpark`, so a tick does not look at it again and again (with
+pages loaded host by host, the hosts just used sat at the top of the heap: 600k room
+checks for 7k orders at 1000 orders/s over 3000 hosts).  Removal is lazy: an entry counts
+only while ``self.key[page]`` is that entry.
+"""
+
+from __future__ import annotations
+
+import heapq
+from collections.abc import Callable, Hashable
+
+__all__ = ["FreshPages"]
+
+Entry = tuple[float, int, Hashable]
+
+
+class FreshPages:
+    __slots__ = ("by_host", "hosts", "key", "parked", "seq")
+
+    def __init__(self) -> None:
+        self.by_host: dict[Hashable, list[Entry]] = {}
+        self.hosts: list[Entry] = []
+        self.key: dict[Hashable, Entry] = {}
+        self.parked: set[Hashable] = set()
+        self.seq = 0
+
+    def __len__(self) -> int:
+        return len(self.key)
+
+    def __contains__(self, page: object) -> bool:
+        return page in self.key
+
+    def add(self, page: Hashable, host: Hashable, value: float) -> None:
+        old = self.key.get(page)
+        if old is not None and old[0] == -value:
+            return
+        self.seq += 1
+        entry = (-value, self.seq, page)
+        self.key[page] = entry
+        heap = self.by_host.setdefault(host, [])
+        heapq.heappush(heap, entry)
+        if heap[0] is entry and host not in self.parked:
+            heapq.heappush(self.hosts, (entry[0], entry[1], host))
+        if len(heap) > 2 * 64 and len(heap) > 4 * len(self.key):
+            self._compact(host)
+
+    def _compact(self, host: Hashable) -> None:
+        heap = [e for e in self.by_host[host] if self.key.get(e[2]) is e]
+        heapq.heapify(heap)
+        self.by_host[host] = heap
+
+    def remove(self, page: Hashable) -> None:
+        self.key.pop(page, None)
+
+    def value(self, page: Hashable) -> float | None:
+        e = self.key.get(page)
+        return -e[0] if e is not None else None
+
+    def best_value(self) -> float:
+        """The highest value of any page (0 when empty)."""
+        while self.hosts:
+            hk = self.hosts[0]
+            top = self._top(hk[2])
+            if top is not None and (top[0], top[1]) == (hk[0], hk[1]):
+                return -top[0]
+            heapq.heappop(self.hosts)
+            if top is not None:
+                heapq.heappush(self.hosts, (top[0], top[1], hk[2]))
+        return 0.0
+
+    def _top(self, host: Hashable) -> Entry | None:
+        heap = self.by_host.get(host)
+        while heap and self.key.get(heap[0][2]) is not heap[0]:
+            heapq.heappop(heap)
+        if not heap:
+            self.by_host.pop(host, None)
+            return None
+        return heap[0]
+
+    def unpark(self, host: Hashable) -> None:
+        """A parked host has room again: its pages are candidates again."""
+        if host in self.parked:
+            self.parked.discard(host)
+            top = self._top(host)
+            if top is not None:
+                heapq.heappush(self.hosts, (top[0], top[1], host))
+
+    def take(self, n: int, room: Callable[[Hashable], int],
+             park: Callable[[Hashable], None] | None = None
+             ) -> list[tuple[Hashable, Hashable, float]]:
+        """Up to ``n`` best pages ``(page, host, value)``, removed, at most ``room(host)``
+        per host (called once per host, no side effects expected); a host without room is
+        skipped whole, and parked (``park(host)`` told) when ``park`` is given.  Exactly
+        the greedy top ``n`` under the per-host caps over the hosts not parked."""
+        out: list[tuple[Hashable, Hashable, float]] = []
+        skipped: list[Entry] = []
+        left: dict[Hashable, int] = {}
+        while len(out) < n and self.hosts:
+            hk = self.hosts[0]
+            host = hk[2]
+            top = self._top(host)
+            if top is None or (top[0], top[1]) != (hk[0], hk[1]):
+                heapq.heappop(self.hosts)  # stale host entry
+                if top is not None:
+                    heapq.heappush(self.hosts, (top[0], top[1], host))
+                continue
+            r = left.get(host)
+            if r is None:
+                r = room(host)
+            if r <= 0:
+                left[host] = 0
+                e = heapq.heappop(self.hosts)
+                if park is not None:
+                    self.parked.add(host)
+                    park(host)
+                else:
+                    skipped.append(e)
+                continue
+            left[host] = r - 1
+            heapq.heappop(self.by_host[host])
+            del self.key[top[2]]
+            out.append((top[2], host, -top[0]))
+            heapq.heappop(self.hosts)
+            nxt = self._top(host)
+            if nxt is not None:
+                if r - 1 <= 0 and park is not None:
+                    self.parked.add(host)  # its room is used up: park it right away
+                    park(host)
+                else:
+                    heapq.heappush(self.hosts, (nxt[0], nxt[1], host))
+        for e in skipped:
+            heapq.heappush(self.hosts, e)
+        return out
