@@ -24,6 +24,7 @@ from pydantic import BaseModel, ValidationError
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
+from streams.decisions import DecisionRing
 from streams.estimation import Estimation, Observation
 from streams.metrics import Metrics
 from streams.records import (
@@ -71,6 +72,7 @@ class Agents:
         scheduler: Scheduler | None = None,
         forward: Callable[[bytes, bytes], Awaitable[Any]] | None = None,
         clock: Callable[[], float] = time.time,
+        decisions: DecisionRing | None = None,
     ) -> None:
         self.settings = settings
         self.store = store
@@ -79,6 +81,11 @@ class Agents:
         self.scheduler = scheduler
         self.forward = forward
         self.clock = clock
+        # why a ping or an outcome did what it did: the worker's ring (not Redis)
+        if decisions is None:
+            decisions = (scheduler.decisions if scheduler is not None
+                         else DecisionRing(per_page=settings.decisions_per_page))
+        self.decisions = decisions
         self.stopping = False
         half_life = settings.estimator_half_life_s or math.inf
         self.estimation = Estimation(half_life)
@@ -146,6 +153,34 @@ class Agents:
         result: list[Any] = await self._retry("redis", run)
         return result
 
+    async def _scripted(self, keys: list[Any], queue: Callable[[Any, Any], None]
+                        ) -> dict[Any, Any]:
+        """Queue one straight EVALSHA per key in one pipeline and run it; keys whose script
+        Redis does not have (a restart: NOSCRIPT) run again after the scripts are loaded.
+        Returns key -> the script's result or the error it raised."""
+        out: dict[Any, Any] = {}
+        pending = keys
+        for _attempt in range(3):
+
+            async def fill(pipe: Any, todo: list[Any] = pending) -> None:
+                for key in todo:
+                    queue(pipe, key)
+
+            results = await self._pipeline(fill)
+            missing = []
+            for key, res in zip(pending, results, strict=True):
+                if isinstance(res, Exception) and "NOSCRIPT" in str(res):
+                    missing.append(key)
+                else:
+                    out[key] = res
+            if not missing:
+                break
+            await self._retry("redis", self.store.load_scripts)
+            pending = missing
+        for key in pending:
+            out.setdefault(key, RuntimeError("NOSCRIPT after loading the scripts"))
+        return {key: out[key] for key in keys}
+
     async def _safely(self, events: Sequence[faust.types.EventT[Any]], name: str,
                       fn: Callable[[], Awaitable[None]]) -> None:
         try:
@@ -197,25 +232,39 @@ class Agents:
         ctl = self.scheduler.control if self.scheduler is not None else None
         t_delay = ctl.t_delay_s if ctl is not None else self.settings.t_delay_s
 
-        async def queue(pipe: Any) -> None:
-            for j in jobs:
-                g: PingEvent = j.record
-                await self.store.queue_ping(
-                    pipe, g.url, g.host, source=g.source, changed_at=g.changed_at,
-                    received_at=g.received_at, fingerprint=g.fingerprint(), t_delay_s=t_delay,
-                    window_s=self.settings.ping_dedup_window_s,
-                    keep=self.settings.decisions_per_page, topic=j.topic,
-                    partition=j.partition, offset=j.offset,
-                )
+        # one script call per (host, partition): the offset checked once per batch
+        groups: dict[tuple[str, str, int], list[Job]] = {}
+        for j in jobs:
+            groups.setdefault((j.record.host, j.topic, j.partition), []).append(j)
 
-        results = await self._pipeline(queue)
-        for j, res in zip(jobs, results, strict=True):
+        def queue(pipe: Any, key: tuple[str, str, int]) -> None:
+            host, topic, partition = key
+            self.store.queue_pings(
+                pipe, host, [(j.offset, j.record.url, j.record.source, j.record.changed_at,
+                              j.record.received_at, j.record.fingerprint())
+                             for j in groups[key]],
+                t_delay_s=t_delay, window_s=self.settings.ping_dedup_window_s,
+                topic=topic, partition=partition)
+
+        by_group = await self._scripted(list(groups), queue)
+        results: list[Any] = []
+        for key, res in by_group.items():
+            for k, j in enumerate(groups[key]):
+                results.append((j, res if isinstance(res, Exception)
+                                else (res[2 * k], res[2 * k + 1])))
+        for j, res in results:
             g = j.record
             if isinstance(res, Exception):
                 await self.reject(j.event, f"internal error: {res!r}")
                 continue
             code, value = _s(res[0]), _s(res[1])
             self.metrics.event("pings", code)
+            if code == "before-crawl":
+                self.decisions.add(g.url, f"{g.received_at:.3f} ping {g.source} dropped: "
+                                          "change precedes the last crawl")
+            elif code == "within-delay":
+                self.decisions.add(g.url, f"{g.received_at:.3f} ping {g.source} dropped: "
+                                          f"within T_DELAY={t_delay:g}s of the crawl")
             if code == "unknown" and self.forward is not None:
                 body = json.dumps({"url": g.url}).encode()
                 await self._retry("kafka", lambda g=g, body=body: self.forward(  # type: ignore[misc]
@@ -294,18 +343,18 @@ class Agents:
             plans.append((j, new_est, decision, new_est or reads[i][1]))
 
         async def write(pipe: Any) -> None:
-            for i, (j, new_est, decision, _after) in enumerate(plans):
+            for i, (j, new_est, _decision, _after) in enumerate(plans):
                 o = j.record
                 await self.store.queue_outcome(
                     pipe, o.url, o.host, order_id=o.order_id, fetched_at=o.fetched_at,
-                    new_estimator=new_est, keep=self.settings.decisions_per_page,
-                    decision=decision, topic=j.topic, partition=j.partition, offset=j.offset,
+                    new_estimator=new_est, topic=j.topic, partition=j.partition,
+                    offset=j.offset,
                     expect=reads[i] if (cas and new_est is not None) else None,
                 )
 
         results = await self._pipeline(write)
         retry: list[Job] = []
-        for (j, _e, _d, est_after), res in zip(plans, results, strict=True):
+        for (j, _e, decision, est_after), res in zip(plans, results, strict=True):
             o = j.record
             if isinstance(res, Exception):
                 await self.reject(j.event, f"internal error: {res!r}")
@@ -315,6 +364,9 @@ class Agents:
                 retry.append(j)
                 continue
             self.metrics.event("outcomes", code)
+            if code in ("applied", "stale"):
+                self.decisions.add(o.url, decision if code == "applied"
+                                   else f"{decision} (older than the last crawl: ignored)")
             if code == "dup-offset":
                 est_after = None  # the stored record is what the scheduler already has
             if value and self.scheduler is not None:

@@ -1,13 +1,15 @@
 """Explain one page: its state, parameters, tau_eff, crawl value, its shard's threshold, when
 it will be crawled next and the last decisions about it (why it was or wasn't crawled).
 
-Reads Redis only, so ``recrawl explain URL`` and ``GET /pages?url=`` give the same answer
-from any worker or none.
+The state comes from Redis, so ``recrawl explain URL`` and ``GET /pages?url=`` give the same
+answer from any worker or none; the decisions come from the worker that made them (its
+:class:`streams.decisions.DecisionRing`), which ``recrawl explain`` asks over HTTP.
 """
 
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from typing import Any
 
 from aiokafka.partitioner import murmur2
@@ -58,7 +60,11 @@ def estimates_view(record: str | None) -> dict[str, Any] | None:
     }
 
 
-async def explain(store: Store, settings: Settings, url: str, now_s: float) -> dict[str, Any]:
+async def explain(store: Store, settings: Settings, url: str, now_s: float,
+                  decisions: Sequence[str] | None = None) -> dict[str, Any]:
+    """The page's state, value and threshold from Redis; ``decisions`` are the deciding
+    worker's recent ones about it (:class:`streams.decisions.DecisionRing`: no decision
+    text is stored in Redis)."""
     try:
         check_url(url)
     except ValueError as exc:
@@ -74,7 +80,7 @@ async def explain(store: Store, settings: Settings, url: str, now_s: float) -> d
     state = data["page"]
     if state is None:
         out.update(known=False, status="unknown page (not in the catalogue)",
-                   decisions=data["decisions"])
+                   decisions=list(decisions or []))
         return out
     params = page_params(state, data["estimator"], settings)
     tau = params.tau_eff_s(now_s)
@@ -97,7 +103,7 @@ async def explain(store: Store, settings: Settings, url: str, now_s: float) -> d
         threshold=threshold,
         shard_share_per_s=entry.get("share_per_s"),
         budget_per_s=control.budget_per_s,
-        decisions=data["decisions"],
+        decisions=list(decisions or []),
     )
     floor_at = None
     if control.max_interval_s > 0 and state.crawled:

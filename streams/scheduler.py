@@ -169,6 +169,9 @@ class Scheduler:
         self.assignment = assignment
         self.clock = clock
         self.monotonic = monotonic
+        # where this worker answers GET /pages (its decisions ring): `recrawl explain` asks it
+        self.web_url = (f"http://{settings.web_host}:{settings.web_port or 6066}"
+                        if settings.web_enabled else None)
         self.decisions = decisions if decisions is not None else DecisionRing(
             per_page=settings.decisions_per_page)
         self.shards: dict[int, Shard] = {}
@@ -370,7 +373,7 @@ class Scheduler:
                 "weight": s.weight, "log_threshold": s.log_threshold,
                 "share_per_s": s.share_per_s, "pages": len(s.book),
                 "in_flight": len(s.in_flight), "ts": now, "worker": self.worker_id,
-                "ready": s.ready,
+                "ready": s.ready, "web": self.web_url,
             }
             s.emitted = 0
         await self.store.put_shards(own)
@@ -490,72 +493,79 @@ class Scheduler:
     async def _issue(
         self, plans: list[tuple[Shard, list[tuple[str, str, float]]]], now: float
     ) -> int:
+        """Issue a tick's picks: one script call per host (its keys share one slot), all in
+        one pipeline (one round trip); the orders that Redis accepted go to the producer."""
         st = self.settings
-        orders: list[tuple[Shard, dict[str, Any], str]] = []
-        pipe = self.store.redis.pipeline(transaction=False)
+        groups: dict[tuple[int, str], list[tuple[str, str, float, str]]] = {}
+        owner: dict[int, Shard] = {}
         for shard, picks in plans:
+            owner[shard.partition] = shard
             for url, policy, value in picks:
                 self._seq += 1
                 oid = f"{self.worker_id}-{shard.partition}-{self._seq:x}"
-                slot = shard.table.slot[url]
-                host = shard.host(url)
-                crawled = bool(shard.table.crawled[slot])
-                tau = max(0.0, now - float(shard.table.origin[slot]))
-                # the Order record's fields (streams/records.py), built as a plain dict
-                order: dict[str, Any] = {
-                    "order_id": oid, "url": url, "host": host,
-                    "issued_at": round(now, 6), "crawl_value": float(value),
-                    "threshold": shard.level, "tau_eff": tau, "policy": policy,
-                }
-                why = (f"{now:.3f} ordered {oid} ({policy}): value {value:.4g}"
-                       f" {'>=' if value >= shard.level else '<'} threshold {shard.level:.4g}"
-                       + (f", tau_eff {tau:.0f}s" if crawled
-                          else ", never crawled"))
-                await self.store.queue_issue(
-                    pipe, url, host, order_id=oid, now_s=now,
-                    default_rate=st.default_host_crawls_per_s,
-                    default_mif=st.default_host_max_in_flight, burst=st.host_burst,
-                    keep=st.decisions_per_page, decision=why,
-                )
-                orders.append((shard, order, why))
+                groups.setdefault((shard.partition, shard.host(url)), []).append(
+                    (url, policy, value, oid))
+        pipe = self.store.redis.pipeline(transaction=False)
+        for (_p, host), items in groups.items():
+            self.store.queue_issue(
+                pipe, host, [(url, oid) for url, _pol, _v, oid in items], now_s=now,
+                default_rate=st.default_host_crawls_per_s,
+                default_mif=st.default_host_max_in_flight, burst=st.host_burst,
+            )
         results = await pipe.execute(raise_on_error=False)
         sent = 0
-        for (shard, order, why), res in zip(orders, results, strict=True):
+        issued_at = round(now, 6)
+        for ((partition, host), items), res in zip(groups.items(), results, strict=True):
+            shard = owner[partition]
             if isinstance(res, Exception):
                 if "NOSCRIPT" in str(res):
                     await self.store.load_scripts()
                 else:
                     log.warning("issue failed: %r", res)
+                for url, *_ in items:
+                    self._restore(shard, url)
                 continue
-            code = _s(res[0])
-            url, host = order["url"], order["host"]
-            hosts = shard.hosts
-            if code == "ok":
-                hosts.take(host, now)
-                self._set_flight(shard, url, host, (order["order_id"], now))
-                await self.send_order(host.encode(), json.dumps(order).encode())
-                self.metrics.order(shard.partition, order["policy"])
-                if order["policy"] == "greedy" and order["crawl_value"] > 0:
-                    self._observe_value(shard, order["crawl_value"], now)
-                shard.emitted += 1
-                self.emitted += 1
-                self.pacer.spend(1)
-                sent += 1
-                self.decisions.add(url, why)
-                continue
-            if code == "no-token":
-                hosts.empty(host, now)
-            elif code == "in-flight":
-                oid, _, at = _s(res[1]).partition("|")
-                self._set_flight(shard, url, host, (oid, float(at or now)))
-            elif code == "max-in-flight":
-                b = hosts.bucket(host)
-                b.in_flight = max(b.in_flight, hosts.max_in_flight(host))
-            elif code == "gone":
-                self._forget(shard, url)
-                continue
-            if code != "in-flight":
-                self._restore(shard, url)  # not ordered: back among the candidates
+            hosts, table, level = shard.hosts, shard.table, shard.level
+            for k, (url, policy, value, oid) in enumerate(items):
+                code, payload = _s(res[2 * k]), res[2 * k + 1]
+                if code == "ok":
+                    slot = table.slot[url]
+                    tau = max(0.0, now - float(table.origin[slot]))
+                    # the Order record's fields (streams/records.py), built as a plain dict
+                    order = {
+                        "order_id": oid, "url": url, "host": host, "issued_at": issued_at,
+                        "crawl_value": float(value), "threshold": level, "tau_eff": tau,
+                        "policy": policy,
+                    }
+                    hosts.take(host, now)
+                    self._set_flight(shard, url, host, (oid, now))
+                    await self.send_order(host.encode(), json.dumps(order).encode())
+                    self.metrics.order(partition, policy)
+                    if policy == "greedy" and value > 0:
+                        self._observe_value(shard, value, now)
+                    shard.emitted += 1
+                    self.emitted += 1
+                    self.pacer.spend(1)
+                    sent += 1
+                    self.decisions.add(url, (
+                        f"{now:.3f} ordered {oid} ({policy}): value {value:.4g}"
+                        f" {'>=' if value >= level else '<'} threshold {level:.4g}"
+                        + (f", tau_eff {tau:.0f}s" if table.crawled[slot]
+                           else ", never crawled")))
+                    continue
+                if code == "no-token":
+                    hosts.empty(host, now)
+                elif code == "in-flight":
+                    foid, _, at = _s(payload).partition("|")
+                    self._set_flight(shard, url, host, (foid, float(at or now)))
+                elif code == "max-in-flight":
+                    b = hosts.bucket(host)
+                    b.in_flight = max(b.in_flight, hosts.max_in_flight(host))
+                elif code == "gone":
+                    self._forget(shard, url)
+                    continue
+                if code != "in-flight":
+                    self._restore(shard, url)  # not ordered: back among the candidates
         return sent
 
     def _restore(self, shard: Shard, url: str) -> None:
@@ -601,13 +611,11 @@ class Scheduler:
             return
         pipe = self.store.redis.pipeline(transaction=False)
         for url, oid in due:
-            await self.store.queue_expire(
-                pipe, url, shard.host(url), order_id=oid,
-                keep=self.settings.decisions_per_page,
-                decision=f"{now:.3f} order {oid} timed out: no outcome within "
-                         f"{self.control.order_timeout_s:g}s; eligible again",
-            )
+            await self.store.queue_expire(pipe, url, shard.host(url), order_id=oid)
         await pipe.execute(raise_on_error=False)
+        for url, oid in due:
+            self.decisions.add(url, f"{now:.3f} order {oid} timed out: no outcome within "
+                                    f"{self.control.order_timeout_s:g}s; eligible again")
         by_host: dict[str, list[str]] = {}
         for url, _ in due:
             self.metrics.order_timeouts.inc()

@@ -7,7 +7,6 @@ every key of one host lives in one slot and every script below touches one slot 
     P:{host}:inflight   HASH  url -> "order_id|issued_at"   (only pages with an order out)
     P:{host}:est        HASH  url -> "estimates|base64 estimator state" (pages with at least
                               one observed crawl interval; streams/estimation.py)
-    P:{host}:why        HASH  url -> the last few decisions, one per line
     P:{host}:seen       ZSET  ping fingerprint -> received_at (duplicates, trimmed by age)
     P:{host}:host       HASH  rate, mif (capacity), tokens, ts (the token bucket)
     P:{host}:offsets    HASH  "<topic>:<partition>" -> last applied offset
@@ -15,12 +14,15 @@ every key of one host lives in one slot and every script below touches one slot 
                               without SCAN)
     P:control           HASH  budget_per_s, paused, t_delay_s, order_timeout_s, max_interval_s
     P:control:offsets   HASH  "<topic>:<partition>" -> last applied offset
-    P:sched:shards      HASH  partition -> JSON {weight, threshold, rate_per_s, ts, worker}
+    P:sched:shards      HASH  partition -> JSON {weight, log_threshold, share_per_s, ts,
+                              worker, ready, web (the worker's HTTP address)}
 
 Each event's change is one Lua script that first compares the event's offset with the last
 applied offset of its (host, topic, partition) and records it, so a redelivered event
 (Faust is at-least-once) changes nothing.  A page value is plain text so ``HGET`` in
-``redis-cli`` is readable; ``last_crawl`` 0 means never crawled.
+``redis-cli`` is readable; ``last_crawl`` 0 means never crawled.  No decision text is
+stored: why a page was or wasn't crawled is kept by the worker that decided it
+(:mod:`streams.decisions`, a bounded ring served by ``GET /pages``).
 """
 
 from __future__ import annotations
@@ -77,19 +79,9 @@ local function applied(okey, field, offset)
   local last = redis.call('HGET', okey, field)
   return last and tonumber(last) >= tonumber(offset)
 end
-local function why(wkey, url, entry, keep)
-  keep = tonumber(keep)
-  if keep <= 0 then return end
-  local cur = redis.call('HGET', wkey, url)
-  local lines = {}
-  if cur then for l in string.gmatch(cur, '[^\n]+') do lines[#lines + 1] = l end end
-  lines[#lines + 1] = entry
-  while #lines > keep do table.remove(lines, 1) end
-  redis.call('HSET', wkey, url, table.concat(lines, '\n'))
-end
 """
 
-# KEYS: pages, offsets, inflight, est, why
+# KEYS: pages, offsets, inflight, est
 # ARGV: offset field, offset, url, deleted 0/1, importance, prior ('' = keep)
 _APPLY_PAGE = _LIB + r"""
 if applied(KEYS[2], ARGV[1], ARGV[2]) then
@@ -101,7 +93,6 @@ if ARGV[4] == '1' then
   redis.call('HDEL', KEYS[1], url)
   redis.call('HDEL', KEYS[3], url)
   redis.call('HDEL', KEYS[4], url)
-  redis.call('HDEL', KEYS[5], url)
   return {'deleted', ''}
 end
 local cur = redis.call('HGET', KEYS[1], url)
@@ -117,51 +108,74 @@ redis.call('HSET', KEYS[1], url, v)
 return {cur and 'updated' or 'added', v}
 """.replace("__N", str(N_SOURCES))
 
-# KEYS: pages, offsets, seen, why
-# ARGV: offset field, offset, url, source index (1-based), changed_at ('' = unknown),
-#       received_at, fingerprint, t_delay_s, dedup window s, keep, source name
-_APPLY_PING = _LIB + r"""
-if applied(KEYS[2], ARGV[1], ARGV[2]) then
-  return {'dup-offset', redis.call('HGET', KEYS[1], ARGV[3]) or ''}
-end
-redis.call('HSET', KEYS[2], ARGV[1], ARGV[2])
-local url = ARGV[3]
-local cur = redis.call('HGET', KEYS[1], url)
-if not cur then return {'unknown', ''} end
-local received = tonumber(ARGV[6])
-if redis.call('ZSCORE', KEYS[3], ARGV[7]) then return {'duplicate', cur} end
-redis.call('ZADD', KEYS[3], received, ARGV[7])
-redis.call('ZREMRANGEBYSCORE', KEYS[3], '-inf', '(' .. (received - tonumber(ARGV[9])))
-local imp, prior, last_s, counts = parts(cur)
-local last = tonumber(last_s)
-if last > 0 then
-  local changed = tonumber(ARGV[5])
-  if (changed and changed < last) or received < last then
-    why(KEYS[4], url, string.format('%.3f ping %s dropped: change precedes the last crawl',
-        received, ARGV[11]), ARGV[10])
-    return {'before-crawl', cur}
+# A batch of pings of one host from one (topic, partition), in offset order: the stored
+# offset is read once and written once (a ping at or below it is 'dup-offset').
+# KEYS: pages, offsets, seen
+# ARGV: offset field, t_delay_s, dedup window s, then per ping 6 values: offset, url,
+#       source index (1-based), changed_at ('' = unknown), received_at, fingerprint
+# Returns code, page value per ping.  The rule is models.decision.pings' "live"
+# (tests/streams/test_ping_rule_lua.py).  Duplicates: a fingerprint seen within the window;
+# the window is trimmed once at the end, and an entry the sequential trims would already
+# have removed (score below ``cut``) does not count, so a batch decides exactly as the
+# pings one at a time would.
+_APPLY_PINGS = _LIB + r"""
+local stored = redis.call('HGET', KEYS[2], ARGV[1])
+local done = stored and tonumber(stored) or -1
+local top, top_s = done, nil
+local t_delay, window = tonumber(ARGV[2]), tonumber(ARGV[3])
+local cut = nil
+local res = {}
+for i = 4, #ARGV, 6 do
+  local off, url = tonumber(ARGV[i]), ARGV[i + 1]
+  local cur = redis.call('HGET', KEYS[1], url)
+  local code, v = nil, cur or ''
+  if off <= done then
+    code = 'dup-offset'
+  else
+    if off > top then top, top_s = off, ARGV[i] end
+    if not cur then
+      code = 'unknown'
+    else
+      local received, fp = tonumber(ARGV[i + 4]), ARGV[i + 5]
+      local seen = redis.call('ZSCORE', KEYS[3], fp)
+      if seen and (cut == nil or tonumber(seen) >= cut) then
+        code = 'duplicate'
+      else
+        redis.call('ZADD', KEYS[3], received, fp)
+        if cut == nil or received - window > cut then cut = received - window end
+        local imp, prior, last_s, counts = parts(cur)
+        local last = tonumber(last_s)
+        local changed = tonumber(ARGV[i + 3])
+        if last > 0 and ((changed and changed < last) or received < last) then
+          code = 'before-crawl'
+        elseif last > 0 and received <= last + t_delay then
+          code = 'within-delay'
+        else
+          local n, k, out = tonumber(ARGV[i + 2]), 0, {}
+          for c in string.gmatch(counts, '[^,]+') do
+            k = k + 1
+            if k == n then c = tostring(tonumber(c) + 1) end
+            out[#out + 1] = c
+          end
+          v = imp .. '|' .. prior .. '|' .. last_s .. '|' .. table.concat(out, ',')
+          redis.call('HSET', KEYS[1], url, v)
+          code = 'applied'
+        end
+      end
+    end
   end
-  if received <= last + tonumber(ARGV[8]) then
-    why(KEYS[4], url, string.format('%.3f ping %s dropped: within T_DELAY=%ss of the crawl',
-        received, ARGV[11], ARGV[8]), ARGV[10])
-    return {'within-delay', cur}
-  end
+  res[#res + 1] = code
+  res[#res + 1] = v
 end
-local n, i, out = tonumber(ARGV[4]), 0, {}
-for c in string.gmatch(counts, '[^,]+') do
-  i = i + 1
-  if i == n then c = tostring(tonumber(c) + 1) end
-  out[#out + 1] = c
-end
-local v = imp .. '|' .. prior .. '|' .. last_s .. '|' .. table.concat(out, ',')
-redis.call('HSET', KEYS[1], url, v)
-return {'applied', v}
+if top_s then redis.call('HSET', KEYS[2], ARGV[1], top_s) end
+if cut then redis.call('ZREMRANGEBYSCORE', KEYS[3], '-inf', '(' .. cut) end
+return res
 """
 
-# KEYS: pages, offsets, inflight, est, why
+# KEYS: pages, offsets, inflight, est
 # ARGV: offset field, offset, url, order_id ('' = any), fetched_at, new estimator record
-#       ('' = keep), keep, decision entry, compare-and-set '1'/'0', expected page value,
-#       expected estimator record ('' = none)
+#       ('' = keep), compare-and-set '1'/'0', expected page value, expected estimator
+#       record ('' = none)
 # The page's last crawl becomes the fetch time and its signal counts restart (an outcome
 # older than the last crawl changes neither: 'stale'); the matching order leaves flight.
 # A new estimator record was computed in Python from the page value and record read before;
@@ -174,9 +188,9 @@ if applied(KEYS[2], ARGV[1], ARGV[2]) then
 end
 local url = ARGV[3]
 local cur = redis.call('HGET', KEYS[1], url)
-if ARGV[9] == '1' then
+if ARGV[7] == '1' then
   local est = redis.call('HGET', KEYS[4], url) or ''
-  if (cur or '') ~= ARGV[10] or est ~= ARGV[11] then return {'conflict', cur or '', 0} end
+  if (cur or '') ~= ARGV[8] or est ~= ARGV[9] then return {'conflict', cur or '', 0} end
 end
 redis.call('HSET', KEYS[2], ARGV[1], ARGV[2])
 if not cur then return {'unknown', '', 0} end
@@ -197,7 +211,6 @@ if fl then
     cleared = 1
   end
 end
-why(KEYS[5], url, ARGV[8], ARGV[7])
 return {code, v, cleared}
 """.replace("__N", str(N_SOURCES))
 
@@ -219,38 +232,57 @@ for i = 3, #ARGV, 2 do redis.call('HSET', KEYS[1], ARGV[i], ARGV[i + 1]) end
 return 'applied'
 """
 
-# Issue one order: the page exists and has none in flight, the host has a token and room.
-# KEYS: pages, inflight, host, why
-# ARGV: url, order_id, now, default rate, default max in flight, burst, keep, decision
+# Issue a tick's orders of one host: each page exists and has none in flight, the host
+# has a token and room.  The bucket is read once and written once (when anything left).
+# KEYS: pages, inflight, host
+# ARGV: now, default rate, default max in flight, burst, then (url, order_id) pairs
+# Returns code, payload per pair: 'ok' page value | 'gone' | 'in-flight' "oid|at" |
+# 'no-token' seconds until the next token | 'max-in-flight'.
 _ISSUE = _LIB + r"""
-local url, now = ARGV[1], tonumber(ARGV[3])
-local page = redis.call('HGET', KEYS[1], url)
-if not page then return {'gone', ''} end
-local fl = redis.call('HGET', KEYS[2], url)
-if fl then return {'in-flight', fl} end
+local now = tonumber(ARGV[1])
 local h = redis.call('HMGET', KEYS[3], 'rate', 'mif', 'tokens', 'ts')
-local rate = tonumber(h[1]) or tonumber(ARGV[4])
-local mif = tonumber(h[2]) or tonumber(ARGV[5])
-local burst = tonumber(ARGV[6])
+local rate = tonumber(h[1]) or tonumber(ARGV[2])
+local mif = tonumber(h[2]) or tonumber(ARGV[3])
+local burst = tonumber(ARGV[4])
 local tokens = tonumber(h[3]) or burst
 local ts = tonumber(h[4]) or now
 if now > ts then tokens = math.min(burst, tokens + (now - ts) * rate) end
-if tokens < 1 then return {'no-token', tostring((1 - tokens) / rate)} end
-if mif > 0 and redis.call('HLEN', KEYS[2]) >= mif then return {'max-in-flight', ''} end
-redis.call('HSET', KEYS[3], 'tokens', tostring(tokens - 1), 'ts', ARGV[3])
-redis.call('HSET', KEYS[2], url, ARGV[2] .. '|' .. ARGV[3])
-why(KEYS[4], url, ARGV[8], ARGV[7])
-return {'ok', page}
+local nfl = redis.call('HLEN', KEYS[2])
+local out, took = {}, false
+for i = 5, #ARGV, 2 do
+  local url = ARGV[i]
+  local page = redis.call('HGET', KEYS[1], url)
+  local fl = page and redis.call('HGET', KEYS[2], url)
+  if not page then
+    out[#out + 1] = 'gone'; out[#out + 1] = ''
+  elseif fl then
+    out[#out + 1] = 'in-flight'; out[#out + 1] = fl
+  elseif tokens < 1 then
+    out[#out + 1] = 'no-token'; out[#out + 1] = tostring((1 - tokens) / rate)
+  elseif mif > 0 and nfl >= mif then
+    out[#out + 1] = 'max-in-flight'; out[#out + 1] = ''
+  else
+    tokens, nfl, took = tokens - 1, nfl + 1, true
+    redis.call('HSET', KEYS[2], url, ARGV[i + 1] .. '|' .. ARGV[1])
+    out[#out + 1] = 'ok'; out[#out + 1] = page
+  end
+end
+if took then redis.call('HSET', KEYS[3], 'tokens', tostring(tokens), 'ts', ARGV[1]) end
+return out
 """
 
-# KEYS: inflight, why;  ARGV: url, order_id, keep, decision
+# KEYS: inflight;  ARGV: url, order_id
 _EXPIRE = _LIB + r"""
 local fl = redis.call('HGET', KEYS[1], ARGV[1])
 if not fl or string.match(fl, '^([^|]*)|') ~= ARGV[2] then return 0 end
 redis.call('HDEL', KEYS[1], ARGV[1])
-why(KEYS[2], ARGV[1], ARGV[4], ARGV[3])
 return 1
 """
+
+
+#: one ping of :meth:`Store.queue_pings`: offset, url, source, changed_at, received_at,
+#: fingerprint (the event's identity, digested here)
+PingItem = tuple[int, str, str, float | None, float, str]
 
 
 def ping_fingerprint(fp: str) -> str:
@@ -297,7 +329,7 @@ class Store:
         self.redis = client
         self.prefix = prefix
         self.apply_page_script = client.register_script(_APPLY_PAGE)
-        self.apply_ping_script = client.register_script(_APPLY_PING)
+        self.apply_pings_script = client.register_script(_APPLY_PINGS)
         self.apply_outcome_script = client.register_script(_APPLY_OUTCOME)
         self.apply_host_script = client.register_script(_APPLY_HOST)
         self.apply_control_script = client.register_script(_APPLY_CONTROL)
@@ -306,7 +338,7 @@ class Store:
 
     async def load_scripts(self) -> None:
         """Load every script into Redis (after a start or a Redis restart: NOSCRIPT)."""
-        for sc in (self.apply_page_script, self.apply_ping_script, self.apply_outcome_script,
+        for sc in (self.apply_page_script, self.apply_pings_script, self.apply_outcome_script,
                    self.apply_host_script, self.apply_control_script, self.issue_script,
                    self.expire_script):
             sc.sha = await self.redis.script_load(sc.script)
@@ -342,38 +374,40 @@ class Store:
         self, client: Any, url: str, host: str, *, importance: float,
         prior: float | None, deleted: bool, topic: str, partition: int, offset: int,
     ) -> Any:
-        keys = [self.key(host, k) for k in ("pages", "offsets", "inflight", "est", "why")]
+        keys = [self.key(host, k) for k in ("pages", "offsets", "inflight", "est")]
         args: list[Any] = [
             self.offset_field(topic, partition), offset, url, "1" if deleted else "0",
             repr(float(importance)), "" if prior is None else repr(float(prior)),
         ]
         return await self.apply_page_script(keys=keys, args=args, client=client)
 
-    async def queue_ping(
-        self, client: Any, url: str, host: str, *, source: str, changed_at: float | None,
-        received_at: float, fingerprint: str, t_delay_s: float, window_s: float, keep: int,
-        topic: str, partition: int, offset: int,
+    def queue_pings(
+        self, client: Any, host: str, pings: Sequence[PingItem], *, t_delay_s: float,
+        window_s: float, topic: str, partition: int,
     ) -> Any:
-        keys = [self.key(host, k) for k in ("pages", "offsets", "seen", "why")]
-        args: list[Any] = [
-            self.offset_field(topic, partition), offset, url, SOURCES.index(source) + 1,
-            "" if changed_at is None else repr(changed_at), repr(received_at),
-            ping_fingerprint(fingerprint), repr(t_delay_s), repr(window_s), keep, source,
-        ]
-        return await self.apply_ping_script(keys=keys, args=args, client=client)
+        """One script call for a batch of one host's pings from one partition, in offset
+        order (``_APPLY_PINGS``); the result has ``code, page value`` per ping."""
+        keys = [self.key(host, k) for k in ("pages", "offsets", "seen")]
+        args: list[Any] = [self.offset_field(topic, partition), repr(t_delay_s),
+                           repr(window_s)]
+        for offset, url, source, changed_at, received_at, fingerprint in pings:
+            args += [offset, url, SOURCES.index(source) + 1,
+                     "" if changed_at is None else repr(changed_at), repr(received_at),
+                     ping_fingerprint(fingerprint)]
+        # straight EVALSHA (no SCRIPT EXISTS per pipeline); the caller reloads on NOSCRIPT
+        return client.evalsha(self.apply_pings_script.sha, len(keys), *keys, *args)
 
     async def queue_outcome(
         self, client: Any, url: str, host: str, *, order_id: str | None, fetched_at: float,
-        new_estimator: str | None, keep: int, decision: str,
-        topic: str, partition: int, offset: int,
+        new_estimator: str | None, topic: str, partition: int, offset: int,
         expect: tuple[str | None, str | None] | None = None,
     ) -> Any:
         """``expect``: (page value, estimator record) the new record was computed from;
         given, nothing is written unless both are still stored ('conflict')."""
-        keys = [self.key(host, k) for k in ("pages", "offsets", "inflight", "est", "why")]
+        keys = [self.key(host, k) for k in ("pages", "offsets", "inflight", "est")]
         args: list[Any] = [
             self.offset_field(topic, partition), offset, url, order_id or "",
-            f"{fetched_at:.3f}", new_estimator or "", keep, decision,
+            f"{fetched_at:.3f}", new_estimator or "",
             "0" if expect is None else "1",
             "" if expect is None else expect[0] or "",
             "" if expect is None else expect[1] or "",
@@ -401,23 +435,22 @@ class Store:
             keys=[self.control_key, f"{self.control_key}:offsets"], args=args, client=client
         )
 
-    async def queue_issue(
-        self, client: Any, url: str, host: str, *, order_id: str, now_s: float,
-        default_rate: float, default_mif: int, burst: float, keep: int, decision: str,
+    def queue_issue(
+        self, client: Any, host: str, orders: Sequence[tuple[str, str]], *, now_s: float,
+        default_rate: float, default_mif: int, burst: float,
     ) -> Any:
-        keys = [self.key(host, k) for k in ("pages", "inflight", "host", "why")]
-        args: list[Any] = [url, order_id, repr(now_s), repr(default_rate), default_mif, repr(burst),
-                keep, decision]
+        """One script call for all of a tick's ``(url, order_id)`` of one host (``_ISSUE``)."""
+        keys = [self.key(host, k) for k in ("pages", "inflight", "host")]
+        args: list[Any] = [repr(now_s), repr(default_rate), default_mif, repr(burst)]
+        for url, oid in orders:
+            args += [url, oid]
         # straight EVALSHA: a pipeline would ask SCRIPT EXISTS first (a round trip per tick);
         # the scheduler loads the scripts at start and again on NOSCRIPT
         return client.evalsha(self.issue_script.sha, len(keys), *keys, *args)
 
-    async def queue_expire(
-        self, client: Any, url: str, host: str, *, order_id: str, keep: int, decision: str
-    ) -> Any:
-        keys = [self.key(host, "inflight"), self.key(host, "why")]
-        args: list[Any] = [url, order_id, keep, decision]
-        return await self.expire_script(keys=keys, args=args, client=client)
+    async def queue_expire(self, client: Any, url: str, host: str, *, order_id: str) -> Any:
+        return await self.expire_script(keys=[self.key(host, "inflight")],
+                                        args=[url, order_id], client=client)
 
     # -- reads ---------------------------------------------------------------------------
     async def get_page(self, host: str, url: str) -> PageState | None:
@@ -433,14 +466,12 @@ class Store:
         pipe.hget(self.key(host, "pages"), url)
         pipe.hget(self.key(host, "inflight"), url)
         pipe.hget(self.key(host, "est"), url)
-        pipe.hget(self.key(host, "why"), url)
         pipe.hgetall(self.key(host, "host"))
-        page, fl, est, why, hinfo = await pipe.execute()
+        page, fl, est, hinfo = await pipe.execute()
         return {
             "page": PageState.decode(page) if page else None,
             "in_flight": _in_flight(fl) if fl else None,
             "estimator": est,
-            "decisions": why.split("\n") if why else [],
             "host": _host_info(hinfo),
         }
 

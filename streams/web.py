@@ -30,7 +30,8 @@ def register_views(
             url = request.query.get("url")
             if not url:
                 return self.json({"error": "missing ?url="}, status=400)
-            return self.json(await explain(store, settings, url, time.time()))
+            return self.json(await explain(store, settings, url, time.time(),
+                                           scheduler.decisions.get(url)))
 
     @app.page("/hosts/{host}/")
     class HostView(View):

@@ -1,4 +1,10 @@
-"""``recrawl explain URL``: why a page was or wasn't crawled (reads Redis, like GET /pages)."""
+"""``recrawl explain URL``: why a page was or wasn't crawled.
+
+Reads Redis, like ``GET /pages``; the recent decisions about the page live in the memory of
+the worker that runs its shard (no decision text in Redis), so they are asked from that
+worker's ``GET /pages`` (its address is in the shard's entry); when no worker answers
+within 2 s, the answer says so and has no decisions.
+"""
 
 from __future__ import annotations
 
@@ -6,6 +12,9 @@ import argparse
 import asyncio
 import json
 import time
+import urllib.request
+from typing import Any
+from urllib.parse import urlencode
 
 
 def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
@@ -21,13 +30,32 @@ def run(args: argparse.Namespace) -> int:
 
     settings = load_settings()
 
-    async def go() -> dict[str, object]:
+    async def go() -> dict[str, Any]:
         store = Store.from_url(settings.redis_url, settings.key_prefix)
         try:
-            return await explain(store, settings, args.url, time.time())
+            out = await explain(store, settings, args.url, time.time())
+            entry = (await store.get_shards()).get(out.get("shard", -1), {})
         finally:
             await store.close()
+        web = entry.get("web")
+        if not web or time.time() - float(entry.get("ts", 0)) > 3.0:
+            out["decisions_from"] = "no live worker runs this shard"
+            return out
+        try:
+            answer = await asyncio.to_thread(_get_json, f"{web}/pages/?" + urlencode(
+                {"url": args.url}))
+            out["decisions"] = answer.get("decisions", [])
+            out["decisions_from"] = web
+        except (OSError, ValueError) as exc:
+            out["decisions_from"] = f"worker at {web} did not answer: {exc}"
+        return out
 
     out = asyncio.run(go())
     print(json.dumps(out, indent=2, sort_keys=True, default=str))
     return 0 if out.get("known") else 1
+
+
+def _get_json(url: str) -> dict[str, Any]:
+    with urllib.request.urlopen(url, timeout=2.0) as resp:
+        data = json.loads(resp.read())
+    return data if isinstance(data, dict) else {}

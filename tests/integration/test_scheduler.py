@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 import socket
+import subprocess
+import sys
 import time
 import urllib.request
 from collections import Counter
@@ -11,6 +13,7 @@ from typing import Any
 
 import pytest
 import redis
+from conftest import settings_env
 from kafka_io import consume, produce_json, wait_for
 
 from streams.settings import Settings
@@ -95,6 +98,14 @@ def test_pings_raise_value_order_sooner_budget_change_and_explain(
     explained = get(port, f"/pages/?url={target}")
     assert explained["in_flight"]["order_id"] == orders[0]["order_id"]
     assert any(orders[0]["order_id"] in d for d in explained["decisions"])
+    # `recrawl explain` reads Redis and asks the shard's worker for its decisions
+    cli = subprocess.run([sys.executable, "-m", "streams.cli", "explain", target],
+                         env=settings_env(settings), capture_output=True, text=True,
+                         timeout=60, check=True)
+    from_cli = json.loads(cli.stdout)
+    assert from_cli["decisions_from"].startswith("http://127.0.0.1:")
+    assert any(orders[0]["order_id"] in d for d in from_cli["decisions"])
+    assert from_cli["in_flight"]["order_id"] == orders[0]["order_id"]
     host = get(port, "/hosts/h7.org/")
     assert host["pages"] == 1 and target in host["in_flight"]
     stats = get(port, "/stats/")

@@ -128,8 +128,10 @@ async def test_ping_rules_t_delay_duplicates_and_discoveries(redis_url: str) -> 
     assert (t["pings.applied"], t["pings.unknown"]) == (3, 1)
     state = await h.store.get_page("p.org", url)
     assert state.signals == (0, 1, 1, 1, 0)
-    data = await h.store.explain_data("p.org", url)
-    assert any("T_DELAY" in d for d in data["decisions"])
+    # why a ping was dropped: the worker's ring, not Redis
+    assert any("T_DELAY" in d for d in h.logic.decisions.get(url))
+    assert any("precedes the last crawl" in d for d in h.logic.decisions.get(url))
+    assert not await h.store.redis.keys(f"{h.settings.key_prefix}:*why*")
     assert h.rejects == []
 
 
@@ -137,10 +139,11 @@ async def test_outcome_clears_only_its_own_order_and_resets_signals(redis_url: s
     h = Harness(redis_url)
     url = "https://o.org/a"
     await h.feed("pages", [js(url=url)])
-    await h.store.issue_script(
-        keys=[h.store.key("o.org", k) for k in ("pages", "inflight", "host", "why")],
-        args=[url, "ord-1", time.time(), 1.0, 0, 1.0, 4, "ordered ord-1"],
-    )
+    await h.store.load_scripts()
+    res = await h.store.queue_issue(h.store.redis, "o.org", [(url, "ord-1")],
+                                    now_s=time.time(), default_rate=1.0, default_mif=0,
+                                    burst=1.0)
+    assert res[0] == "ok"
     now = time.time()
     await h.feed("pings", [js(url=url, source="sitemap", received_at=now)])
     await h.feed("outcomes", [js(url=url, order_id="other", fetched_at=now, changed=True)])
@@ -163,3 +166,33 @@ async def test_hosts_and_control_are_validated_and_stored(redis_url: str) -> Non
     assert await h.store.get_control() == {"budget_per_s": "12.5", "paused": "0"}
     assert len(h.rejects) == 4
     assert "greater than 0" in h.rejects[0]["reason"]
+
+
+async def test_a_ticks_orders_of_one_host_are_issued_in_one_script_call(redis_url: str) -> None:
+    h = Harness(redis_url)
+    urls = [f"https://b.org/{i}" for i in range(5)]
+    await h.feed("pages", [js(url=u) for u in urls[:4]])  # urls[4] is not in the catalogue
+    await h.feed("hosts", [js(host="b.org", max_crawls_per_s=1.0, max_in_flight=3)])
+    await h.store.load_scripts()
+    now = time.time()
+    first = await h.store.queue_issue(h.store.redis, "b.org", [(urls[0], "o0")], now_s=now,
+                                      default_rate=9.0, default_mif=0, burst=2.0)
+    assert first[0] == "ok"
+    # burst 2: one token left; in flight 1 of 3
+    res = await h.store.queue_issue(
+        h.store.redis, "b.org", [(urls[0], "x0"), (urls[4], "x4"), (urls[1], "x1"),
+                                 (urls[2], "x2")],
+        now_s=now, default_rate=9.0, default_mif=0, burst=2.0)
+    codes = [res[i] for i in range(0, len(res), 2)]
+    assert codes == ["in-flight", "gone", "ok", "no-token"]
+    assert res[1].startswith("o0|")
+    assert float(res[7]) == pytest.approx(1.0, abs=1e-6)  # a token per second at rate 1
+    flights = await h.store.redis.hgetall(h.store.key("b.org", "inflight"))
+    assert sorted(flights) == [urls[0], urls[1]]
+    # two seconds later two tokens, but room for only one more order (max in flight 3)
+    res = await h.store.queue_issue(
+        h.store.redis, "b.org", [(urls[2], "y2"), (urls[3], "y3")], now_s=now + 2.0,
+        default_rate=9.0, default_mif=0, burst=2.0)
+    assert [res[0], res[2]] == ["ok", "max-in-flight"]
+    bucket = await h.store.redis.hgetall(h.store.key("b.org", "host"))
+    assert float(bucket["tokens"]) == pytest.approx(1.0) and float(bucket["ts"]) == now + 2.0

@@ -160,15 +160,15 @@ async def test_a_write_that_lost_the_race_is_not_applied(redis_url: str) -> None
     await h.feed("pages", [js(url=url)])
     value = await h.store.get_page_raw(host, url)
     res = await h.store.queue_outcome(
-        h.store.redis, url, host, order_id=None, fetched_at=100.0, new_estimator="x|y", keep=4,
-        decision="d", topic="t", partition=0, offset=7, expect=(value + "stale", None),
+        h.store.redis, url, host, order_id=None, fetched_at=100.0, new_estimator="x|y",
+        topic="t", partition=0, offset=7, expect=(value + "stale", None),
     )
     assert res[0] == "conflict"
     assert await h.store.get_pages(host, [url]) == {url: (value, None, None)}
     assert await h.store.redis.hget(h.store.key(host, "offsets"), "t:0") is None  # not consumed
     res = await h.store.queue_outcome(
-        h.store.redis, url, host, order_id=None, fetched_at=100.0, new_estimator="x|y", keep=4,
-        decision="d", topic="t", partition=0, offset=7, expect=(value, None),
+        h.store.redis, url, host, order_id=None, fetched_at=100.0, new_estimator="x|y",
+        topic="t", partition=0, offset=7, expect=(value, None),
     )
     assert res[0] == "applied"
     assert (await h.store.get_pages(host, [url]))[url][2] == "x|y"

@@ -1,5 +1,6 @@
-"""The worker's Lua ping rule (``_APPLY_PING`` in :mod:`streams.state`) against the one rule
-of :mod:`models.decision.pings`, on a real Redis: every verdict the same."""
+"""The worker's Lua ping script (``_APPLY_PINGS`` in :mod:`streams.state`) on a real Redis:
+its rule against the one rule of :mod:`models.decision.pings` (every verdict the same), and
+a batch against the same pings one call at a time (same verdicts, same state)."""
 
 from __future__ import annotations
 
@@ -43,10 +44,9 @@ async def test_lua_ping_rule_equals_the_decision_core(redis_url: str) -> None:
             host, url = f"h{i}.test", f"http://h{i}.test/p"
             await store.redis.hset(store.key(host, "pages"), url,
                                    PageState(last_crawl_s=last).encode())
-            res = await store.queue_ping(
-                store.redis, url, host, source="sitemap", changed_at=changed,
-                received_at=received, fingerprint=f"f{i}", t_delay_s=t_delay,
-                window_s=86400.0, keep=4, topic="pings", partition=0, offset=i,
+            res = await store.queue_pings(
+                store.redis, host, [(i, url, "sitemap", changed, received, f"f{i}")],
+                t_delay_s=t_delay, window_s=86400.0, topic="pings", partition=0,
             )
             got.append(res[0])
             v = ping_verdict("live", t_delay, last if last > 0 else -math.inf, received,
@@ -57,3 +57,48 @@ async def test_lua_ping_rule_equals_the_decision_core(redis_url: str) -> None:
         assert set(got) == set(VERDICTS)
     finally:
         await store.close()
+
+
+async def test_a_batch_decides_as_the_pings_one_at_a_time(redis_url: str) -> None:
+    """Duplicates (same fingerprint), the dedup window's trim, unknown pages, redelivered
+    offsets and the rule's verdicts: one script call for 400 pings == 400 calls."""
+    rng = np.random.default_rng(5)
+    host = "b.test"
+    urls = [f"http://b.test/{k}" for k in range(6)]  # the last one is not in the catalogue
+    lasts = [0.0, 1000.0, 1000.0, 1200.0, 0.0]
+    n = 400
+    received = np.sort(rng.uniform(900.0, 1600.0, n)).round(3)
+    pings = []
+    for i in range(n):
+        url = urls[int(rng.integers(0, 6))]
+        changed = None if rng.random() < 0.5 else float(received[i] - rng.uniform(0, 150))
+        fp = f"fp{int(rng.integers(0, 60))}"  # many repeats: duplicates within the window
+        pings.append((1000 + i, url, "indexnow", changed, float(received[i]), fp))
+    # the batch again from its middle: redelivered offsets are 'dup-offset'
+    replay = pings[150:250]
+    results = {}
+    for mode in ("one", "batch"):
+        store = Store.from_url(redis_url, f"pb{uuid.uuid4().hex[:8]}")
+        try:
+            await store.load_scripts()
+            for url, last in zip(urls, lasts, strict=False):
+                await store.redis.hset(store.key(host, "pages"), url,
+                                       PageState(last_crawl_s=last).encode())
+            await store.redis.hset(store.key(host, "offsets"), "pings:0", 1010)  # done
+            codes: list[str] = []
+            for part in ([pings, replay] if mode == "batch"
+                         else [[p] for p in pings + replay]):
+                res = await store.queue_pings(store.redis, host, part, t_delay_s=30.0,
+                                              window_s=100.0, topic="pings", partition=0)
+                codes += res[0::2]
+            state = await store.redis.hgetall(store.key(host, "pages"))
+            seen = await store.redis.zrange(store.key(host, "seen"), 0, -1, withscores=True)
+            offset = await store.redis.hget(store.key(host, "offsets"), "pings:0")
+            results[mode] = (codes, state, seen, offset)
+        finally:
+            await store.close()
+    assert results["batch"] == results["one"]
+    codes = results["batch"][0]
+    assert {"applied", "duplicate", "unknown", "dup-offset", "before-crawl",
+            "within-delay"} <= set(codes)
+    assert codes[:11] == ["dup-offset"] * 11 and results["batch"][3] == str(1000 + n - 1)
