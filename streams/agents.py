@@ -21,6 +21,16 @@ from typing import TYPE_CHECKING, Any
 
 import faust
 from pydantic import BaseModel, ValidationError
+from redis.exceptions import (
+    BusyLoadingError,
+    ClusterDownError,
+    MasterDownError,
+    NoScriptError,
+    OutOfMemoryError,
+    ReadOnlyError,
+    ResponseError,
+    TryAgainError,
+)
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
@@ -47,7 +57,30 @@ log = logging.getLogger(__name__)
 RejectSink = Callable[[bytes | None, bytes], Awaitable[Any]]
 #: Compare-and-set rounds of an outcome before it is applied without its estimator update.
 MAX_CAS_ATTEMPTS = 5
-TRANSIENT = (RedisConnectionError, RedisTimeoutError, ConnectionError, OSError)
+#: Error replies of a Redis that cannot write now but will (out of memory, a replica after
+#: a failover, loading, cluster resharding or failover, a busy script): the batch is
+#: retried, never rejected (rejecting would let the state diverge from the topics).
+TRANSIENT_REPLY_TYPES = (OutOfMemoryError, ReadOnlyError, BusyLoadingError, TryAgainError,
+                         ClusterDownError, MasterDownError, RedisConnectionError,
+                         RedisTimeoutError)
+#: the same for replies redis-py does not map to a type (the prefix is kept in the text)
+TRANSIENT_REPLY_PREFIXES = ("BUSY", "NOREPLICAS", "OOM", "READONLY", "LOADING")
+
+
+class RedisUnavailable(Exception):
+    """A pipeline got a transient error reply (:func:`transient_reply`)."""
+
+
+def transient_reply(res: Any) -> bool:
+    """Whether a pipeline result is an error reply that a retry will get past."""
+    if isinstance(res, TRANSIENT_REPLY_TYPES):
+        return True
+    return isinstance(res, ResponseError) and str(res).lstrip().upper().startswith(
+        TRANSIENT_REPLY_PREFIXES)
+
+
+TRANSIENT = (RedisConnectionError, RedisTimeoutError, ConnectionError, OSError,
+             RedisUnavailable)
 
 
 @dataclass(slots=True)
@@ -148,7 +181,11 @@ class Agents:
         async def run() -> list[Any]:
             pipe = self.store.redis.pipeline(transaction=False)
             await queue(pipe)
-            return list(await pipe.execute(raise_on_error=False))
+            results = list(await pipe.execute(raise_on_error=False))
+            bad = next((r for r in results if transient_reply(r)), None)
+            if bad is not None:  # the whole batch again: every script is offset-guarded
+                raise RedisUnavailable(repr(bad))
+            return results
 
         result: list[Any] = await self._retry("redis", run)
         return result
@@ -169,7 +206,7 @@ class Agents:
             results = await self._pipeline(fill)
             missing = []
             for key, res in zip(pending, results, strict=True):
-                if isinstance(res, Exception) and "NOSCRIPT" in str(res):
+                if isinstance(res, NoScriptError):
                     missing.append(key)
                 else:
                     out[key] = res

@@ -81,6 +81,15 @@ def _check_time(value: float | None, info: ValidationInfo, name: str) -> float |
     return value
 
 
+#: Bounds of the schema's numbers, so that every schema-valid event gives finite crawl
+#: values and fits the store (docs/streaming.md "Bounds"):
+MAX_IMPORTANCE = 1e12  #: ``mu``; ratios of importance beyond 1e12 mean nothing for a budget
+MIN_CHANGE_RATE_PER_S = 1e-12  #: a change per ~31,700 years; 0 is allowed (never changes)
+MAX_RATE_PER_S = 1e6  #: change rates, host capacities (1e6/s is far beyond any host)
+MAX_IN_FLIGHT = 1_000_000
+MAX_BUDGET_PER_S = 1e9
+MAX_SECONDS = 1e10  #: durations (t_delay, timeouts, max interval): ~317 years
+
 _CONFIG = ConfigDict(extra="ignore", strict=True, allow_inf_nan=False, populate_by_name=True)
 Timestamp = Field(ge=0.0)
 
@@ -103,10 +112,18 @@ class _Event(BaseModel):
 class PageEvent(_Event):
     """``recrawl.pages``: add or update a page, or delete it."""
 
-    importance: float = Field(default=1.0, ge=0.0)
-    change_rate_per_s: float | None = Field(default=None, ge=0.0)
+    importance: float = Field(default=1.0, ge=0.0, le=MAX_IMPORTANCE)
+    change_rate_per_s: float | None = Field(default=None, ge=0.0, le=MAX_RATE_PER_S)
     deleted: bool = False
     host_field: str | None = Field(default=None, alias="host")
+
+    @field_validator("change_rate_per_s")
+    @classmethod
+    def _rate(cls, v: float | None) -> float | None:
+        if v is not None and 0.0 < v < MIN_CHANGE_RATE_PER_S:
+            raise ValueError(f"change_rate_per_s must be 0 or at least {MIN_CHANGE_RATE_PER_S:g}"
+                             " (one change in ~31,700 years)")
+        return v
 
     @model_validator(mode="after")
     def _host_matches(self) -> PageEvent:
@@ -161,8 +178,8 @@ class HostEvent(BaseModel):
     model_config = _CONFIG
 
     host: str = Field(min_length=1, max_length=255)
-    max_crawls_per_s: float = Field(gt=0.0)
-    max_in_flight: int | None = Field(default=None, ge=0)
+    max_crawls_per_s: float = Field(gt=0.0, le=MAX_RATE_PER_S)
+    max_in_flight: int | None = Field(default=None, ge=0, le=MAX_IN_FLIGHT)
 
     @field_validator("host")
     @classmethod
@@ -178,11 +195,11 @@ class ControlEvent(BaseModel):
 
     model_config = _CONFIG
 
-    budget_per_s: float | None = Field(default=None, ge=0.0)
+    budget_per_s: float | None = Field(default=None, ge=0.0, le=MAX_BUDGET_PER_S)
     paused: bool | None = None
-    t_delay_s: float | None = Field(default=None, ge=0.0)
-    order_timeout_s: float | None = Field(default=None, gt=0.0)
-    max_interval_s: float | None = Field(default=None, ge=0.0)
+    t_delay_s: float | None = Field(default=None, ge=0.0, le=MAX_SECONDS)
+    order_timeout_s: float | None = Field(default=None, gt=0.0, le=MAX_SECONDS)
+    max_interval_s: float | None = Field(default=None, ge=0.0, le=MAX_SECONDS)
 
     @model_validator(mode="after")
     def _something(self) -> ControlEvent:
@@ -214,7 +231,9 @@ class Order(BaseModel):
     issued_at: float
     crawl_value: float
     threshold: float
-    tau_eff: float
+    #: effective time since the last crawl (s); null for a page never crawled (no copy yet)
+    #: or one whose pings say it has certainly changed (tau_eff infinite)
+    tau_eff: float | None
     policy: str
 
 
@@ -226,18 +245,34 @@ def validation_reason(exc: ValidationError) -> str:
     return "; ".join(parts)
 
 
+#: The most bytes of an input event's value copied into its reject (the producer refuses a
+#: record over 1 MB; a JSON escape takes up to 12 bytes per character).  The event itself
+#: stays in its topic at the reject's topic/partition/offset: a cut copy loses nothing.
+MAX_REJECT_RAW_BYTES = 64 * 1024
+MAX_REASON_CHARS = 2000
+
+
 def reject_payload(
     raw: bytes | str | None, topic: str, partition: int, offset: int, reason: str
 ) -> dict[str, Any]:
-    """What goes to ``recrawl.rejects``: the raw input, where it came from, and why."""
-    if isinstance(raw, bytes):
+    """What goes to ``recrawl.rejects``: the raw input (its first
+    :data:`MAX_REJECT_RAW_BYTES` bytes, ``raw_truncated`` and ``raw_bytes`` when cut), where
+    it came from, and why."""
+    data = raw.encode("utf-8", "surrogatepass") if isinstance(raw, str) else raw
+    cut = data is not None and len(data) > MAX_REJECT_RAW_BYTES
+    head = data[:MAX_REJECT_RAW_BYTES] if data is not None and cut else data
+    raw_text: str | None = None
+    raw_b64: str | None = None
+    if head is not None:
         try:
-            raw_text: str | None = raw.decode("utf-8")
-            raw_b64 = None
-        except UnicodeDecodeError:
-            raw_text, raw_b64 = None, base64.b64encode(raw).decode()
-    else:
-        raw_text, raw_b64 = raw, None
+            raw_text = head.decode("utf-8")
+        except UnicodeDecodeError as exc:
+            if cut and exc.start >= len(head) - 3:  # only the cut split a character
+                raw_text = head[: exc.start].decode("utf-8")
+            else:
+                raw_b64 = base64.b64encode(head).decode()
+    if len(reason) > MAX_REASON_CHARS:
+        reason = reason[:MAX_REASON_CHARS] + "..."
     out: dict[str, Any] = {
         "topic": topic,
         "partition": partition,
@@ -247,6 +282,9 @@ def reject_payload(
     }
     if raw_b64 is not None:
         out["raw_base64"] = raw_b64
+    if cut:
+        out["raw_truncated"] = True
+        out["raw_bytes"] = len(data) if data is not None else 0
     return out
 
 

@@ -47,6 +47,8 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from redis.exceptions import NoScriptError
+
 from models.decision.core import ShardBook, choose, level_of
 from models.decision.fresh import FreshPages
 from models.decision.hosts import HostBuckets
@@ -214,7 +216,7 @@ class Scheduler:
             return
         flight = NOT_IN_FLIGHT if in_flight_cleared else KEEP
         state = value if isinstance(value, PageState) else PageState.decode(value)
-        self._apply(shard, host, url, state, estimator, flight)
+        self._apply_or_skip(shard, host, url, state, estimator, flight)
 
     def new_shard(self, partition: int) -> Shard:
         st = self.settings
@@ -253,6 +255,13 @@ class Scheduler:
             params = _cached_params(t, slot, state)
         else:
             params = page_params(state, estimator, self.settings)
+        cap = params.max_value()
+        # beta = inf (a ping that is never false) and origin = -inf are the model's; NaN or
+        # an infinite rate, importance or value are not
+        if (not all(math.isfinite(x) for x in (params.alpha_per_s, params.gamma_per_s,
+                                               params.mu, cap))
+                or math.isnan(params.origin_s) or math.isnan(params.beta_s)):
+            raise ValueError(f"parameters not usable: {params.as_dict()}")
         first_seen = float(t.first_seen[slot]) if slot is not None else now
         floor_due: float | None = None
         if self.control.max_interval_s > 0:
@@ -263,7 +272,7 @@ class Scheduler:
         shard.book.set_page(
             url, host, crawled=state.crawled, origin=params.origin_s,
             alpha=params.alpha_per_s, beta=params.beta_s, gamma=params.gamma_per_s,
-            mu=params.mu, max_value=params.max_value(), floor_due_s=floor_due,
+            mu=params.mu, max_value=cap, floor_due_s=floor_due,
             first_seen_s=first_seen, last_crawl_s=state.last_crawl_s,
             delta=params.change_rate_per_s, estimated=params.estimated,
             src_beta=params.source_beta_s)
@@ -308,7 +317,22 @@ class Scheduler:
         if info.tokens is not None:
             shard.hosts.set_tokens(host, info.tokens, info.updated_s or 0.0)
         for url, state in pages.items():
-            self._apply(shard, host, url, state, est.get(url), in_flight.get(url, NOT_IN_FLIGHT))
+            self._apply_or_skip(shard, host, url, state, est.get(url),
+                                in_flight.get(url, NOT_IN_FLIGHT))
+
+    def _apply_or_skip(self, shard: Shard, host: str, url: str, state: PageState,
+                       estimator: str | Estimates | None, flight: Any) -> bool:
+        """:meth:`_apply`, but a page whose stored state gives no finite parameters (only
+        possible for data written before the schema's bounds) is left out of the book and
+        counted (``pages.unusable``) instead of failing its whole shard's rebuild."""
+        try:
+            self._apply(shard, host, url, state, estimator, flight)
+            return True
+        except (ValueError, ArithmeticError) as exc:
+            self.metrics.tally["pages.unusable"] += 1
+            log.warning("page %s left out of shard %d: %s", url, shard.partition, exc)
+            self._forget(shard, url)
+            return False
 
     async def _reload(self, shard: Shard, host: str, urls: list[str]) -> None:
         """Re-read pages from Redis (the truth) and apply them, in flight or not."""
@@ -321,7 +345,7 @@ class Scheduler:
             if fl:
                 oid, _, at = fl.partition("|")
                 flight = (oid, float(at or 0.0))
-            self._apply(shard, host, url, PageState.decode(value), est, flight)
+            self._apply_or_skip(shard, host, url, PageState.decode(value), est, flight)
 
     def sync_assignment(self, partitions: set[int]) -> None:
         for p in list(self.shards):
@@ -518,7 +542,7 @@ class Scheduler:
         for ((partition, host), items), res in zip(groups.items(), results, strict=True):
             shard = owner[partition]
             if isinstance(res, Exception):
-                if "NOSCRIPT" in str(res):
+                if isinstance(res, NoScriptError):
                     await self.store.load_scripts()
                 else:
                     log.warning("issue failed: %r", res)
@@ -530,16 +554,19 @@ class Scheduler:
                 code, payload = _s(res[2 * k]), res[2 * k + 1]
                 if code == "ok":
                     slot = table.slot[url]
+                    crawled = bool(table.crawled[slot])
                     tau = max(0.0, now - float(table.origin[slot]))
+                    tau_eff = tau if crawled and math.isfinite(tau) else None
                     # the Order record's fields (streams/records.py), built as a plain dict
                     order = {
                         "order_id": oid, "url": url, "host": host, "issued_at": issued_at,
-                        "crawl_value": float(value), "threshold": level, "tau_eff": tau,
+                        "crawl_value": float(value), "threshold": level, "tau_eff": tau_eff,
                         "policy": policy,
                     }
                     hosts.take(host, now)
                     self._set_flight(shard, url, host, (oid, now))
-                    await self.send_order(host.encode(), json.dumps(order).encode())
+                    await self.send_order(host.encode(),
+                                          json.dumps(order, allow_nan=False).encode())
                     self.metrics.order(partition, policy)
                     if policy == "greedy" and value > 0:
                         self._observe_value(shard, value, now)
@@ -550,8 +577,7 @@ class Scheduler:
                     self.decisions.add(url, (
                         f"{now:.3f} ordered {oid} ({policy}): value {value:.4g}"
                         f" {'>=' if value >= level else '<'} threshold {level:.4g}"
-                        + (f", tau_eff {tau:.0f}s" if table.crawled[slot]
-                           else ", never crawled")))
+                        + (f", tau_eff {tau:.0f}s" if crawled else ", never crawled")))
                     continue
                 if code == "no-token":
                     hosts.empty(host, now)
@@ -593,6 +619,8 @@ class Scheduler:
                            (flight[1] + self.control.order_timeout_s, url, flight[0]))
 
     def _observe_value(self, shard: Shard, value: float, now: float) -> None:
+        if not 0.0 < value < math.inf:  # the threshold must stay finite (budget split)
+            return
         lv = math.log(value)
         if self.log_threshold is None:
             self.log_threshold = lv

@@ -34,6 +34,9 @@ REJECT_SCHEMA: dict[str, Any] = {
         "partition": {"type": "integer"},
         "offset": {"type": "integer"},
         "reason": {"type": "string"},
+        "raw_truncated": {"type": "boolean",
+                          "description": "raw holds only the value's first 64 KiB"},
+        "raw_bytes": {"type": "integer", "description": "the value's length when cut"},
     },
     "required": ["raw", "topic", "partition", "offset", "reason"],
 }

@@ -30,13 +30,14 @@ from __future__ import annotations
 import base64
 import hashlib
 import json
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
 import redis.asyncio as aioredis
 
-from streams.records import SOURCES
+from streams.records import MAX_IN_FLIGHT, MAX_RATE_PER_S, SOURCES
 
 N_SOURCES = len(SOURCES)
 
@@ -310,11 +311,19 @@ class HostDump:
 
 
 def _host_info(raw: dict[str, str]) -> HostInfo:
-    def f(k: str) -> float | None:
-        return float(raw[k]) if k in raw else None
+    """A host's stored capacity and bucket; a stored value outside the schema's bounds (or
+    unreadable: written before the bounds existed) is read as the nearest bound or unset,
+    so that a host can never stop its shard from loading."""
+    def f(k: str, hi: float = math.inf) -> float | None:
+        try:
+            x = float(raw[k]) if k in raw else None
+        except ValueError:
+            return None
+        return None if x is None or math.isnan(x) else max(-hi, min(hi, x))
 
-    mif = raw.get("mif")
-    return HostInfo(f("rate"), int(float(mif)) if mif is not None else None, f("tokens"), f("ts"))
+    rate, mif = f("rate", MAX_RATE_PER_S), f("mif", MAX_IN_FLIGHT)
+    return HostInfo(rate if rate is None or rate > 0 else None,
+                    None if mif is None else max(0, int(mif)), f("tokens", 1e18), f("ts", 1e18))
 
 
 def _in_flight(value: str) -> tuple[str, float]:

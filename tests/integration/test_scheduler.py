@@ -13,9 +13,9 @@ from typing import Any
 
 import pytest
 import redis
-from conftest import settings_env
 from kafka_io import consume, produce_json, wait_for
 
+from streams.demo import _settings_env as settings_env
 from streams.settings import Settings
 
 pytestmark = pytest.mark.integration

@@ -16,6 +16,7 @@ import pytest
 
 from streams.agents import register_agents
 from streams.metrics import Metrics
+from streams.scheduler import Scheduler
 from streams.settings import Settings
 from streams.state import PageState, Store
 
@@ -196,3 +197,32 @@ async def test_a_ticks_orders_of_one_host_are_issued_in_one_script_call(redis_ur
     assert [res[0], res[2]] == ["ok", "max-in-flight"]
     bucket = await h.store.redis.hgetall(h.store.key("b.org", "host"))
     assert float(bucket["tokens"]) == pytest.approx(1.0) and float(bucket["ts"]) == now + 2.0
+
+
+async def test_scripts_lost_by_redis_are_loaded_again_and_nothing_is_rejected(
+        redis_url: str) -> None:
+    """After a Redis restart (or SCRIPT FLUSH) the straight EVALSHA calls get NOSCRIPT: the
+    agents load the scripts and run the missing calls again, the scheduler too."""
+    h = Harness(redis_url)
+    url = "https://n.org/a"
+    await h.feed("pages", [js(url=url)])
+    await h.store.redis.script_flush()
+    await h.feed("pings", [js(url=url, source="sitemap", received_at=time.time())])
+    assert h.rejects == [] and h.metrics.tally["pings.applied"] == 1
+    await h.store.redis.script_flush()
+    sent: list[bytes] = []
+
+    async def sink(k: bytes, v: bytes) -> None:
+        sent.append(v)
+
+    sch = Scheduler(h.settings, h.store, h.metrics, sink)
+    shard = sch.new_shard(0)
+    shard.ready, shard.share_per_s = True, 100.0
+    sch.shards[0] = shard
+    await sch.on_page(0, "n.org", url, await h.store.get_page_raw("n.org", url))
+    for _ in range(20):  # the first tick meets NOSCRIPT, loads, puts the page back
+        await sch.tick_all([shard])
+        await asyncio.sleep(0.02)
+        if sent:
+            break
+    assert [json.loads(v)["url"] for v in sent] == [url]

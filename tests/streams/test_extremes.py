@@ -1,0 +1,154 @@
+"""Schema-valid extremes and stored data from before the schema's bounds (issue: "no input
+stalls a shard"): against the real Redis, through the agents' logic and a scheduler."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import math
+import time
+import uuid
+
+import pytest
+from redis.exceptions import (
+    BusyLoadingError,
+    NoScriptError,
+    OutOfMemoryError,
+    ReadOnlyError,
+    ResponseError,
+)
+from test_agents_unit import Harness, js
+
+from streams.agents import Agents, transient_reply
+from streams.metrics import Metrics
+from streams.records import SOURCES, HostEvent, Order, PageEvent, reject_payload
+from streams.scheduler import Scheduler
+from streams.settings import Settings
+from streams.state import PageState, Store
+
+pytestmark = pytest.mark.integration
+
+
+def test_out_of_bounds_numbers_fail_validation_with_a_reason() -> None:
+    bad = {
+        b'{"url": "http://a.org/x", "importance": 1e308}': "less than or equal to 1000000000000",
+        b'{"url": "http://a.org/x", "change_rate_per_s": 1e-320}': "must be 0 or at least",
+        b'{"url": "http://a.org/x", "change_rate_per_s": 1e300}': "less than or equal",
+    }
+    for raw, reason in bad.items():
+        with pytest.raises(ValueError, match=reason):
+            PageEvent.model_validate_json(raw)
+    assert PageEvent.model_validate_json(b'{"url": "http://a.org/x", "change_rate_per_s": 0}')
+    huge = b'{"host": "a.org", "max_crawls_per_s": 1, "max_in_flight": 1' + b"0" * 310 + b"}"
+    with pytest.raises(ValueError, match="less than or equal to 1000000"):
+        HostEvent.model_validate_json(huge)
+    with pytest.raises(ValueError, match="less than or equal"):
+        HostEvent.model_validate_json(b'{"host": "a.org", "max_crawls_per_s": 1e308}')
+
+
+async def test_a_shard_with_unusable_stored_data_still_loads_and_orders(redis_url: str) -> None:
+    """Records written before the bounds (an importance of 1e308, a 310-digit max in flight,
+    an unreadable rate) are read within bounds or left out and counted; the other pages of
+    the shard are ordered; every order is valid JSON with finite numbers."""
+    prefix = f"x{uuid.uuid4().hex[:8]}"
+    st = Settings(web_enabled=False, key_prefix=prefix, redis_url=redis_url, partitions=1,
+                  budget_per_s=100.0, default_change_rate_per_s=0.5,
+                  default_host_crawls_per_s=100.0, host_burst=100.0)
+    store = Store.from_url(redis_url, prefix)
+    sent: list[dict[str, object]] = []
+
+    async def sink(key: bytes, value: bytes) -> None:
+        sent.append(json.loads(value))  # strict JSON: Infinity / NaN would not parse back
+
+    async def no_reject(k: bytes | None, v: bytes) -> None:
+        raise AssertionError(v)
+
+    try:
+        await store.load_scripts()
+        r = store.redis
+        good = [f"http://ok.org/{i}" for i in range(3)]
+        await r.sadd(store.shard_key(0), "ok.org", "bad.org")
+        await r.hset(store.key("ok.org", "pages"), mapping={
+            u: PageState(last_crawl_s=time.time() - 100 * (i + 1)).encode()
+            for i, u in enumerate(good)})
+        await r.hset(store.key("bad.org", "pages"), mapping={
+            "http://bad.org/huge": PageState(importance=1e308, last_crawl_s=1.0).encode(),
+            "http://bad.org/fine": PageState().encode(),
+        })
+        await r.hset(store.key("bad.org", "host"), mapping={"mif": "1" + "0" * 310,
+                                                             "rate": "not a number"})
+        metrics = Metrics()
+        sch = Scheduler(st, store, metrics, sink)
+        Agents(st, store, metrics, no_reject, scheduler=sch)
+        sch.sync_assignment({0})
+        for _ in range(100):
+            if all(s.ready for s in sch.shards.values()):
+                break
+            await asyncio.sleep(0.05)
+        shard = sch.shards[0]
+        assert shard.ready
+        assert len(shard.book) == 4 and "http://bad.org/huge" not in shard.book
+        assert metrics.tally["pages.unusable"] == 1
+        assert shard.hosts.max_in_flight("bad.org") == 1_000_000
+        shard.share_per_s = 100.0
+        for _ in range(20):
+            await sch.tick_all([shard])
+            await asyncio.sleep(0.02)
+            if len(sent) == 4:
+                break
+        assert sorted(o["url"] for o in sent) == sorted([*good, "http://bad.org/fine"])
+        for o in sent:
+            Order.model_validate(o)
+            assert all(math.isfinite(v) for v in (o["crawl_value"], o["threshold"]))
+        never = [o for o in sent if o["url"] == "http://bad.org/fine"]
+        assert never[0]["tau_eff"] is None  # never crawled: no tau_eff (not the epoch time)
+        assert all(o["tau_eff"] is not None and o["tau_eff"] >= 100 for o in sent
+                   if o["url"] in good)
+    finally:
+        await store.close()
+
+
+def test_a_reject_of_a_huge_value_fits_the_producer_and_keeps_where_it_came_from() -> None:
+    raw = json.dumps({"url": "http://a.org/" + "é" * 200_000}, ensure_ascii=False).encode()
+    out = reject_payload(raw, "t.pages", 3, 77, "url too long")
+    body = json.dumps(out).encode()
+    assert len(body) < 1_000_000  # the producer's max.request.size
+    assert out["raw_truncated"] is True and out["raw_bytes"] == len(raw)
+    assert (out["topic"], out["partition"], out["offset"]) == ("t.pages", 3, 77)
+    assert raw.decode().startswith(out["raw"]) and len(out["raw"]) > 30_000  # text, not cut
+    small = reject_payload(b'{"x": 1}', "t.pages", 0, 1, "r")
+    assert small["raw"] == '{"x": 1}' and "raw_truncated" not in small
+    binary = reject_payload(b"\xff" * 100_000, "t.pages", 0, 2, "r")
+    assert binary["raw"] is None and len(binary["raw_base64"]) < 100_000
+
+
+def test_transient_error_replies_are_retried_not_rejected() -> None:
+    for exc in (ReadOnlyError("You can't write against a read only replica."),
+                OutOfMemoryError("command not allowed when used memory > 'maxmemory'."),
+                ResponseError("BUSY Redis is busy running a script."),
+                BusyLoadingError("Redis is loading the dataset in memory")):
+        assert transient_reply(exc), exc
+    for exc in (ResponseError("ERR wrong number of arguments"), NoScriptError("x"), "ok"):
+        assert not transient_reply(exc), exc
+
+
+async def test_a_redis_out_of_memory_holds_the_batch_until_it_can_write(redis_url: str) -> None:
+    """maxmemory below what is used: every write is refused with OOM.  The pings wait
+    (retried) instead of going to the rejects; once Redis can write they are applied."""
+    h = Harness(redis_url)
+    url = "https://m.org/a"
+    await h.feed("pages", [js(url=url)])
+    r = h.store.redis
+    before = (await r.config_get("maxmemory"))["maxmemory"]
+    await r.config_set("maxmemory", "1")
+    try:
+        task = asyncio.create_task(
+            h.feed("pings", [js(url=url, source="cdn", received_at=time.time())]))
+        await asyncio.sleep(1.5)
+        assert not task.done()
+        assert h.rejects == [] and h.metrics.tally["pings.applied"] == 0
+    finally:
+        await r.config_set("maxmemory", before)
+    await asyncio.wait_for(task, 20)
+    assert h.rejects == [] and h.metrics.tally["pings.applied"] == 1
+    assert (await h.store.get_page("m.org", url)).signals[SOURCES.index("cdn")] == 1
