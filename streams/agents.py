@@ -20,6 +20,14 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import faust
+from aiokafka.errors import (
+    InvalidTopicError,
+    KafkaError,
+    MessageSizeTooLargeError,
+    RecordListTooLargeError,
+    RecordTooLargeError,
+    TopicAuthorizationFailedError,
+)
 from pydantic import BaseModel, ValidationError
 from redis.exceptions import (
     BusyLoadingError,
@@ -65,6 +73,16 @@ TRANSIENT_REPLY_TYPES = (OutOfMemoryError, ReadOnlyError, BusyLoadingError, TryA
                          RedisTimeoutError)
 #: the same for replies redis-py does not map to a type (the prefix is kept in the text)
 TRANSIENT_REPLY_PREFIXES = ("BUSY", "NOREPLICAS", "OOM", "READONLY", "LOADING")
+
+
+#: Kafka errors that no retry gets past (a record too large, a topic that cannot be written)
+KAFKA_PERMANENT = (MessageSizeTooLargeError, RecordTooLargeError, RecordListTooLargeError,
+                   InvalidTopicError, TopicAuthorizationFailedError)
+
+
+def kafka_transient(exc: BaseException) -> bool:
+    """A Kafka client error to retry (broker down, leader moving, timeouts), by type."""
+    return isinstance(exc, KafkaError) and not isinstance(exc, KAFKA_PERMANENT)
 
 
 class RedisUnavailable(Exception):
@@ -144,7 +162,7 @@ class Agents:
                 await asyncio.sleep(delay)
                 delay = min(delay * 2, 2.0)
             except Exception as exc:
-                if where == "kafka" and "Kafka" in type(exc).__name__:
+                if where == "kafka" and kafka_transient(exc):
                     self.metrics.retry(where)
                     log.warning("kafka error (%r); retrying in %.1fs", exc, delay)
                     await asyncio.sleep(delay)

@@ -38,6 +38,9 @@ def create_app(settings: Settings) -> faust.App:
         web_port=settings.web_port or 6066,
         datadir=str(settings.data_dir),
         broker_commit_interval=2.0,
+        broker_session_timeout=settings.session_timeout_s,
+        broker_heartbeat_interval=settings.session_timeout_s / 4,
+        broker_rebalance_timeout=max(20.0, 2 * settings.session_timeout_s),
         producer_acks=-1,
     )
     store = Store.from_url(settings.redis_url, settings.key_prefix)

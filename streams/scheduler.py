@@ -539,6 +539,8 @@ class Scheduler:
         results = await pipe.execute(raise_on_error=False)
         sent = 0
         issued_at = round(now, 6)
+        send_error: Exception | None = None
+        unsent: list[tuple[Shard, str, str, str]] = []
         for ((partition, host), items), res in zip(groups.items(), results, strict=True):
             shard = owner[partition]
             if isinstance(res, Exception):
@@ -563,10 +565,18 @@ class Scheduler:
                         "crawl_value": float(value), "threshold": level, "tau_eff": tau_eff,
                         "policy": policy,
                     }
+                    if send_error is not None:
+                        unsent.append((shard, url, host, oid))
+                        continue
+                    try:
+                        await self.send_order(host.encode(),
+                                              json.dumps(order, allow_nan=False).encode())
+                    except Exception as exc:  # e.g. the producer stopping: undo below
+                        send_error = exc
+                        unsent.append((shard, url, host, oid))
+                        continue
                     hosts.take(host, now)
                     self._set_flight(shard, url, host, (oid, now))
-                    await self.send_order(host.encode(),
-                                          json.dumps(order, allow_nan=False).encode())
                     self.metrics.order(partition, policy)
                     if policy == "greedy" and value > 0:
                         self._observe_value(shard, value, now)
@@ -592,7 +602,23 @@ class Scheduler:
                     continue
                 if code != "in-flight":
                     self._restore(shard, url)  # not ordered: back among the candidates
+        if unsent:
+            await self._unsend(unsent, send_error)
         return sent
+
+    async def _unsend(self, unsent: list[tuple[Shard, str, str, str]],
+                      error: Exception | None) -> None:
+        """Orders marked in flight in Redis that never reached the producer: clear the mark
+        (only if it is still theirs) and put the pages back, so that none waits for a
+        time-out with no order out."""
+        log.warning("%d orders not sent (%r): taken out of flight again", len(unsent), error)
+        pipe = self.store.redis.pipeline(transaction=False)
+        for _shard, url, host, oid in unsent:
+            await self.store.queue_expire(pipe, url, host, order_id=oid)
+        await pipe.execute(raise_on_error=False)
+        for shard, url, _host, _oid in unsent:
+            self._restore(shard, url)
+        self.metrics.tally["orders.unsent"] += len(unsent)
 
     def _restore(self, shard: Shard, url: str) -> None:
         """Put a chosen page that was not ordered back in its book (a never-crawled page

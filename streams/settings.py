@@ -55,6 +55,9 @@ class Settings(BaseSettings):
     max_interval_s: float = Field(default=30 * 86400.0, ge=0.0)
     #: App. C of paper 004: pings arriving within ``t_delay_s`` after a crawl are dropped.
     t_delay_s: float = Field(default=60.0, ge=0.0)
+    #: Kafka consumer-group session timeout: a killed worker's partitions move to the others
+    #: after at most this long (Faust's default is 60 s); heartbeats every third of it.
+    session_timeout_s: float = Field(default=10.0, ge=6.0, le=300.0)
     #: Pings with the same id (or url + source + change time) within this window count once.
     ping_dedup_window_s: float = Field(default=7 * 86400.0, gt=0.0)
     #: Timestamps more than this far in the future (worker clock) are rejected.

@@ -19,7 +19,7 @@ from redis.exceptions import (
 )
 from test_agents_unit import Harness, js
 
-from streams.agents import Agents, transient_reply
+from streams.agents import Agents, kafka_transient, transient_reply
 from streams.metrics import Metrics
 from streams.records import SOURCES, HostEvent, Order, PageEvent, reject_payload
 from streams.scheduler import Scheduler
@@ -152,3 +152,54 @@ async def test_a_redis_out_of_memory_holds_the_batch_until_it_can_write(redis_ur
     await asyncio.wait_for(task, 20)
     assert h.rejects == [] and h.metrics.tally["pings.applied"] == 1
     assert (await h.store.get_page("m.org", url)).signals[SOURCES.index("cdn")] == 1
+
+
+def test_kafka_errors_are_told_apart_by_type() -> None:
+    from aiokafka.errors import (
+        KafkaConnectionError,
+        KafkaTimeoutError,
+        MessageSizeTooLargeError,
+        NotLeaderForPartitionError,
+    )
+
+    assert kafka_transient(KafkaConnectionError()) and kafka_transient(KafkaTimeoutError())
+    assert kafka_transient(NotLeaderForPartitionError())
+    assert not kafka_transient(MessageSizeTooLargeError())  # retrying would never end
+    assert not kafka_transient(ValueError("KafkaLooking name, not a Kafka error"))
+
+
+async def test_an_order_the_producer_refuses_leaves_no_page_in_flight(redis_url: str) -> None:
+    """The producer stopping (shutdown) or failing after Redis marked the orders in flight:
+    the marks are cleared and the pages ordered on a later tick, none waits for a time-out."""
+    h = Harness(redis_url, default_host_crawls_per_s=100.0, host_burst=100.0)
+    urls = [f"https://u.org/{i}" for i in range(3)]
+    await h.feed("pages", [js(url=u) for u in urls])
+    await h.store.load_scripts()
+    sent: list[str] = []
+    broken = True
+
+    async def sink(k: bytes, v: bytes) -> None:
+        if broken:
+            raise RuntimeError("Producer service not yet started")
+        sent.append(json.loads(v)["url"])
+
+    sch = Scheduler(h.settings, h.store, h.metrics, sink)
+    shard = sch.new_shard(0)
+    shard.ready, shard.share_per_s = True, 100.0
+    sch.shards[0] = shard
+    for u in urls:
+        await sch.on_page(0, "u.org", u, await h.store.get_page_raw("u.org", u))
+    for _ in range(10):
+        await sch.tick_all([shard])
+        await asyncio.sleep(0.02)
+    assert h.metrics.tally["orders.unsent"] >= 3 and sent == []
+    assert await h.store.redis.hlen(h.store.key("u.org", "inflight")) == 0
+    assert len(shard.in_flight) == 0
+    broken = False
+    for _ in range(20):
+        await sch.tick_all([shard])
+        await asyncio.sleep(0.02)
+        if len(sent) == 3:
+            break
+    assert sorted(sent) == urls
+    assert await h.store.redis.hlen(h.store.key("u.org", "inflight")) == 3
