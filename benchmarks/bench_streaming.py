@@ -134,6 +134,29 @@ async def main(args: argparse.Namespace) -> None:
                    for j, (h, u) in enumerate(urls[i : i + batch])]
             await agents.on_outcomes(evs)
         print(f"outcomes applied: {n} in {time.perf_counter() - t0:.1f}s")
+        if args.estimated:
+            # a ping and a second outcome (changed or not) per page: every page then has
+            # an estimator record (one observed interval with one ping)
+            await store.redis.delete(*[store.key(h, "inflight") for h in {h for h, _ in urls}])
+            later = time.time()
+            for i in range(0, n, batch):
+                evs = [Ev(Msg(json.dumps({"url": u, "source": "sitemap",
+                                          "received_at": later - 5, "id": f"e{i + j}"}).encode(),
+                              h.encode(), "bench.pings", hash(h) % args.shards, n + i + j))
+                       for j, (h, u) in enumerate(urls[i : i + batch])]
+                await agents.on_pings(evs)
+            t0 = time.perf_counter()
+            for i in range(0, n, batch):
+                evs = [Ev(Msg(json.dumps({"url": u, "fetched_at": later - 1,
+                                          "changed": (i + j) % 3 != 0}).encode(), h.encode(),
+                              "bench.outcomes", hash(h) % args.shards, n + i + j))
+                       for j, (h, u) in enumerate(urls[i : i + batch])]
+                await agents.on_outcomes(evs)
+            print(f"outcomes with an observed interval applied: {n} in "
+                  f"{time.perf_counter() - t0:.1f}s = {n / (time.perf_counter() - t0):,.0f}/s")
+            await store.redis.execute_command("MEMORY", "PURGE")
+            est = (await used_memory(store) - before) / n
+            print(f"redis bytes per page, crawled and pinged, with estimator state: {est:.0f}")
         await orders_per_s("pages crawled once")
     # clean up
     cursor = 0
@@ -157,4 +180,7 @@ if __name__ == "__main__":
     ap.add_argument("--seconds", type=float, default=10.0)
     ap.add_argument("--crawled", action="store_true",
                     help="then crawl every page once and measure orders again")
+    ap.add_argument("--estimated", action="store_true",
+                    help="with --crawled: then a ping and an observed interval per page "
+                         "(estimator state), Redis bytes per page again")
     asyncio.run(main(ap.parse_args()))
