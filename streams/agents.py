@@ -52,6 +52,7 @@ from streams.records import (
     PageEvent,
     PingEvent,
     reject_payload,
+    shard_of,
     validation_reason,
 )
 from streams.settings import Settings
@@ -83,6 +84,16 @@ KAFKA_PERMANENT = (MessageSizeTooLargeError, RecordTooLargeError, RecordListTooL
 def kafka_transient(exc: BaseException) -> bool:
     """A Kafka client error to retry (broker down, leader moving, timeouts), by type."""
     return isinstance(exc, KafkaError) and not isinstance(exc, KAFKA_PERMANENT)
+
+
+#: header of an event a worker sent again to its host's partition
+REROUTED_HEADER = "recrawl-rerouted"
+
+
+def _rerouted(msg: Any) -> bool:
+    headers = getattr(msg, "headers", None) or ()
+    items = headers.items() if isinstance(headers, dict) else headers
+    return any(k == REROUTED_HEADER for k, _v in items)
 
 
 class RedisUnavailable(Exception):
@@ -124,6 +135,7 @@ class Agents:
         forward: Callable[[bytes, bytes], Awaitable[Any]] | None = None,
         clock: Callable[[], float] = time.time,
         decisions: DecisionRing | None = None,
+        reroute: Callable[[str, bytes, bytes | None], Awaitable[Any]] | None = None,
     ) -> None:
         self.settings = settings
         self.store = store
@@ -132,6 +144,8 @@ class Agents:
         self.scheduler = scheduler
         self.forward = forward
         self.clock = clock
+        #: sends an event to ``topic`` again, keyed by its host (None: no partition check)
+        self.reroute = reroute
         # why a ping or an outcome did what it did: the worker's ring (not Redis)
         if decisions is None:
             decisions = (scheduler.decisions if scheduler is not None
@@ -170,11 +184,32 @@ class Agents:
                     continue
                 raise
 
+    async def _checked(self, events: Sequence[faust.types.EventT[Any]],
+                       model: type[BaseModel]) -> list[Job]:
+        """The events that are valid and on their host's partition; the invalid ones go to
+        the rejects with their reason, the ones on another partition (no key, or a producer
+        with another partitioner) are sent again keyed by their host, so that each host's
+        events stay on one partition and one shard (counted ``<topic>.rerouted``)."""
+        jobs, bad, moved = self._validate(events, model)
+        for ev, reason in bad:
+            await self.reject(ev, reason)
+        for ev, host in moved:
+            msg = ev.message
+            assert self.reroute is not None
+            self.metrics.event(_logical(msg.topic), "rerouted")
+            await self._retry("kafka", lambda msg=msg, host=host: self.reroute(  # type: ignore[misc]
+                msg.topic, host.encode(), msg.value))
+        return jobs
+
     def _validate(
         self, events: Sequence[faust.types.EventT[Any]], model: type[BaseModel]
-    ) -> tuple[list[Job], list[tuple[faust.types.EventT[Any], str]]]:
+    ) -> tuple[list[Job], list[tuple[faust.types.EventT[Any], str]],
+               list[tuple[faust.types.EventT[Any], str]]]:
         ctx = {"now_s": self.clock(), "max_future_s": self.settings.max_future_s}
-        jobs, bad = [], []
+        jobs: list[Job] = []
+        bad: list[tuple[faust.types.EventT[Any], str]] = []
+        moved: list[tuple[faust.types.EventT[Any], str]] = []
+        n = self.settings.partitions
         for ev in events:
             msg = ev.message
             try:
@@ -192,8 +227,18 @@ class Agents:
                 if key != key_host:
                     bad.append((ev, f"key {key!r} does not match the url's host {key_host!r}"))
                     continue
+            if key_host is not None and self.reroute is not None:
+                home = shard_of(key_host, n)
+                if msg.partition != home:
+                    if _rerouted(msg):  # sent here by a worker already: a setup error
+                        bad.append((ev, f"on partition {msg.partition}, but host {key_host!r} "
+                                        f"belongs on {home} of {n} (RECRAWL_PARTITIONS): "
+                                        "the topic has another partition count"))
+                    else:
+                        moved.append((ev, key_host))
+                    continue
             jobs.append(Job(ev, rec, msg.topic, msg.partition, msg.offset))
-        return jobs, bad
+        return jobs, bad, moved
 
     async def _pipeline(self, queue: Callable[[Any], Awaitable[None]]) -> list[Any]:
         async def run() -> list[Any]:
@@ -252,9 +297,7 @@ class Agents:
         await self._safely(events, "pages", lambda: self._pages(events))
 
     async def _pages(self, events: Sequence[faust.types.EventT[Any]]) -> None:
-        jobs, bad = self._validate(events, PageEvent)
-        for ev, reason in bad:
-            await self.reject(ev, reason)
+        jobs = await self._checked(events, PageEvent)
 
         async def queue(pipe: Any) -> None:
             for j in jobs:
@@ -281,9 +324,7 @@ class Agents:
         await self._safely(events, "pings", lambda: self._pings(events))
 
     async def _pings(self, events: Sequence[faust.types.EventT[Any]]) -> None:
-        jobs, bad = self._validate(events, PingEvent)
-        for ev, reason in bad:
-            await self.reject(ev, reason)
+        jobs = await self._checked(events, PingEvent)
         ctl = self.scheduler.control if self.scheduler is not None else None
         t_delay = ctl.t_delay_s if ctl is not None else self.settings.t_delay_s
 
@@ -332,9 +373,7 @@ class Agents:
         await self._safely(events, "outcomes", lambda: self._outcomes(events))
 
     async def _outcomes(self, events: Sequence[faust.types.EventT[Any]]) -> None:
-        jobs, bad = self._validate(events, OutcomeEvent)
-        for ev, reason in bad:
-            await self.reject(ev, reason)
+        jobs = await self._checked(events, OutcomeEvent)
         # A url at most once per chunk: its estimator update reads the previous one's result.
         chunk: list[Job] = []
         urls: set[str] = set()
@@ -436,9 +475,7 @@ class Agents:
         await self._safely(events, "hosts", lambda: self._hosts(events))
 
     async def _hosts(self, events: Sequence[faust.types.EventT[Any]]) -> None:
-        jobs, bad = self._validate(events, HostEvent)
-        for ev, reason in bad:
-            await self.reject(ev, reason)
+        jobs = await self._checked(events, HostEvent)
 
         async def queue(pipe: Any) -> None:
             for j in jobs:
@@ -464,9 +501,7 @@ class Agents:
         await self._safely(events, "control", lambda: self._control(events))
 
     async def _control(self, events: Sequence[faust.types.EventT[Any]]) -> None:
-        jobs, bad = self._validate(events, ControlEvent)
-        for ev, reason in bad:
-            await self.reject(ev, reason)
+        jobs = await self._checked(events, ControlEvent)
 
         async def queue(pipe: Any) -> None:
             for j in jobs:
@@ -508,7 +543,9 @@ def register_agents(
     metrics: Metrics | None = None,
     scheduler: Scheduler | None = None,
 ) -> dict[str, faust.types.AgentT[Any]]:
-    """Attach the agents to ``app``; ``store`` and ``reject_sink`` default to the real ones."""
+    """Attach the agents to ``app``; ``store`` and ``reject_sink`` default to the real ones.
+    With the real rejects topic, events on another partition than their host's are sent
+    again to it (:meth:`Agents._checked`); a custom ``reject_sink`` (tests) turns that off."""
     if store is None:
         store = Store.from_url(settings.redis_url, settings.key_prefix)
     metrics = metrics or Metrics()
@@ -525,9 +562,14 @@ def register_agents(
     async def forward_page(key: bytes, value: bytes) -> None:
         await pages_topic.send(key=key, value=value)
 
+    async def reroute(topic_name: str, key: bytes, value: bytes | None) -> None:
+        await app.topic(topic_name, value_serializer="raw", key_serializer="raw").send(
+            key=key, value=value, headers={REROUTED_HEADER: b"1"})
+
     logic = Agents(
         settings, store, metrics, reject_sink or send_to_rejects, scheduler=scheduler,
         forward=forward_page if settings.forward_discoveries else None,
+        reroute=reroute if reject_sink is None else None,
     )
     app.recrawl_agents = logic  # type: ignore[attr-defined]
     handlers = {

@@ -12,20 +12,13 @@ import math
 from collections.abc import Sequence
 from typing import Any
 
-from aiokafka.partitioner import murmur2
-
 from models.values import crawl_value, time_to_value
 from streams.estimation import GROUP_NAMES, GROUPS, estimates_of
 from streams.params import page_params
-from streams.records import SOURCES, check_url, host_of
+from streams.records import SOURCES, check_url, host_of, shard_of
 from streams.scheduler import Control
 from streams.settings import Settings
 from streams.state import Store
-
-
-def shard_of(host: str, partitions: int) -> int:
-    """The partition a host's events land on (Kafka's default partitioner, murmur2)."""
-    return int(murmur2(host.encode()) & 0x7FFFFFFF) % partitions
 
 
 def _num(x: float | None) -> float | None:

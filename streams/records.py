@@ -15,6 +15,7 @@ import re
 from typing import Any, Literal
 from urllib.parse import urlsplit
 
+from aiokafka.partitioner import murmur2
 from pydantic import (
     BaseModel,
     ConfigDict,
@@ -43,6 +44,12 @@ def _split(url: str) -> tuple[str, str | None]:
     once per use (pings of one page repeat it)."""
     parts = urlsplit(url)
     return parts.scheme, parts.hostname
+
+
+def shard_of(host: str, partitions: int) -> int:
+    """The partition a host's events belong on: Kafka's default partitioner (murmur2 of the
+    key, as the Java clients and aiokafka; librdkafka needs ``partitioner=murmur2_random``)."""
+    return int(murmur2(host.encode()) & 0x7FFFFFFF) % partitions
 
 
 def host_of(url: str) -> str:

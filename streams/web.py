@@ -14,8 +14,9 @@ from typing import Any
 import faust
 from faust.web import Request, Response, View
 
-from streams.explain import explain, shard_of
+from streams.explain import explain
 from streams.metrics import Metrics
+from streams.records import shard_of
 from streams.scheduler import Scheduler
 from streams.settings import Settings
 from streams.state import Store

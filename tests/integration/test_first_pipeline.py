@@ -72,3 +72,42 @@ def test_bad_page_events_go_to_rejects_with_reason(settings: Settings, start_wor
     assert "importance" in by_raw['{"url": "https://x.org/", "importance": -1}']["reason"]
     assert all(r["topic"] == settings.topic("pages") for r in rejects)
     assert sorted(r["offset"] for r in rejects) == [0, 1, 2]  # all keyed x: one partition
+
+
+async def _produce_to(s: Settings, topic: str,
+                      items: list[tuple[bytes | None, bytes, int]]) -> None:
+    producer = AIOKafkaProducer(bootstrap_servers=s.kafka_bootstrap)
+    await producer.start()
+    try:
+        for key, value, partition in items:
+            await producer.send_and_wait(s.topic(topic), value, key=key, partition=partition)
+    finally:
+        await producer.stop()
+
+
+def test_events_on_the_wrong_partition_are_moved_to_their_hosts_partition(
+        settings: Settings, start_worker) -> None:
+    """A producer with another partitioner (librdkafka's default, kcat) or without a key
+    puts a host's events on any partition: the worker sends each again keyed by its host,
+    so all of a host's events are applied from its own partition (one shard, in order)."""
+    from streams.records import shard_of
+
+    start_worker(settings)
+    host = "moved.example"
+    home = shard_of(host, settings.partitions)
+    away = (home + 1) % settings.partitions
+    urls = [f"https://{host}/{i}" for i in range(3)]
+    asyncio.run(_produce_to(settings, "pages", [
+        (None, json.dumps({"url": urls[0]}).encode(), away),  # no key, wrong partition
+        (host.encode(), json.dumps({"url": urls[1]}).encode(), away),  # keyed, wrong one
+        (None, json.dumps({"url": urls[2]}).encode(), home),  # no key, right partition
+    ]))
+    r = redis.Redis.from_url(settings.redis_url, decode_responses=True)
+    key = f"{settings.key_prefix}:{{{host}}}:"
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline and r.hlen(key + "pages") < 3:
+        time.sleep(0.2)
+    assert sorted(r.hkeys(key + "pages")) == urls
+    # applied from the host's own partition only
+    assert list(r.hgetall(key + "offsets")) == [f"{settings.topic('pages')}:{home}"]
+    assert asyncio.run(_consume(settings, "rejects", 1, timeout_s=2)) == []
