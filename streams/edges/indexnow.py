@@ -22,7 +22,10 @@ Answers as the protocol says:
 The rate limit is a token bucket per host in Redis (``<prefix>:indexnow:{<host>}:rate``,
 one Lua script per request, Redis's clock), so receivers sharing a Redis and a key prefix
 share the limit: N receivers behind a load balancer still let a host submit
-``rate_per_s`` requests per second, not N times that.
+``rate_per_s`` requests per second, not N times that.  Requests whose key is not verified
+for the host (made up, or being verified) take tokens of a separate bucket of that host
+(``...:rate:unverified``), after the key is looked up: nobody can use up a key owner's
+limit without the key.
 
 Keys are registered per host in Redis (``recrawl indexnow add-key HOST KEY``), or learnt
 by fetching the key file (``keyLocation``, else ``https://HOST/KEY.txt``) through the
@@ -173,14 +176,15 @@ class RedisTokenBucket:
         # the key lives until the bucket would be full again (plus a second)
         self._ttl_ms = int(min(self.burst / self.rate_per_s, 86400.0 * 30) * 1000) + 1000
 
-    def key(self, host: str) -> str:
-        return f"{self.prefix}:indexnow:{{{host.lower()}}}:rate"
+    def key(self, host: str, bucket: str = "") -> str:
+        return f"{self.prefix}:indexnow:{{{host.lower()}}}:rate" + (f":{bucket}" if bucket else "")
 
-    async def allow(self, host: str, now_s: float | None = None) -> bool:
-        """Take one token of ``host``'s bucket; False when empty (answer 429)."""
+    async def allow(self, host: str, now_s: float | None = None, bucket: str = "") -> bool:
+        """Take one token of ``host``'s bucket (``bucket``: a separate one of the same
+        host, e.g. ``"unverified"``); False when empty (answer 429)."""
         args: list[str | int] = [repr(self.rate_per_s), repr(self.burst), self._ttl_ms,
                 "" if now_s is None else repr(float(now_s))]  # fmt: skip
-        return bool(await self._script(keys=[self.key(host)], args=args))
+        return bool(await self._script(keys=[self.key(host, bucket)], args=args))
 
 
 class Rejection(Exception):
@@ -325,11 +329,15 @@ class IndexNowReceiver:
         except Rejection as r:
             return self._answer(r.status, r.message)
         try:
-            if not await self.limiter.allow(sub.host):
-                return self._answer(429, f"too many requests for {sub.host}")
+            # the key first: requests with a key not (yet) verified take tokens of the host's
+            # separate "unverified" bucket, so made-up keys can never use up the verified
+            # owner's limit (they would answer the owner 429)
             if await self.registry.failed(sub.host, sub.key):
                 return self._answer(403, "key verification failed recently")
             scope = await self.registry.scope(sub.host, sub.key)
+            bucket = "" if scope is not None else "unverified"
+            if not await self.limiter.allow(sub.host, bucket=bucket):
+                return self._answer(429, f"too many requests for {sub.host}")
         except Exception as exc:  # Redis unreachable: tell the client to retry later
             log.exception("key registry or rate limit failed")
             return self._answer(503, f"Redis unavailable: {exc!r}")

@@ -9,6 +9,9 @@ decompressing) and remembers what it saw in Redis, so a restart does not re-ping
 - ``<prefix>:sitemaps:{<host>}:http:<sitemap url>`` — ETag, Last-Modified;
 - ``<prefix>:sitemaps:{<host>}:lastmod`` — hash ``url -> lastmod`` (epoch seconds).
 
+A ``lastmod`` in the future is pinged with the poll time as its change time, and does not
+hide the URL's later changes: after one, any other ``lastmod`` counts as a change.
+
 A URL seen for the first time is remembered without a ping (there is no earlier lastmod
 to compare with) unless ``ping_new``.  Pings are published before the memory is updated:
 a crash in between re-pings (at least once), never loses one.  URLs on another host than
@@ -43,6 +46,9 @@ MAX_URLS = 50_000
 MAX_BYTES = 50 * 1024 * 1024
 GZIP_MAGIC = b"\x1f\x8b"
 
+
+#: how far in the future a stored ``lastmod`` may be and still be a normal one (clock skew)
+FUTURE_SLACK_S = 300.0
 
 class SitemapRefused(Exception):
     """The sitemap was not used: too big, too many entries, unsafe or malformed XML."""
@@ -257,7 +263,11 @@ class SitemapPoller:
         for e, s in zip(own, stored, strict=True):
             assert e.lastmod is not None
             prev = float(_s(s)) if s is not None else None
-            if prev is not None and e.lastmod <= prev:
+            # a lastmod that moved forward is a change; so is any other value after one in
+            # the future (a site that once said 2099 and then fixes its dates), else that
+            # URL would never ping again
+            if prev is not None and (e.lastmod == prev or (
+                    e.lastmod < prev and prev <= now + FUTURE_SLACK_S)):
                 continue
             updates[e.loc] = repr(e.lastmod)
             if prev is None and not self.ping_new:

@@ -1,10 +1,13 @@
 """Where a fetch may go.
 
-Only ``http`` and ``https``.  Private (RFC 1918, ULA), loopback, link-local, multicast,
-reserved and unspecified addresses are refused unless the policy allows them; the demo and
-the tests allow loopback *only* (``loopback_only=True``), so nothing they run can reach a
-non-loopback address.  Host-name overrides (``{".test": "127.0.0.1"}``) map a suffix to a
-fixed address without DNS; the override's address is checked like any other.
+Only ``http`` and ``https``, and only globally routable addresses (``is_global``; an
+IPv6 address that carries an IPv4 one - mapped, 6to4, NAT64 - is judged by that one):
+private (RFC 1918, ULA) and loopback addresses only when the policy allows them;
+link-local, multicast, reserved, unspecified, shared (100.64.0.0/10) and site-local
+never; the demo and the tests allow loopback *only* (``loopback_only=True``), so nothing
+they run can reach a non-loopback address.  Host-name overrides
+(``{".test": "127.0.0.1"}``) map a suffix to a fixed address without DNS; the override's
+address is checked like any other.
 
 The check runs twice: before each request/redirect hop (IP literals never reach a
 resolver) and in the connector's resolver (so a DNS answer cannot swap in a forbidden
@@ -25,6 +28,23 @@ from aiohttp.resolver import ThreadedResolver
 IPAddress = ipaddress.IPv4Address | ipaddress.IPv6Address
 
 
+_NAT64 = (ipaddress.ip_network("64:ff9b::/96"), ipaddress.ip_network("64:ff9b:1::/48"))
+
+
+def _effective(ip: IPAddress) -> IPAddress:
+    """The IPv4 address an IPv6 one carries and reaches (IPv4-mapped, 6to4 2002::/16,
+    NAT64 64:ff9b::/96), else ``ip``: the policy judges where the packets end up."""
+    if isinstance(ip, ipaddress.IPv4Address):
+        return ip
+    if ip.ipv4_mapped is not None:
+        return ip.ipv4_mapped
+    if ip.sixtofour is not None:
+        return ip.sixtofour
+    if any(ip in net for net in _NAT64):
+        return ipaddress.IPv4Address(int(ip) & 0xFFFFFFFF)
+    return ip
+
+
 class RefusedTarget(Exception):
     """The egress policy refuses this URL or address.
 
@@ -43,9 +63,7 @@ class EgressPolicy:
     overrides: dict[str, str] = field(default_factory=dict)
 
     def check_address(self, addr: IPAddress | str) -> None:
-        ip = ipaddress.ip_address(addr) if isinstance(addr, str) else addr
-        if isinstance(ip, ipaddress.IPv6Address) and ip.ipv4_mapped is not None:
-            ip = ip.ipv4_mapped
+        ip = _effective(ipaddress.ip_address(addr) if isinstance(addr, str) else addr)
         if ip.is_loopback:
             if not (self.allow_loopback or self.loopback_only):
                 raise RefusedTarget(f"{ip} is a loopback address")
@@ -56,8 +74,15 @@ class EgressPolicy:
             raise RefusedTarget(f"{ip} is a link-local address")
         if ip.is_unspecified or ip.is_multicast or ip.is_reserved:
             raise RefusedTarget(f"{ip} is not a unicast address")
-        if ip.is_private and not self.allow_private:
-            raise RefusedTarget(f"{ip} is a private address")
+        if ip.is_private:
+            if not self.allow_private:
+                raise RefusedTarget(f"{ip} is a private address")
+            return
+        # an allow-list, not a block-list: only globally routable addresses (this refuses
+        # e.g. shared 100.64.0.0/10 with cloud metadata at 100.100.100.200, and the
+        # deprecated site-local fec0::/10 that Python still counts as global)
+        if not ip.is_global or (isinstance(ip, ipaddress.IPv6Address) and ip.is_site_local):
+            raise RefusedTarget(f"{ip} is not a global address")
 
     def override_for(self, host: str) -> str | None:
         host = host.lower().rstrip(".")

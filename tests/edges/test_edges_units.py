@@ -129,7 +129,11 @@ def test_wrong_root_and_malformed_xml() -> None:
     [("10.1.2.3", "private"), ("192.168.0.1", "private"), ("172.16.0.1", "private"),
      ("169.254.169.254", "link-local"), ("fe80::1", "link-local"), ("127.0.0.1", "loopback"),
      ("::1", "loopback"), ("::ffff:127.0.0.1", "loopback"), ("0.0.0.0", "unicast"),
-     ("fd00::1", "private"), ("224.0.0.1", "unicast")],
+     ("fd00::1", "private"), ("224.0.0.1", "unicast"),
+     ("100.64.0.1", "not a global"), ("100.100.100.200", "not a global"),
+     ("2002:7f00:1::1", "loopback"), ("2002:a00:1::1", "private"), ("fec0::1", "not a global"),
+     ("64:ff9b::a9fe:a9fe", "link-local"), ("192.0.0.1", "private"),
+     ("198.18.0.1", "private")],
 )  # fmt: skip
 def test_default_policy_refuses_internal_addresses(addr: str, reason: str) -> None:
     with pytest.raises(RefusedTarget, match=reason):
@@ -140,6 +144,10 @@ def test_policy_switches() -> None:
     EgressPolicy(allow_loopback=True).check_address("127.0.0.2")
     EgressPolicy(allow_private=True).check_address("10.0.0.1")
     EgressPolicy().check_address("93.184.216.34")
+    EgressPolicy().check_address("2606:2800:220:1:248:1893:25c8:1946")  # global IPv6
+    EgressPolicy().check_address("2002:5db8:d822::1")  # 6to4 of a global IPv4
+    with pytest.raises(RefusedTarget, match="not a global"):
+        EgressPolicy(allow_private=True).check_address("100.100.100.200")
     with pytest.raises(RefusedTarget, match="loopback-only"):
         EgressPolicy(loopback_only=True).check_address("93.184.216.34")
     with pytest.raises(RefusedTarget, match="link-local"):

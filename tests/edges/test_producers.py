@@ -116,19 +116,24 @@ async def test_indexnow_status_codes_and_registered_keys(
             other = "0123456789abcdef0123"
             assert await post({"host": host, "key": other, "urlList": urls}) == 403
             assert await get(url=urls[0], key=other) == 403
-            # the bucket holds 5 requests for this host; the 4 well-formed ones above used 4
-            # (malformed requests are refused before the bucket)
-            assert await post({"host": host, "key": key, "urlList": urls}) == 200
+            # the bucket holds 5 requests of the key's owner; the 2 accepted above used 2
+            # (malformed requests are refused before the bucket, and the made-up key's
+            # requests take the host's separate "unverified" bucket)
+            for _ in range(6):  # more made-up keys than the bucket holds: 403, then 429
+                last = await post({"host": host, "key": other, "urlList": urls})
+            assert last == 429
+            for _ in range(3):
+                assert await post({"host": host, "key": key, "urlList": urls}) == 200
             assert await post({"host": host, "key": key, "urlList": urls}) == 429
-        got = await read_topic(settings, "pings", 7, settle_s=1.0)
+        got = await read_topic(settings, "pings", 13, settle_s=1.0)
     finally:
         await close()
-    # 3 + 1 + 3 published (the 429, 400s, 403s and 422s published nothing)
-    assert len(got) == 7
+    # 3 + 1 + 3 x 3 published (the 429s, 400s, 403s and 422s published nothing)
+    assert len(got) == 13
     assert {v["url"] for _, v in got} == set(urls)
     assert all(k == host.encode() and v["source"] == "indexnow" for k, v in got)
     assert all(v["changed_at"] is None and v["id"] for _, v in got)
-    assert receiver.stats["200"] == 3 and receiver.stats["429"] == 1
+    assert receiver.stats["200"] == 5 and receiver.stats["429"] == 4
 
 
 async def test_indexnow_key_file_verification(
@@ -195,6 +200,29 @@ async def test_sitemap_poller_conditional_get_memory_and_gzip_index(
     ]
     assert all(v["source"] == "sitemap" for _, v in got)
     assert testweb.stats["sitemap_304"] >= 4
+
+
+async def test_a_lastmod_in_the_future_does_not_silence_a_url(
+    settings: Settings, rclient: aioredis.Redis, testweb: TestWeb
+) -> None:
+    """A sitemap once says 2099-01-01 for a page, then fixes its dates: its next real change
+    still pings (it used to be below the remembered 2099, so never again)."""
+    plain = testweb.base("h0.test") + "/sitemap.xml"
+    async with PingProducer(settings) as producer, SafeClient(LOOPBACK) as http:
+        poller = SitemapPoller(http, rclient, settings.key_prefix, producer)
+        await poller.poll(plain)  # remembered, no ping
+        testweb._announce(testweb.world.pages[2], 2, changed_at=4_070_908_800.0)  # 2099
+        first = await poller.poll(plain)
+        assert (first.status, first.pings) == ("changed", 1)
+        assert (await poller.poll(plain)).pings == 0  # the same 2099 again: no change
+        t_fixed = time.time()
+        testweb._announce(testweb.world.pages[2], 2, changed_at=t_fixed)
+        second = await poller.poll(plain)
+        assert (second.status, second.pings) == ("changed", 1)
+    got = await read_topic(settings, "pings", 2, settle_s=1.0)
+    assert [v["url"] for _, v in got] == [testweb.url(2)] * 2
+    assert got[0][1]["changed_at"] <= got[0][1]["received_at"]  # 2099 clamped to the poll
+    assert got[1][1]["changed_at"] == pytest.approx(t_fixed, abs=1e-3)
 
 
 @pytest.mark.parametrize(
