@@ -340,6 +340,7 @@ class Agents:
                               j.record.received_at, j.record.fingerprint())
                              for j in groups[key]],
                 t_delay_s=t_delay, window_s=self.settings.ping_dedup_window_s,
+                max_seen=self.settings.ping_dedup_max_per_host,
                 topic=topic, partition=partition)
 
         by_group = await self._scripted(list(groups), queue)

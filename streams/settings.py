@@ -60,6 +60,8 @@ class Settings(BaseSettings):
     session_timeout_s: float = Field(default=10.0, ge=6.0, le=300.0)
     #: Pings with the same id (or url + source + change time) within this window count once.
     ping_dedup_window_s: float = Field(default=7 * 86400.0, gt=0.0)
+    #: ... and at most this many fingerprints are remembered per host (the oldest go first).
+    ping_dedup_max_per_host: int = Field(default=10_000, ge=1, le=10_000_000)
     #: Timestamps more than this far in the future (worker clock) are rejected.
     max_future_s: float = Field(default=300.0, ge=0.0)
     #: Host capacity until ``recrawl.hosts`` says otherwise.

@@ -7,7 +7,8 @@ every key of one host lives in one slot and every script below touches one slot 
     P:{host}:inflight   HASH  url -> "order_id|issued_at"   (only pages with an order out)
     P:{host}:est        HASH  url -> "estimates|base64 estimator state" (pages with at least
                               one observed crawl interval; streams/estimation.py)
-    P:{host}:seen       ZSET  ping fingerprint -> received_at (duplicates, trimmed by age)
+    P:{host}:seen       ZSET  ping fingerprint -> received_at (duplicates, trimmed by age and
+                              to the newest ``ping_dedup_max_per_host``)
     P:{host}:host       HASH  rate, mif (capacity), tokens, ts (the token bucket)
     P:{host}:offsets    HASH  "<topic>:<partition>" -> last applied offset
     P:shard:{p}:hosts   SET   hosts whose events arrive on partition p (find a shard's pages
@@ -112,8 +113,9 @@ return {cur and 'updated' or 'added', v}
 # A batch of pings of one host from one (topic, partition), in offset order: the stored
 # offset is read once and written once (a ping at or below it is 'dup-offset').
 # KEYS: pages, offsets, seen
-# ARGV: offset field, t_delay_s, dedup window s, then per ping 6 values: offset, url,
-#       source index (1-based), changed_at ('' = unknown), received_at, fingerprint
+# ARGV: offset field, t_delay_s, dedup window s, most fingerprints kept, then per ping 6
+#       values: offset, url, source index (1-based), changed_at ('' = unknown),
+#       received_at, fingerprint
 # Returns code, page value per ping.  The rule is models.decision.pings' "live"
 # (tests/streams/test_ping_rule_lua.py).  Duplicates: a fingerprint seen within the window;
 # the window is trimmed once at the end, and an entry the sequential trims would already
@@ -123,10 +125,10 @@ _APPLY_PINGS = _LIB + r"""
 local stored = redis.call('HGET', KEYS[2], ARGV[1])
 local done = stored and tonumber(stored) or -1
 local top, top_s = done, nil
-local t_delay, window = tonumber(ARGV[2]), tonumber(ARGV[3])
+local t_delay, window, most = tonumber(ARGV[2]), tonumber(ARGV[3]), tonumber(ARGV[4])
 local cut = nil
 local res = {}
-for i = 4, #ARGV, 6 do
+for i = 5, #ARGV, 6 do
   local off, url = tonumber(ARGV[i]), ARGV[i + 1]
   local cur = redis.call('HGET', KEYS[1], url)
   local code, v = nil, cur or ''
@@ -169,7 +171,13 @@ for i = 4, #ARGV, 6 do
   res[#res + 1] = v
 end
 if top_s then redis.call('HSET', KEYS[2], ARGV[1], top_s) end
-if cut then redis.call('ZREMRANGEBYSCORE', KEYS[3], '-inf', '(' .. cut) end
+if cut then
+  redis.call('ZREMRANGEBYSCORE', KEYS[3], '-inf', '(' .. cut)
+  -- and at most `most` fingerprints per host (the oldest go first): a flood of distinct
+  -- pings cannot grow the set toward Redis OOM; an old duplicate may then count again
+  local over = redis.call('ZCARD', KEYS[3]) - most
+  if over > 0 then redis.call('ZREMRANGEBYRANK', KEYS[3], 0, over - 1) end
+end
 return res
 """
 
@@ -392,13 +400,13 @@ class Store:
 
     def queue_pings(
         self, client: Any, host: str, pings: Sequence[PingItem], *, t_delay_s: float,
-        window_s: float, topic: str, partition: int,
+        window_s: float, topic: str, partition: int, max_seen: int = 10_000,
     ) -> Any:
         """One script call for a batch of one host's pings from one partition, in offset
         order (``_APPLY_PINGS``); the result has ``code, page value`` per ping."""
         keys = [self.key(host, k) for k in ("pages", "offsets", "seen")]
         args: list[Any] = [self.offset_field(topic, partition), repr(t_delay_s),
-                           repr(window_s)]
+                           repr(window_s), max_seen]
         for offset, url, source, changed_at, received_at, fingerprint in pings:
             args += [offset, url, SOURCES.index(source) + 1,
                      "" if changed_at is None else repr(changed_at), repr(received_at),

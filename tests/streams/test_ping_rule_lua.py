@@ -102,3 +102,24 @@ async def test_a_batch_decides_as_the_pings_one_at_a_time(redis_url: str) -> Non
     assert {"applied", "duplicate", "unknown", "dup-offset", "before-crawl",
             "within-delay"} <= set(codes)
     assert codes[:11] == ["dup-offset"] * 11 and results["batch"][3] == str(1000 + n - 1)
+
+
+async def test_a_flood_of_distinct_pings_keeps_at_most_max_seen_fingerprints(
+        redis_url: str) -> None:
+    store = Store.from_url(redis_url, f"pf{uuid.uuid4().hex[:8]}")
+    host, url = "f.test", "http://f.test/p"
+    try:
+        await store.load_scripts()
+        await store.redis.hset(store.key(host, "pages"), url, PageState().encode())
+        for b in range(3):
+            res = await store.queue_pings(
+                store.redis, host,
+                [(b * 100 + i, url, "indexnow", None, 1000.0 + b * 100 + i, f"x{b * 100 + i}")
+                 for i in range(100)],
+                t_delay_s=0.0, window_s=86400.0, topic="pings", partition=0, max_seen=50)
+            assert set(res[0::2]) == {"applied"}
+        seen = await store.redis.zrange(store.key(host, "seen"), 0, -1, withscores=True)
+        assert len(seen) == 50
+        assert min(score for _, score in seen) == 1000.0 + 250  # the newest 50 are kept
+    finally:
+        await store.close()
