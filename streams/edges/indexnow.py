@@ -47,7 +47,7 @@ from urllib.parse import urlsplit
 import redis.asyncio as aioredis
 from aiohttp import web
 
-from streams.edges.pings import Ping, PingProducer, merged_ping_id
+from streams.edges.pings import Ping, PingProducer, new_ping_id
 from streams.fetcher.client import SafeClient
 from streams.records import check_url, host_of
 
@@ -264,11 +264,8 @@ class IndexNowReceiver:
         rate_per_s: float = 20.0,
         burst: float = 40.0,
         failed_ttl_s: float = 600.0,
-        merge_s: float = 60.0,
     ) -> None:
         self.producer = producer
-        #: submissions of one URL within the same ``merge_s`` slot are one ping (same id)
-        self.merge_s = merge_s
         self.registry = registry
         self.verifier = verifier
         #: per-host limit shared through Redis by every receiver with the same prefix
@@ -365,8 +362,7 @@ class IndexNowReceiver:
         now = time.time()
         for u in sub.urls:
             await self.producer.send(
-                Ping(url=u, source="indexnow", received_at=now,
-                     id=merged_ping_id("indexnow", u, now, self.merge_s))
+                Ping(url=u, source="indexnow", received_at=now, id=new_ping_id("indexnow"))
             )
         await self.producer.flush()
         self.stats["pings"] += len(sub.urls)

@@ -12,7 +12,6 @@ Times are float epoch seconds.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import time
 import uuid
@@ -66,14 +65,6 @@ class Ping:
 
 def new_ping_id(source: str) -> str:
     return f"{source}:{uuid.uuid4().hex}"
-
-
-def merged_ping_id(source: str, url: str, now_s: float, merge_s: float) -> str:
-    """One id for every ping of ``url`` from ``source`` within the same ``merge_s`` slot of
-    time, so the worker's dedup counts repeated submissions once (a client re-submitting
-    the same URLs many times a second adds no information, and no fingerprints)."""
-    digest = hashlib.blake2b(url.encode(), digest_size=12).hexdigest()
-    return f"{source}:{int(now_s // merge_s)}:{digest}"
 
 
 class PingProducer:

@@ -256,13 +256,3 @@ def test_world_is_reproducible_and_in_range() -> None:
     assert (a["change_rate_per_s"] > 0).all() and (a["change_rate_per_s"] <= 0.1).all()
     assert {p.channel for p in w1.pages} == {"sitemap", "indexnow"}
     assert type(w1).from_json(w1.to_json()) == w1
-
-
-def test_indexnow_resubmissions_within_a_slot_share_one_ping_id() -> None:
-    from streams.edges.pings import merged_ping_id
-
-    a = merged_ping_id("indexnow", "https://a.org/x", 120.0, 60.0)
-    assert a == merged_ping_id("indexnow", "https://a.org/x", 179.9, 60.0)
-    assert a != merged_ping_id("indexnow", "https://a.org/x", 180.0, 60.0)
-    assert a != merged_ping_id("indexnow", "https://a.org/y", 120.0, 60.0)
-    assert len(merged_ping_id("indexnow", "https://a.org/" + "z" * 5000, 1.0, 60.0)) < 256
