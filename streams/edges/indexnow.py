@@ -15,7 +15,8 @@ Answers as the protocol says:
 422    URLs that do not belong to the host, or outside the key file's folder, or a key
        not matching the schema (8-128 characters of a-z, A-Z, 0-9, '-')
 429    too many requests for this host (token bucket per host, shared by every
-       receiver process through Redis: :class:`RedisTokenBucket`)
+       receiver process through Redis: :class:`RedisTokenBucket`), or too many URLs
+       already waiting for their key's verification (``max_pending_urls``)
 503    Redis unreachable (key registry or rate limit)
 =====  ==========================================================================
 
@@ -264,8 +265,14 @@ class IndexNowReceiver:
         rate_per_s: float = 20.0,
         burst: float = 40.0,
         failed_ttl_s: float = 600.0,
+        max_pending_urls: int = 100_000,
     ) -> None:
         self.producer = producer
+        #: URLs held while their key is being verified, over all requests: beyond this a
+        #: submission with a key not yet verified is answered 429 (so unauthenticated
+        #: requests naming new hosts cannot fill the memory while a key server is slow)
+        self.max_pending_urls = max_pending_urls
+        self.pending_urls = 0
         self.registry = registry
         self.verifier = verifier
         #: per-host limit shared through Redis by every receiver with the same prefix
@@ -348,6 +355,9 @@ class IndexNowReceiver:
             return self._answer(200, f"{len(sub.urls)} URL(s) submitted")
         if self.verifier is None:
             return self._answer(403, "key not registered for this host")
+        if self.pending_urls + len(sub.urls) > self.max_pending_urls:
+            return self._answer(429, "too many URLs awaiting key verification; retry later")
+        self.pending_urls += len(sub.urls)
         task = self._background_task(self._verify_then_publish(sub))
         del task
         return self._answer(202, "received; key validation pending")
@@ -368,6 +378,12 @@ class IndexNowReceiver:
         self.stats["pings"] += len(sub.urls)
 
     async def _verify_then_publish(self, sub: Submission) -> None:
+        try:
+            await self._verify_then_publish_held(sub)
+        finally:
+            self.pending_urls -= len(sub.urls)
+
+    async def _verify_then_publish_held(self, sub: Submission) -> None:
         name = (sub.host, sub.key)
         task = self._verifying.get(name)
         if task is None:

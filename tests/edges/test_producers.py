@@ -136,6 +136,43 @@ async def test_indexnow_status_codes_and_registered_keys(
     assert receiver.stats["200"] == 5 and receiver.stats["429"] == 4
 
 
+async def test_indexnow_holds_a_bounded_number_of_urls_awaiting_verification(
+    settings: Settings, rclient: aioredis.Redis, testweb: TestWeb
+) -> None:
+    """Unauthenticated submissions whose key file is slow to answer: each waits with its
+    URL list; beyond ``max_pending_urls`` in all the answer is 429 (memory stays bounded),
+    and the room comes back when the verifications end."""
+    receiver, endpoint, close = await _receiver(settings, rclient, verify=True,
+                                                max_pending_urls=5)
+    base = testweb.base("h0.test")
+
+    def body(n: int, k: int) -> dict[str, object]:
+        return {"host": "h0.test", "key": f"madeupkey{k}", "keyLocation": f"{base}/slow?s=2",
+                "urlList": [f"{base}/x/{k}/{i}" for i in range(n)]}
+
+    try:
+        async with aiohttp.ClientSession() as http:
+
+            async def post(b: dict[str, object]) -> int:
+                async with http.post(endpoint, json=b) as r:
+                    return r.status
+
+            assert await post(body(3, 1)) == 202
+            assert receiver.pending_urls == 3
+            assert await post(body(3, 2)) == 429  # 6 > 5 URLs would be held
+            assert await post(body(2, 3)) == 202
+            assert receiver.pending_urls == 5
+            for _ in range(100):  # the slow key files answer (not the key): room again
+                if receiver.pending_urls == 0:
+                    break
+                await asyncio.sleep(0.1)
+            assert receiver.pending_urls == 0
+            assert await post(body(3, 4)) == 202
+    finally:
+        await close()
+    assert receiver.stats["unverified_urls_dropped"] >= 5
+
+
 async def test_indexnow_key_file_verification(
     settings: Settings, rclient: aioredis.Redis, testweb: TestWeb
 ) -> None:
