@@ -99,19 +99,28 @@ def parse_sitemap(
         raise SitemapRefused(f"size {len(data)} over {max_bytes} bytes")
     entries: list[Entry] = []
     kind: str | None = None
+    root: Any = None
+    depth = 0
     try:
         for event, elem in iterparse(
             io.BytesIO(data), events=("start", "end"),
             forbid_dtd=True, forbid_entities=True, forbid_external=True,
         ):  # fmt: skip
-            name = _local(elem.tag)
             if event == "start":
-                if kind is None:
+                depth += 1
+                if root is None:
+                    name = _local(elem.tag)
                     if name not in ("urlset", "sitemapindex"):
                         raise SitemapRefused(f"root element is {name!r}, not urlset/sitemapindex")
-                    kind = name
+                    kind, root = name, elem
                 continue
-            if name in ("url", "sitemap"):
+            depth -= 1
+            if depth != 1:
+                continue
+            # a child of the root ended: read it if it is an entry, then drop every child
+            # of the root, so that memory stays that of one entry whatever else the file
+            # holds (unknown elements were kept to the end: ~23x the input)
+            if _local(elem.tag) in ("url", "sitemap"):
                 loc = lastmod = None
                 for child in elem:
                     cname = _local(child.tag)
@@ -127,7 +136,7 @@ def parse_sitemap(
                     entries.append(Entry(loc, lm))
                     if len(entries) > max_urls:
                         raise SitemapRefused(f"more than {max_urls} entries")
-                elem.clear()
+            root.clear()
     except DefusedXmlException as exc:
         raise SitemapRefused(f"unsafe XML: {type(exc).__name__}") from None
     except SyntaxError as exc:  # ElementTree.ParseError
