@@ -543,10 +543,11 @@ def register_agents(
     reject_sink: RejectSink | None = None,
     metrics: Metrics | None = None,
     scheduler: Scheduler | None = None,
+    reroute: bool = True,
 ) -> dict[str, faust.types.AgentT[Any]]:
     """Attach the agents to ``app``; ``store`` and ``reject_sink`` default to the real ones.
-    With the real rejects topic, events on another partition than their host's are sent
-    again to it (:meth:`Agents._checked`); a custom ``reject_sink`` (tests) turns that off."""
+    ``reroute``: events on another partition than their host's are sent again to it
+    (:meth:`Agents._checked`); off for ``agent.test_context()`` tests (no broker)."""
     if store is None:
         store = Store.from_url(settings.redis_url, settings.key_prefix)
     metrics = metrics or Metrics()
@@ -555,22 +556,23 @@ def register_agents(
     def topic(name: str) -> Any:
         return app.topic(settings.topic(name), value_serializer="raw", key_serializer="raw")
 
-    rejects_topic, pages_topic = topic("rejects"), topic("pages")
+    rejects_topic = topic("rejects")
+    inputs = {name: topic(name) for name in ("pages", "pings", "outcomes", "hosts", "control")}
+    by_name = {settings.topic(name): t for name, t in inputs.items()}
 
     async def send_to_rejects(key: bytes | None, value: bytes) -> None:
         await rejects_topic.send(key=key, value=value)
 
     async def forward_page(key: bytes, value: bytes) -> None:
-        await pages_topic.send(key=key, value=value)
+        await inputs["pages"].send(key=key, value=value)
 
-    async def reroute(topic_name: str, key: bytes, value: bytes | None) -> None:
-        await app.topic(topic_name, value_serializer="raw", key_serializer="raw").send(
-            key=key, value=value, headers={REROUTED_HEADER: b"1"})
+    async def send_again(topic_name: str, key: bytes, value: bytes | None) -> None:
+        await by_name[topic_name].send(key=key, value=value, headers={REROUTED_HEADER: b"1"})
 
     logic = Agents(
         settings, store, metrics, reject_sink or send_to_rejects, scheduler=scheduler,
         forward=forward_page if settings.forward_discoveries else None,
-        reroute=reroute if reject_sink is None else None,
+        reroute=send_again if reroute else None,
     )
     app.recrawl_agents = logic  # type: ignore[attr-defined]
     handlers = {
@@ -582,7 +584,7 @@ def register_agents(
     }
     agents: dict[str, faust.types.AgentT[Any]] = {}
     for name, handler in handlers.items():
-        agents[name] = _make_agent(app, topic(name), name, handler, settings.batch_size)
+        agents[name] = _make_agent(app, inputs[name], name, handler, settings.batch_size)
     return agents
 
 

@@ -42,7 +42,8 @@ class Harness:
             self.rejects.append(json.loads(value))
 
         self.agents = register_agents(
-            self.app, self.settings, store=self.store, reject_sink=sink, metrics=self.metrics
+            self.app, self.settings, store=self.store, reject_sink=sink, metrics=self.metrics,
+            reroute=False,  # no broker to send to: every test event sits on partition 0
         )
         self.logic = self.app.recrawl_agents  # type: ignore[attr-defined]
 
