@@ -57,6 +57,7 @@ from streams.records import (
 )
 from streams.settings import Settings
 from streams.state import PageState, Store
+from streams.urls import canonical_host
 
 if TYPE_CHECKING:
     from streams.scheduler import Scheduler
@@ -88,6 +89,14 @@ def kafka_transient(exc: BaseException) -> bool:
 
 #: header of an event a worker sent again to its host's partition
 REROUTED_HEADER = "recrawl-rerouted"
+
+
+def _key_host(key: str) -> str:
+    """A Kafka key as a canonical host name (:func:`streams.urls.canonical_host`)."""
+    try:
+        return canonical_host(key)
+    except ValueError:
+        return key
 
 
 def _rerouted(msg: Any) -> bool:
@@ -222,9 +231,9 @@ class Agents:
                 continue
             key_host = getattr(rec, "host", None)
             if msg.key and key_host is not None:
-                key = msg.key.decode("utf-8", "replace").lower() if isinstance(
-                    msg.key, bytes) else str(msg.key).lower()
-                if key != key_host:
+                key = msg.key.decode("utf-8", "replace") if isinstance(
+                    msg.key, bytes) else str(msg.key)
+                if _key_host(key) != key_host:  # any spelling of the host will do
                     bad.append((ev, f"key {key!r} does not match the url's host {key_host!r}"))
                     continue
             if key_host is not None and self.reroute is not None:

@@ -59,7 +59,7 @@ async def explain(store: Store, settings: Settings, url: str, now_s: float,
     worker's recent ones about it (:class:`streams.decisions.DecisionRing`: no decision
     text is stored in Redis)."""
     try:
-        check_url(url)
+        url = check_url(url)  # the canonical form, as stored
     except ValueError as exc:
         return {"url": url, "error": str(exc)}
     host = host_of(url)

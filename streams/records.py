@@ -9,11 +9,9 @@ and timestamps too far in the future (``context={"now_s": ..., "max_future_s": .
 from __future__ import annotations
 
 import base64
-import functools
 import math
 import re
 from typing import Any, Literal
-from urllib.parse import urlsplit
 
 from aiokafka.partitioner import murmur2
 from pydantic import (
@@ -26,24 +24,13 @@ from pydantic import (
     model_validator,
 )
 
-MAX_URL_BYTES = 2048
+from streams.urls import canonical_host, canonical_url, url_host
 
 #: Ping sources, in the order of the per-source counters kept for each page.
 SOURCES: tuple[str, ...] = ("sitemap", "indexnow", "websub", "cdn", "other")
 Source = Literal["sitemap", "indexnow", "websub", "cdn", "other"]
 
-_HOST_RE = re.compile(r"^[a-z0-9]([a-z0-9\-_.]*[a-z0-9])?(:\d{1,5})?$|^\[[0-9a-f:.]+\]$")
-
-
-_SPACE_RE = re.compile(r"\s")  # the same characters as str.isspace (Py_UNICODE_ISSPACE)
-
-
-@functools.lru_cache(maxsize=1 << 16)
-def _split(url: str) -> tuple[str, str | None]:
-    """``(scheme, hostname)`` of a URL; cached: a page's URL is parsed once per event, not
-    once per use (pings of one page repeat it)."""
-    parts = urlsplit(url)
-    return parts.scheme, parts.hostname
+_HOST_RE = re.compile(r"^[a-z0-9]([a-z0-9\-_.]*[a-z0-9])?$|^[0-9a-f:.]+$")
 
 
 def shard_of(host: str, partitions: int) -> int:
@@ -53,27 +40,19 @@ def shard_of(host: str, partitions: int) -> int:
 
 
 def host_of(url: str) -> str:
-    """The lower-cased host of an http(s) URL (the Kafka key and the Redis hash tag)."""
+    """The canonical host of an http(s) URL (the Kafka key and the Redis hash tag;
+    :mod:`streams.urls`); ``""`` if it is not one."""
     try:
-        return (_split(url)[1] or "").lower()
+        return url_host(url)
     except ValueError:
         return ""
 
 
 def check_url(url: str) -> str:
-    if len(url.encode()) > MAX_URL_BYTES:
-        raise ValueError(f"url longer than {MAX_URL_BYTES} bytes")
-    try:
-        scheme, hostname = _split(url)
-    except ValueError as exc:
-        raise ValueError(f"url does not parse: {exc}") from None
-    if scheme not in ("http", "https"):
-        raise ValueError(f"url scheme must be http or https, not {scheme!r}")
-    if not hostname:
-        raise ValueError("url has no host")
-    if _SPACE_RE.search(url):
-        raise ValueError("url contains whitespace")
-    return url
+    """The canonical form of ``url`` (:func:`streams.urls.canonical_url`): every entrance
+    stores and compares this; ``ValueError`` with the reason if it is not an absolute
+    http(s) URL."""
+    return canonical_url(url)
 
 
 def _check_time(value: float | None, info: ValidationInfo, name: str) -> float | None:
@@ -116,6 +95,13 @@ class _Event(BaseModel):
         return host_of(self.url)
 
 
+def _same_host(host: str) -> str:
+    try:
+        return canonical_host(host)
+    except ValueError:
+        return host
+
+
 class PageEvent(_Event):
     """``recrawl.pages``: add or update a page, or delete it."""
 
@@ -134,7 +120,7 @@ class PageEvent(_Event):
 
     @model_validator(mode="after")
     def _host_matches(self) -> PageEvent:
-        if self.host_field is not None and self.host_field.lower() != self.host:
+        if self.host_field is not None and _same_host(self.host_field) != self.host:
             raise ValueError(f"host {self.host_field!r} does not match the url's host")
         return self
 
@@ -191,7 +177,7 @@ class HostEvent(BaseModel):
     @field_validator("host")
     @classmethod
     def _host(cls, v: str) -> str:
-        v = v.lower()
+        v = canonical_host(v)
         if not _HOST_RE.match(v):
             raise ValueError(f"not a host name: {v!r}")
         return v

@@ -41,9 +41,8 @@ import logging
 import re
 import time
 from collections import Counter
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
-from urllib.parse import urlsplit
 
 import redis.asyncio as aioredis
 from aiohttp import web
@@ -51,6 +50,7 @@ from aiohttp import web
 from streams.edges.pings import Ping, PingProducer, new_ping_id
 from streams.fetcher.client import SafeClient
 from streams.records import check_url, host_of
+from streams.urls import canonical_host, in_scope
 
 log = logging.getLogger(__name__)
 
@@ -63,8 +63,9 @@ class KeyRegistry:
     """Verified IndexNow keys per host, in Redis.
 
     ``<prefix>:indexnow:{<host>}:keys`` is a hash ``key -> scope`` (a URL prefix the key
-    may submit, ``""`` for the whole host); ``...:failed:<key>`` marks a failed
-    verification for a while.
+    may submit, ``""`` for the whole host); ``...:keys:at`` holds, for keys learnt from a
+    key file, ``<checked at>|<key file URL>`` (a key added by the operator has none and is
+    never re-checked); ``...:failed:<key>`` marks a failed verification for a while.
     """
 
     def __init__(self, client: aioredis.Redis, prefix: str) -> None:
@@ -77,20 +78,44 @@ class KeyRegistry:
     def _failed(self, host: str, key: str) -> str:
         return f"{self.prefix}:indexnow:{{{host.lower()}}}:failed:{key}"
 
-    async def add(self, host: str, key: str, scope: str = "") -> None:
+    async def add(self, host: str, key: str, scope: str = "",
+                  verified_at: float | None = None, location: str = "") -> None:
+        """Register ``key`` for ``host``; ``verified_at``: when its key file (at
+        ``location``, '' = the default ones) was read; then it is re-checked once that is
+        older than the receiver's ``key_recheck_s``."""
         if not KEY_RE.match(key):
             raise ValueError("an IndexNow key is 8-128 characters of a-z, A-Z, 0-9 and '-'")
-        await self.redis.hset(self._keys(host), key, scope)
-        await self.redis.delete(self._failed(host, key))
+        pipe = self.redis.pipeline(transaction=True)
+        pipe.hset(self._keys(host), key, scope)
+        if verified_at is None:
+            pipe.hdel(f"{self._keys(host)}:at", key)
+        else:
+            pipe.hset(f"{self._keys(host)}:at", key, f"{float(verified_at)!r}|{location}")
+        pipe.delete(self._failed(host, key))
+        await pipe.execute()
 
     async def remove(self, host: str, key: str) -> bool:
-        return bool(await self.redis.hdel(self._keys(host), key))
+        pipe = self.redis.pipeline(transaction=True)
+        pipe.hdel(self._keys(host), key)
+        pipe.hdel(f"{self._keys(host)}:at", key)
+        return bool((await pipe.execute())[0])
 
     async def scope(self, host: str, key: str) -> str | None:
-        v = await self.redis.hget(self._keys(host), key)
+        return (await self.lookup(host, key))[0]
+
+    async def lookup(self, host: str, key: str) -> tuple[str | None, float | None, str]:
+        """``(scope, verified_at, key file URL)``: scope None if the key is not registered;
+        verified_at None for a key the operator added (never re-checked)."""
+        pipe = self.redis.pipeline(transaction=False)
+        pipe.hget(self._keys(host), key)
+        pipe.hget(f"{self._keys(host)}:at", key)
+        v, at = await pipe.execute()
         if v is None:
-            return None
-        return v.decode() if isinstance(v, bytes) else str(v)
+            return None, None, ""
+        checked, _, location = (at.decode() if isinstance(at, bytes) else str(at or "")
+                                ).partition("|")
+        return (v.decode() if isinstance(v, bytes) else str(v)), (
+            float(checked) if checked else None), location
 
     async def mark_failed(self, host: str, key: str, ttl_s: float) -> None:
         await self.redis.set(self._failed(host, key), "1", px=max(1, int(ttl_s * 1000)))
@@ -204,18 +229,21 @@ class Submission:
 
 
 def key_scope(key_location: str | None) -> str:
-    """The URL prefix a key file at ``key_location`` may submit ('' = the whole host)."""
+    """The URLs a key file at ``key_location`` may submit: those under its folder, with
+    the same scheme, host and port (the protocol: a key at ``http://example.com/catalog/
+    key.txt`` covers ``http://example.com/catalog/...`` only), as a canonical URL prefix
+    ending in ``/``; ``''`` (the whole host) without a key location."""
     if not key_location:
         return ""
-    parts = urlsplit(key_location)
-    folder = parts.path.rsplit("/", 1)[0] + "/"
-    return f"{parts.scheme}://{parts.netloc}{folder}" if folder != "/" else ""
+    loc = check_url(key_location)
+    return loc[: loc.rindex("/") + 1]
 
 
 def validate_submission(
     host: Any, key: Any, key_location: Any, url_list: Any
 ) -> Submission:
-    """Check the protocol's rules; raises :class:`Rejection` with the status to answer."""
+    """Check the protocol's rules; raises :class:`Rejection` with the status to answer.
+    URLs are compared and published in their canonical form (:mod:`streams.urls`)."""
     if not isinstance(host, str) or not host.strip():
         raise Rejection(400, "'host' must be a non-empty string")
     if not isinstance(key, str) or not key:
@@ -228,29 +256,34 @@ def validate_submission(
         raise Rejection(400, f"'urlList' has {len(url_list)} URLs; at most {MAX_URLS}")
     if not all(isinstance(u, str) for u in url_list):
         raise Rejection(400, "'urlList' must hold strings")
+    urls = []
     for u in url_list:
         try:
-            check_url(u)
+            urls.append(check_url(u))
         except ValueError as exc:
             raise Rejection(400, f"bad URL {u[:100]!r}: {exc}") from None
+    try:
+        host = canonical_host(host)
+    except ValueError as exc:
+        raise Rejection(400, f"'host': {exc}") from None
     if not KEY_RE.match(key):
         raise Rejection(422, "the key does not match the schema (8-128 of a-z, A-Z, 0-9, '-')")
-    host = host.strip().lower()
-    foreign = [u for u in url_list if host_of(u) != host]
+    foreign = [u for u in urls if host_of(u) != host]
     if foreign:
         raise Rejection(422, f"{len(foreign)} URL(s) do not belong to host {host!r}")
     if key_location:
         try:
-            check_url(key_location)
+            key_location = check_url(key_location)
         except ValueError as exc:
             raise Rejection(422, f"bad keyLocation: {exc}") from None
         if host_of(key_location) != host:
             raise Rejection(422, "keyLocation is not on the host")
         scope = key_scope(key_location)
-        outside = [u for u in url_list if scope and not u.startswith(scope)]
+        outside = [u for u in urls if not in_scope(u, scope)]
         if outside:
-            raise Rejection(422, f"{len(outside)} URL(s) are outside the key file's folder")
-    return Submission(host, key, key_location or None, tuple(dict.fromkeys(url_list)))
+            raise Rejection(422, f"{len(outside)} URL(s) are outside the key file's folder "
+                                 f"{scope} (same scheme, host, port and folder)")
+    return Submission(host, key, key_location or None, tuple(dict.fromkeys(urls)))
 
 
 class IndexNowReceiver:
@@ -266,8 +299,13 @@ class IndexNowReceiver:
         burst: float = 40.0,
         failed_ttl_s: float = 600.0,
         max_pending_urls: int = 100_000,
+        key_recheck_s: float = 86_400.0,
     ) -> None:
         self.producer = producer
+        #: a key learnt from a key file is fetched again once its check is this old (a
+        #: site that removes the file revokes the key); until then its submissions are
+        #: held as for a new key (202)
+        self.key_recheck_s = key_recheck_s
         #: URLs held while their key is being verified, over all requests: beyond this a
         #: submission with a key not yet verified is answered 429 (so unauthenticated
         #: requests naming new hosts cannot fill the memory while a key server is slow)
@@ -305,10 +343,7 @@ class IndexNowReceiver:
         key = request.query.get("key")
         if not url or not key:
             return self._answer(400, "'url' and 'key' query parameters are required")
-        try:
-            host = host_of(url)
-        except ValueError:
-            host = ""
+        host = host_of(url)
         return await self._submit(host, key, request.query.get("keyLocation"), [url])
 
     async def handle_post(self, request: web.Request) -> web.Response:
@@ -318,6 +353,8 @@ class IndexNowReceiver:
             return self._answer(400, f"body larger than {MAX_BODY_BYTES} bytes")
         except ValueError:
             return self._answer(400, "body is not JSON")
+        except RecursionError:  # e.g. 100,000 nested '[': the parser gives up
+            return self._answer(400, "body is JSON nested too deeply")
         if not isinstance(body, dict):
             return self._answer(400, "body must be a JSON object")
         return await self._submit(
@@ -341,7 +378,13 @@ class IndexNowReceiver:
             # owner's limit (they would answer the owner 429)
             if await self.registry.failed(sub.host, sub.key):
                 return self._answer(403, "key verification failed recently")
-            scope = await self.registry.scope(sub.host, sub.key)
+            scope, checked_at, location = await self.registry.lookup(sub.host, sub.key)
+            if (scope is not None and checked_at is not None and self.verifier is not None
+                    and time.time() - checked_at > self.key_recheck_s):
+                scope = None  # the key file is read again before anything is published
+                self.stats["keys_rechecked"] += 1
+                if sub.key_location is None and location:
+                    sub = replace(sub, key_location=location)
             bucket = "" if scope is not None else "unverified"
             if not await self.limiter.allow(sub.host, bucket=bucket):
                 return self._answer(429, f"too many requests for {sub.host}")
@@ -349,9 +392,13 @@ class IndexNowReceiver:
             log.exception("key registry or rate limit failed")
             return self._answer(503, f"Redis unavailable: {exc!r}")
         if scope is not None:
-            if scope and not all(u.startswith(scope) for u in sub.urls):
+            if scope and not all(in_scope(u, scope) for u in sub.urls):
                 return self._answer(422, "URLs outside the key's folder")
-            await self._publish(sub)
+            try:
+                await self._publish(sub)
+            except Exception as exc:  # Kafka unreachable: the client retries later
+                log.exception("publishing IndexNow pings failed")
+                return self._answer(503, f"Kafka unavailable: {type(exc).__name__}")
             return self._answer(200, f"{len(sub.urls)} URL(s) submitted")
         if self.verifier is None:
             return self._answer(403, "key not registered for this host")
@@ -396,7 +443,11 @@ class IndexNowReceiver:
             log.exception("key verification crashed")
             ok = False
         if ok:
-            await self._publish(sub)
+            try:
+                await self._publish(sub)
+            except Exception:  # Kafka unreachable: the 202 promised nothing more
+                log.exception("publishing verified IndexNow pings failed")
+                self.stats["publish_failed_urls"] += len(sub.urls)
         else:
             self.stats["unverified_urls_dropped"] += len(sub.urls)
 
@@ -412,9 +463,12 @@ class IndexNowReceiver:
             if result.ok and result.body is not None:
                 first = result.body.decode("utf-8", "replace").strip().splitlines()[:1]
                 if first and first[0].strip() == sub.key:
-                    await self.registry.add(sub.host, sub.key, key_scope(sub.key_location))
+                    await self.registry.add(sub.host, sub.key, key_scope(sub.key_location),
+                                            verified_at=time.time(),
+                                            location=sub.key_location or "")
                     self.stats["keys_verified"] += 1
                     return True
+        await self.registry.remove(sub.host, sub.key)  # a re-check that failed revokes it
         await self.registry.mark_failed(sub.host, sub.key, self.failed_ttl_s)
         self.stats["keys_failed"] += 1
         return False

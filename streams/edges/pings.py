@@ -36,7 +36,8 @@ class Ping:
     id: str | None = None
 
     def __post_init__(self) -> None:
-        check_url(self.url)
+        # the canonical form (streams.urls): one page is one key whatever the spelling
+        object.__setattr__(self, "url", check_url(self.url))
         if self.source not in PING_SOURCES:
             known = ", ".join(PING_SOURCES)
             raise ValueError(f"source must be one of {known}, not {self.source!r}")
@@ -129,7 +130,10 @@ def parse_ping_line(
     now_s = time.time() if now_s is None else now_s
     text = line.strip()
     if text.startswith("{"):
-        obj = json.loads(text)
+        try:
+            obj = json.loads(text)
+        except RecursionError:
+            raise ValueError("JSON nested too deeply") from None
         if not isinstance(obj, dict) or not isinstance(obj.get("url"), str):
             raise ValueError("a JSON line needs a string 'url'")
         changed = obj.get("changed_at")

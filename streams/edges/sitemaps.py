@@ -7,16 +7,25 @@ limits of 50,000 URLs and 50 MB uncompressed, checked while reading and while
 decompressing) and remembers what it saw in Redis, so a restart does not re-ping:
 
 - ``<prefix>:sitemaps:{<host>}:http:<sitemap url>`` — ETag, Last-Modified;
-- ``<prefix>:sitemaps:{<host>}:lastmod`` — hash ``url -> lastmod`` (epoch seconds).
+- ``<prefix>:sitemaps:{<host>}:lastmod:<sitemap url>`` — hash ``url -> lastmod`` (epoch
+  seconds) of the URLs the sitemap listed at its last poll: a URL it no longer lists is
+  dropped, so the memory is bounded by the sitemap's own size (at most 50,000), however
+  many new URLs each poll brings;
+- ``<prefix>:sitemaps:{<host>}:children:<index url>`` — the same for an index's sitemaps.
 
 A ``lastmod`` in the future is pinged with the poll time as its change time, and does not
 hide the URL's later changes: after one, any other ``lastmod`` counts as a change.
 
 A URL seen for the first time is remembered without a ping (there is no earlier lastmod
 to compare with) unless ``ping_new``.  Pings are published before the memory is updated:
-a crash in between re-pings (at least once), never loses one.  URLs on another host than
-the sitemap, and index entries pointing to another host, are ignored (the protocol's
-cross-host rule).
+a crash in between re-pings (at least once), never loses one. URLs are compared in their
+canonical form (:mod:`streams.urls`). The protocol's location rule holds: a sitemap
+lists only URLs under its own folder with its scheme, host and port
+(``http://h:8080/~bob/sitemap.xml`` cannot list ``http://h:8080/``, nor the pages of
+``http://h/``); an index lists sitemaps under its folder, and those may list any URL
+under the index's folder (the index's site vouches for them: ``/sitemaps/1.xml`` listed
+by ``/sitemap_index.xml`` may list ``/p/1``).  Other entries are ignored and counted
+(``foreign_entries``).
 """
 
 from __future__ import annotations
@@ -39,6 +48,7 @@ from streams.edges.pings import Ping, PingProducer, new_ping_id
 from streams.edges.timeparse import parse_w3c_datetime
 from streams.fetcher.client import SafeClient
 from streams.records import check_url, host_of
+from streams.urls import in_scope
 
 log = logging.getLogger(__name__)
 
@@ -181,11 +191,22 @@ class SitemapPoller:
     def _http_key(self, url: str) -> str:
         return f"{self.prefix}:sitemaps:{{{host_of(url)}}}:http:{url}"
 
-    def _lastmod_key(self, host: str) -> str:
-        return f"{self.prefix}:sitemaps:{{{host}}}:lastmod"
+    def _lastmod_key(self, sitemap_url: str) -> str:
+        return f"{self.prefix}:sitemaps:{{{host_of(sitemap_url)}}}:lastmod:{sitemap_url}"
 
-    async def poll(self, url: str, *, _depth: int = 0) -> PollResult:
+    def _children_key(self, index_url: str) -> str:
+        return f"{self.prefix}:sitemaps:{{{host_of(index_url)}}}:children:{index_url}"
+
+    async def poll(self, url: str, *, _depth: int = 0, _scope: str | None = None) -> PollResult:
+        """Poll one sitemap or index.  ``_scope``: for a sitemap of an index, the index's
+        folder (the index's site vouches for its sitemaps)."""
         self.stats["polls"] += 1
+        try:
+            url = check_url(url)
+        except ValueError as exc:
+            self.stats["errors"] += 1
+            return PollResult(url, "error", error=f"bad sitemap URL: {exc}")
+        scope = _scope or url[: url.rindex("/") + 1]
         raw_memo = await self.redis.hgetall(self._http_key(url))
         memo: dict[str, str] = {_s(k): _s(v) for k, v in raw_memo.items()}
         headers: dict[str, str] = {}
@@ -213,15 +234,15 @@ class SitemapPoller:
                 self.stats["refused"] += 1
                 return PollResult(url, "refused", error="a sitemap index inside an index")
             total = PollResult(url, "changed", entries=len(parsed.entries))
-            for e in await self._changed_children(url, parsed.entries):
-                child = await self.poll(e.loc, _depth=1)
+            for e in await self._changed_children(url, scope, parsed.entries):
+                child = await self.poll(e.loc, _depth=1, _scope=scope)
                 total.pings += child.pings
                 if child.status in ("refused", "error"):
                     total.error = f"{e.loc}: {child.error}"
             if total.error is None:
-                await self._remember_children(url, parsed.entries)
+                await self._remember_children(url, scope, parsed.entries)
         else:
-            pings = await self._apply_urlset(url, parsed.entries)
+            pings = await self._apply_urlset(url, scope, parsed.entries)
             total = PollResult(url, "changed", pings=pings, entries=len(parsed.entries))
         if total.error is None:
             fresh: dict[Any, Any] = {k: v for k, v in (
@@ -232,41 +253,60 @@ class SitemapPoller:
                 await self.redis.hset(self._http_key(url), mapping=fresh)
         return total
 
-    async def _changed_children(self, index_url: str, entries: list[Entry]) -> list[Entry]:
-        host = host_of(index_url)
-        same_host = [e for e in entries if _http_url(e.loc) and host_of(e.loc) == host]
-        self.stats["foreign_entries"] += len(entries) - len(same_host)
+    def _own(self, scope: str, entries: list[Entry]) -> list[Entry]:
+        """The entries under ``scope`` (a canonical folder URL), in canonical form (module
+        docstring); others are counted and ignored."""
+        own = []
+        for e in entries:
+            loc = _canonical(e.loc)
+            if loc is not None and in_scope(loc, scope):
+                own.append(Entry(loc, e.lastmod))
+        self.stats["foreign_entries"] += len(entries) - len(own)
+        return own
+
+    async def _changed_children(
+        self, index_url: str, scope: str, entries: list[Entry]
+    ) -> list[Entry]:
+        same_host = self._own(scope, entries)
         if not same_host:
             return []
-        key = f"{self.prefix}:sitemaps:{{{host}}}:children:{index_url}"
-        stored = await self.redis.hmget(key, [e.loc for e in same_host])
+        stored = await self.redis.hmget(self._children_key(index_url),
+                                        [e.loc for e in same_host])
         out = []
         for e, s in zip(same_host, stored, strict=True):
             if e.lastmod is None or s is None or e.lastmod > float(_s(s)):
                 out.append(e)
         return out
 
-    async def _remember_children(self, index_url: str, entries: list[Entry]) -> None:
-        host = host_of(index_url)
-        key = f"{self.prefix}:sitemaps:{{{host}}}:children:{index_url}"
+    async def _remember_children(self, index_url: str, scope: str, entries: list[Entry]) -> None:
         mapping: dict[Any, Any] = {
-            e.loc: repr(e.lastmod)
-            for e in entries
-            if e.lastmod is not None and _http_url(e.loc) and host_of(e.loc) == host
+            e.loc: repr(e.lastmod) for e in self._own(scope, entries) if e.lastmod is not None
         }
-        if mapping:
-            await self.redis.hset(key, mapping=mapping)
+        await self._replace(self._children_key(index_url), mapping.keys(), mapping)
 
-    async def _apply_urlset(self, sitemap_url: str, entries: list[Entry]) -> int:
-        host = host_of(sitemap_url)
-        usable = [e for e in entries if e.lastmod is not None and _http_url(e.loc)]
-        own = [e for e in usable if host_of(e.loc) == host]
-        self.stats["foreign_entries"] += len(usable) - len(own)
+    async def _replace(self, key: str, keep: Any, changed: dict[Any, Any]) -> None:
+        """Write ``changed`` into the hash ``key`` and drop its fields not in ``keep`` (the
+        URLs the last poll listed): its size is the last poll's, never the sum of every
+        poll's."""
+        old = {_s(k) for k in await self.redis.hkeys(key)}
+        gone = list(old - set(keep))
+        pipe = self.redis.pipeline(transaction=False)
+        for i in range(0, len(gone), 5000):
+            pipe.hdel(key, *gone[i : i + 5000])
+        if changed:
+            pipe.hset(key, mapping=changed)
+        await pipe.execute()
+
+    async def _apply_urlset(self, sitemap_url: str, scope: str, entries: list[Entry]) -> int:
+        own = self._own(scope, [e for e in entries if e.lastmod is not None])
+        key = self._lastmod_key(sitemap_url)
         if not own:
+            await self._replace(key, (), {})
             return 0
-        key = self._lastmod_key(host)
+        own = list({e.loc: e for e in own}.values())  # one entry per page (the last)
         stored = await self.redis.hmget(key, [e.loc for e in own])
         now = time.time()
+        listed: set[str] = set()
         updates: dict[Any, Any] = {}
         pings = []
         for e, s in zip(own, stored, strict=True):
@@ -277,7 +317,9 @@ class SitemapPoller:
             # URL would never ping again
             if prev is not None and (e.lastmod == prev or (
                     e.lastmod < prev and prev <= now + FUTURE_SLACK_S)):
+                listed.add(e.loc)
                 continue
+            listed.add(e.loc)
             updates[e.loc] = repr(e.lastmod)
             if prev is None and not self.ping_new:
                 continue
@@ -291,8 +333,7 @@ class SitemapPoller:
             await self.producer.send(p)
         if pings:
             await self.producer.flush()
-        if updates:
-            await self.redis.hset(key, mapping=updates)
+        await self._replace(key, listed, updates)
         self.stats["pings"] += len(pings)
         return len(pings)
 
@@ -315,12 +356,11 @@ class SitemapPoller:
                     await asyncio.wait_for(stop.wait(), wait)
 
 
-def _http_url(u: str) -> bool:
+def _canonical(u: str) -> str | None:
     try:
-        check_url(u)
-        return True
+        return check_url(u)
     except ValueError:
-        return False
+        return None
 
 
 def _s(v: Any) -> str:

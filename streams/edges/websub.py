@@ -80,6 +80,10 @@ SIGNATURE_METHODS: dict[str, Callable[..., Any]] = {
 #: Sec. 5.1: ``hub.secret`` "MUST be less than 200 bytes in length".
 MAX_SECRET_BYTES = 199
 MAX_BODY_BYTES = 10 * 1024 * 1024
+#: the longest lease recorded (s): a hub's longer lease is kept as this one, so the
+#: subscription is renewed in time instead of waiting for a date that overflows the store
+MAX_LEASE_S = 366 * 86_400
+_LEASE_RE = re.compile(r"^[0-9]{1,18}$")  # ASCII digits only ("²".isdigit() is True)
 MODES = ("subscribe", "unsubscribe")
 TOKEN_RE = re.compile(r"^[A-Za-z0-9_-]{22,128}$")
 _HEX_RE = re.compile(r"^[0-9a-fA-F]+$")
@@ -458,6 +462,7 @@ class WebSubSubscriber:
         lease = _positive_int(lease_raw)
         if lease is None:  # Sec. 5.3: hubs MUST supply it; we do not accept a lease we
             return self._answer(404, count="subscribe.no-lease")  # cannot renew in time
+        lease = min(lease, MAX_LEASE_S)  # renewing before the hub's lease ends is harmless
         until = time.time() + lease
         await self.redis.delete(ikey)
         await self._set(sub.host, sub.token, lease + self.grace_s, state="active",
@@ -514,8 +519,12 @@ class WebSubSubscriber:
                 # answer as a valid delivery, so a forger learns nothing)
                 self._reject(sub, problem, request)
                 return self._answer(202)
-        ping = Ping(url=sub.topic, source="websub", received_at=time.time(),
-                    id=new_ping_id("websub"))  # fmt: skip
+        # a delivery's id is its content's digest: a replayed (or re-sent) delivery is the
+        # same ping, which the worker's dedup window drops; an empty body (a "light ping")
+        # carries nothing to tell two apart, so each one counts
+        digest = hashlib.blake2b(sub.ref.encode() + b"\0" + body, digest_size=16)
+        ping_id = f"websub:{digest.hexdigest()}" if body else new_ping_id("websub")
+        ping = Ping(url=sub.topic, source="websub", received_at=time.time(), id=ping_id)
         try:
             if self.producer is None:
                 raise RuntimeError("no ping producer")
@@ -534,7 +543,7 @@ class WebSubSubscriber:
 
 
 def _positive_int(raw: str | None) -> int | None:
-    if raw is None or not raw.strip().isdigit():
+    if raw is None or not _LEASE_RE.match(raw.strip()):
         return None
     v = int(raw.strip())
     return v if v > 0 else None

@@ -166,7 +166,7 @@ class FetcherService:
             url = order["url"]
             if not isinstance(url, str):
                 raise TypeError("url is not a string")
-        except (ValueError, KeyError, TypeError) as exc:
+        except (ValueError, KeyError, TypeError, RecursionError) as exc:
             self.stats.bad_orders += 1
             log.warning("unreadable order skipped: %s (%r)", exc, (raw or b"")[:200])
             return

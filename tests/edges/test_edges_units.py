@@ -53,7 +53,7 @@ def test_ping_encodes_host_key_and_json() -> None:
     key, value = ping.encode()
     assert key == b"example.org"
     assert value == (
-        b'{"url":"https://Example.org/a","source":"cdn","changed_at":5.0,'
+        b'{"url":"https://example.org/a","source":"cdn","changed_at":5.0,'
         b'"received_at":6.0,"id":null}'
     )
 
@@ -215,8 +215,30 @@ def test_submission_ok_and_deduplicated() -> None:
     )
     assert (s.host, s.urls) == ("a.org", ("http://a.org/cat/1",))
     assert key_scope("http://a.org/cat/k.txt") == "http://a.org/cat/"
-    assert key_scope("http://a.org/k.txt") == ""
+    # the key file's scheme, host and port count, at the root too (port 8080 != 80)
+    assert key_scope("http://a.org/k.txt") == "http://a.org/"
+    assert key_scope("http://a.org:8080/~bob/k.txt") == "http://a.org:8080/~bob/"
+    assert key_scope(None) == ""
     assert len(validate_submission("a.org", KEY, None, ["http://a.org/"] * 10_000).urls) == 1
+
+
+def test_submission_scope_is_canonical_and_counts_scheme_and_port() -> None:
+    """Issue 14 #13-14: ``/blog/../admin`` is not under ``/blog/``; a key file on another
+    port or scheme covers nothing of this one; spellings of one URL are one URL."""
+    loc = "http://a.org/blog/k.txt"
+    with pytest.raises(Rejection) as info:
+        validate_submission("a.org", KEY, loc, ["http://a.org/blog/../admin"])
+    assert info.value.status == 422
+    for other in ("http://a.org:8080/k.txt", "https://a.org/k.txt"):
+        with pytest.raises(Rejection) as info:
+            validate_submission("a.org", KEY, other, ["http://a.org/x"])
+        assert info.value.status == 422 and "outside" in info.value.message
+    s = validate_submission("A.ORG.", KEY, "http://a.org:80/blog/./k.txt",
+                            ["http://a.org/blog/%61", "HTTP://a.org/blog/a#x"])
+    assert (s.host, s.urls) == ("a.org", ("http://a.org/blog/a",))
+    with pytest.raises(Rejection) as info:
+        validate_submission("a b", KEY, None, ["http://a.org/x"])
+    assert info.value.status == 400
 
 
 def test_token_bucket() -> None:

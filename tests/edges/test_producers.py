@@ -11,6 +11,7 @@ from pathlib import Path
 import aiohttp
 import pytest
 import redis.asyncio as aioredis
+from aiohttp import web
 from edges_helpers import LOOPBACK, read_topic
 
 from streams.demo import _settings_env as settings_env
@@ -202,7 +203,7 @@ async def test_indexnow_key_file_verification(
         await close()
     assert sorted(v["url"] for _, v in got) == sorted(good_urls * 2)
     scope = await KeyRegistry(rclient, settings.key_prefix).scope(good, testweb.key(good))
-    assert scope == ""  # the key file sits at the root: the whole host
+    assert scope == testweb.base(good) + "/"  # the key file at the root: its origin
 
 
 # ---------------------------------------------------------------- sitemaps
@@ -348,3 +349,122 @@ async def test_redis_token_bucket_follows_the_in_process_bucket(
     # hosts do not share a bucket, and Redis's own clock is used without a time
     assert await shared.allow("b.org", t0)
     assert await shared.allow("c.org")
+
+
+# ---------------------------------------------------------------- hardening (issue 14)
+async def test_indexnow_answers_400_to_deep_json_and_503_when_kafka_is_gone(
+    settings: Settings, rclient: aioredis.Redis, testweb: TestWeb
+) -> None:
+    receiver, endpoint, close = await _receiver(settings, rclient, verify=False)
+    host = "h2.test"
+    key = testweb.key(host)
+    await KeyRegistry(rclient, settings.key_prefix).add(host, key)
+    body = {"host": host, "key": key, "urlList": [testweb.url(12)]}
+    try:
+        async with aiohttp.ClientSession() as http:
+            async with http.post(endpoint, data=b"[" * 100_000) as r:
+                assert r.status == 400 and "nested" in (await r.json())["message"]
+            async with http.post(endpoint, json=body) as r:
+                assert r.status == 200
+            await receiver.producer.stop()  # the producer can no longer reach Kafka
+            async with http.post(endpoint, json=body) as r:
+                assert r.status == 503 and "Kafka" in (await r.json())["message"]
+    finally:
+        await close()
+    assert "500" not in receiver.stats
+
+
+async def test_indexnow_rechecks_a_key_file_once_its_check_is_old(
+    settings: Settings, rclient: aioredis.Redis, testweb: TestWeb
+) -> None:
+    """Issue 14 #14: a key learnt from a key file is fetched again once its check is older
+    than ``key_recheck_s``: a site that still serves it keeps it, one that no longer does
+    (here: the registry holds a key the file never had) loses it."""
+    receiver, endpoint, close = await _receiver(settings, rclient, verify=True,
+                                                key_recheck_s=3600.0)
+    registry = KeyRegistry(rclient, settings.key_prefix)
+    good, gone = "h1.test", "h3.test"
+    revoked = "0123456789abcdef0123456789abcdef"
+    old = time.time() - 7200.0
+    await registry.add(good, testweb.key(good), testweb.base(good) + "/", verified_at=old,
+                       location=testweb.key_location(good))
+    await registry.add(gone, revoked, "", verified_at=old,
+                       location=f"{testweb.base(gone)}/{revoked}.txt")
+    b_good = {"host": good, "key": testweb.key(good), "urlList": [testweb.url(6)]}
+    b_gone = {"host": gone, "key": revoked, "urlList": [testweb.url(18)]}
+    try:
+        async with aiohttp.ClientSession() as http:
+
+            async def post(b: dict[str, object]) -> int:
+                async with http.post(endpoint, json=b) as r:
+                    return r.status
+
+            assert await post(b_good) == 202  # held while the file is read again
+            assert await post(b_gone) == 202
+            for _ in range(100):
+                if receiver.stats["keys_verified"] + receiver.stats["keys_failed"] >= 2:
+                    break
+                await asyncio.sleep(0.1)
+            assert await post(b_good) == 200  # re-checked: fresh again
+            assert await post(b_gone) == 403  # revoked
+        got = await read_topic(settings, "pings", 2, timeout_s=10, settle_s=1.0)
+    finally:
+        await close()
+    assert [v["url"] for _, v in got] == [testweb.url(6)] * 2
+    scope, checked, _ = await registry.lookup(good, testweb.key(good))
+    assert scope is not None and checked is not None and checked > old + 3600
+    assert await registry.scope(gone, revoked) is None
+    assert receiver.stats["keys_rechecked"] == 2
+
+
+async def test_sitemap_location_rule_and_bounded_memory(
+    settings: Settings, rclient: aioredis.Redis
+) -> None:
+    """Issue 14 #11, #13: a sitemap in ``/~bob/`` on port B lists only ``/~bob/...`` of
+    port B (not the host's root, not port A); a sitemap that lists new URLs at every poll
+    keeps only the last poll's URLs in Redis."""
+    state = {"poll": 0}
+
+    def urlset(locs: list[str]) -> bytes:
+        items = "".join(f"<url><loc>{u}</loc><lastmod>2026-01-01</lastmod></url>" for u in locs)
+        return (f'<?xml version="1.0"?><urlset xmlns="http://www.sitemaps.org/schemas/'
+                f'sitemap/0.9">{items}</urlset>').encode()
+
+    async def bob(request: web.Request) -> web.Response:
+        b = f"http://site.test:{ports[1]}"
+        a = f"http://site.test:{ports[0]}"
+        return web.Response(body=urlset([f"{b}/~bob/1", f"{b}/~bob/x/../2", f"{b}/",
+                                         f"{b}/~alice/1", f"{a}/~bob/3", f"{b}/%7Ebob/4"]),
+                            content_type="application/xml")
+
+    async def churn(request: web.Request) -> web.Response:
+        state["poll"] += 1
+        base = f"http://site.test:{ports[0]}"
+        return web.Response(body=urlset([f"{base}/p/{state['poll']}/{i}" for i in range(2000)]),
+                            content_type="application/xml")
+
+    app = web.Application()
+    app.router.add_get("/~bob/sitemap.xml", bob)
+    app.router.add_get("/churn.xml", churn)
+    runner = web.AppRunner(app, access_log=None)
+    await runner.setup()
+    sites = [web.TCPSite(runner, "127.0.0.1", 0), web.TCPSite(runner, "127.0.0.1", 0)]
+    for site in sites:
+        await site.start()
+    ports = [int(a[1]) for a in runner.addresses]
+    try:
+        async with PingProducer(settings) as producer, SafeClient(LOOPBACK) as http:
+            poller = SitemapPoller(http, rclient, settings.key_prefix, producer, ping_new=True)
+            bob_url = f"http://site.test:{ports[1]}/~bob/sitemap.xml"
+            r = await poller.poll(bob_url)
+            assert (r.status, r.pings) == ("changed", 3)
+            assert poller.stats["foreign_entries"] == 3
+            churn_url = f"http://site.test:{ports[0]}/churn.xml"
+            for _ in range(4):
+                assert (await poller.poll(churn_url)).pings == 2000
+            assert await rclient.hlen(poller._lastmod_key(churn_url)) == 2000
+        got = await read_topic(settings, "pings", 3 + 8000, timeout_s=30, settle_s=0.5)
+    finally:
+        await runner.cleanup()
+    b = f"http://site.test:{ports[1]}"
+    assert {v["url"] for _, v in got[:3]} == {f"{b}/~bob/1", f"{b}/~bob/2", f"{b}/~bob/4"}

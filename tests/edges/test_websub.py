@@ -30,6 +30,7 @@ from edges_helpers import read_topic
 from streams.demo import _settings_env as settings_env
 from streams.edges.pings import PingProducer
 from streams.edges.websub import (
+    MAX_LEASE_S,
     WebSubError,
     WebSubSubscriber,
     sign,
@@ -256,16 +257,23 @@ async def test_subscribe_request_verification_and_signed_distribution(stack: Sta
     assert [a.ref for a in await sub.active()] == [pending.ref]
     assert await stack.redis.exists(sub.intent_key(pending.host, pending.token, "subscribe")) == 0
     # Sec. 7, 7.1.1: signed with each recognized method -> one ping per delivery
-    for method in ("sha256", "sha1", "sha384", "sha512"):
-        assert await hub.publish(TOPIC, method=method) == [202]
-    got = await pings(stack.settings, 4)
-    assert len(got) == 4
+    bodies = [BODY.replace(b"<entry/>", f"<entry>{m}</entry>".encode())
+              for m in ("sha256", "sha1", "sha384", "sha512")]
+    for method, body in zip(("sha256", "sha1", "sha384", "sha512"), bodies, strict=True):
+        assert await hub.publish(TOPIC, body, method=method) == [202]
+    # a replayed delivery (same content, validly signed) is the same ping: same id, which
+    # the worker's dedup window drops
+    assert await hub.publish(TOPIC, bodies[0], method="sha256") == [202]
+    got = await pings(stack.settings, 5)
+    assert len(got) == 5
+    assert got[4]["id"] == got[0]["id"]
+    got = got[:4]
     # the subscription's topic, not the Link rel=self of the delivery (Sec. 7)
     assert {p["url"] for p in got} == {TOPIC}
     assert all(p["source"] == "websub" and p["changed_at"] is None for p in got)
     assert len({p["id"] for p in got}) == 4 and all(p["id"].startswith("websub:") for p in got)
     assert abs(got[0]["received_at"] - time.time()) < 60
-    assert sub.stats["pings"] == 4 and sub.stats["subscribe.verified"] == 1
+    assert sub.stats["pings"] == 5 and sub.stats["subscribe.verified"] == 1
 
 
 async def test_verification_refused_unless_we_asked(stack: Stack) -> None:
@@ -433,3 +441,20 @@ async def test_websub_command_records_the_intent_for_the_serving_process(stack: 
     assert active.topic == TOPIC and active.callback == hub.requests[0]["hub.callback"]
     assert await hub.publish(TOPIC) == [202]
     assert [p["source"] for p in await pings(stack.settings, 1)] == ["websub"]
+
+
+async def test_odd_and_huge_leases(stack: Stack) -> None:
+    """Issue 14 #15-16: a lease of "²" (a Unicode digit: ``str.isdigit`` says yes, ``int``
+    says no) is refused with 404 like any missing lease, not a 500; a lease of 10^12 s is
+    recorded as at most MAX_LEASE_S, so the subscription is renewed in time."""
+    hub, sub = stack.hub, stack.subscriber
+    s = await sub.subscribe(hub.url, TOPIC, lease_seconds=600)
+    await hub.wait(1)  # the hub's own verification (lease 600)
+    for odd in ("²", "1e3", "-5", "0", "9" * 40):
+        assert (await hub.verify(s.callback, "subscribe", TOPIC, lease_s=odd)).status == 404  # type: ignore[arg-type]
+    v = await hub.verify(s.callback, "subscribe", TOPIC, lease_s=10**12)
+    assert (v.status, v.echoed) == (200, True)
+    got = await sub.get(s.ref)
+    assert got is not None and got.state == "active" and got.lease_until is not None
+    assert got.lease_until == pytest.approx(time.time() + MAX_LEASE_S, abs=60)
+    assert sub.stats["subscribe.no-lease"] == 5

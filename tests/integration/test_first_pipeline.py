@@ -111,3 +111,37 @@ def test_events_on_the_wrong_partition_are_moved_to_their_hosts_partition(
     # applied from the host's own partition only
     assert list(r.hgetall(key + "offsets")) == [f"{settings.topic('pages')}:{home}"]
     assert asyncio.run(_consume(settings, "rejects", 1, timeout_s=2)) == []
+
+
+def test_spellings_of_one_url_are_one_page(settings: Settings, start_worker) -> None:
+    """Issue 14 #8: pages, pings and outcomes name a page in any spelling (case, default
+    port, fragment, dot segments, %-escapes, trailing dot, credentials, IDN); the worker
+    keeps one page under its canonical URL and host, keyed by the raw spelling's producer."""
+    start_worker(settings)
+    spellings = ["http://User:pw@Example.COM:80/./a#f", "http://example.com./%61",
+                 "HTTP://example.com/b/../a"]
+    idn = "http://Bücher.example/x"
+    now = time.time()
+    events = [(b"Example.COM", json.dumps({"url": spellings[0], "importance": 2.0}).encode()),
+              (b"b\xc3\xbccher.example", json.dumps({"url": idn}).encode())]
+    asyncio.run(_produce(settings, "pages", events))
+    r = redis.Redis.from_url(settings.redis_url, decode_responses=True)
+    key = f"{settings.key_prefix}:{{example.com}}:pages"
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline and not r.hexists(key, "http://example.com/a"):
+        time.sleep(0.2)
+    pings = [(b"example.com", json.dumps({"url": u, "source": "cdn", "received_at": now,
+                                           "id": f"p{i}"}).encode())
+             for i, u in enumerate(spellings[1:])]
+    asyncio.run(_produce(settings, "pings", pings))
+    while time.monotonic() < deadline and not r.hget(key, "http://example.com/a").endswith(
+            "0,0,0,2,0"):
+        time.sleep(0.2)
+    assert r.hgetall(key) == {"http://example.com/a": "2.0||0|0,0,0,2,0"}
+    idn_key = f"{settings.key_prefix}:{{xn--bcher-kva.example}}:pages"
+    while time.monotonic() < deadline and not r.hlen(idn_key):  # perhaps rerouted first
+        time.sleep(0.2)
+    assert r.hkeys(idn_key) == ["http://xn--bcher-kva.example/x"]
+    assert not [k for k in r.scan_iter(f"{settings.key_prefix}:*") if "Example" in k
+                or "ü" in k]
+    assert asyncio.run(_consume(settings, "rejects", 1, timeout_s=2)) == []

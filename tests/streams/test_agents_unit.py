@@ -78,11 +78,11 @@ async def test_page_event_is_applied_once_even_when_redelivered(redis_url: str) 
     h = Harness(redis_url)
     events = await h.feed("pages", [js(url="https://Example.org/x", importance=3)])
     assert h.rejects == []
-    state = await h.store.get_page("example.org", "https://Example.org/x")
+    state = await h.store.get_page("example.org", "https://example.org/x")  # canonical
     assert state == PageState(importance=3.0)
     # the same message again (same partition and offset): nothing changes
     await h.feed("pages", [js(url="https://Example.org/x", importance=9)], offset=0)
-    assert (await h.store.get_page("example.org", "https://Example.org/x")).importance == 3.0
+    assert (await h.store.get_page("example.org", "https://example.org/x")).importance == 3.0
     await h.logic.on_pages(events)
     assert h.metrics.tally["pages.dup-offset"] == 2
     assert await h.store.shard_hosts(0) == ["example.org"]

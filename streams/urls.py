@@ -1,0 +1,110 @@
+"""One canonical form per page URL, applied at every entrance (docs/streaming.md "URLs").
+
+A page is one key in Redis, one Kafka key (its host) and one token bucket, so two spellings
+of one URL must become the same string before anything else looks at them.  The parsing
+and normalisation are yarl's (the URL library of aiohttp, which the project already uses):
+RFC 3986 Sec. 6.2.2 syntax-based normalisation, plus scheme-based normalisation
+(Sec. 6.2.3) and the rules a crawler needs:
+
+* scheme and host lower-cased; an internationalised host in its IDNA ASCII form
+  (``bücher.de`` -> ``xn--bcher-kva.de``); a trailing dot of the host dropped
+  (``example.com.`` names the same host);
+* the default port dropped (``:80`` for http, ``:443`` for https), others kept;
+* credentials (``user:pw@``) dropped: they are never stored nor sent in an order;
+* dot segments removed (``/a/./b/../c`` -> ``/a/c``), percent-encoding normalised
+  (``%61`` -> ``a``, hex digits upper-cased), an empty path written ``/``;
+* the fragment dropped (never sent to the server).
+
+The query is kept as given (order and repeats): sorting it, as some crawlers do, can name
+another resource on sites that read parameters in order.  ``canonical_url`` is idempotent
+(tests/streams/test_urls.py checks it on generated URLs).
+"""
+
+from __future__ import annotations
+
+import functools
+import re
+
+from yarl import URL
+
+__all__ = ["MAX_URL_BYTES", "canonical_host", "canonical_url", "in_scope", "url_host"]
+
+MAX_URL_BYTES = 2048
+_SPACE_RE = re.compile(r"\s")  # the same characters as str.isspace (Py_UNICODE_ISSPACE)
+_DEFAULT_PORTS = {"http": 80, "https": 443}
+
+
+def canonical_host(host: str) -> str:
+    """A host name as :func:`canonical_url` writes it (IDNA ASCII, lower case, no trailing
+    dot); ``ValueError`` if it is not a host name."""
+    h = host.strip()
+    if h.startswith("[") and h.endswith("]"):
+        h = h[1:-1]  # an IPv6 literal: the key is its compressed form, without brackets
+    h = h.rstrip(".")
+    if not h:
+        raise ValueError("empty host")
+    try:
+        raw = URL.build(scheme="http", host=h).raw_host
+    except (ValueError, TypeError, UnicodeError) as exc:
+        raise ValueError(f"not a host name: {host[:100]!r} ({exc})") from None
+    if not raw:
+        raise ValueError(f"not a host name: {host[:100]!r}")
+    return raw.lower()
+
+
+@functools.lru_cache(maxsize=1 << 16)
+def _canonical(url: str) -> tuple[str, str]:
+    if len(url.encode("utf-8", "surrogatepass")) > MAX_URL_BYTES:
+        raise ValueError(f"url longer than {MAX_URL_BYTES} bytes")
+    if _SPACE_RE.search(url):
+        raise ValueError("url contains whitespace")
+    try:
+        u = URL(url)
+        scheme = u.scheme.lower()
+        if scheme not in _DEFAULT_PORTS:
+            raise ValueError(f"url scheme must be http or https, not {u.scheme!r}")
+        raw_host = u.raw_host
+        if not raw_host:
+            raise ValueError("url has no host")
+        host = raw_host.lower().rstrip(".")
+        if not host:
+            raise ValueError("url has no host")
+        port = u.explicit_port
+        if port is not None and port == _DEFAULT_PORTS[scheme]:
+            port = None
+        out = URL.build(scheme=scheme, host=f"[{host}]" if ":" in host else host, port=port,
+                        path=u.raw_path or "/",
+                        query_string=u.raw_query_string, encoded=True)
+        text = str(out)
+    except ValueError:
+        raise
+    except (TypeError, UnicodeError) as exc:  # UnicodeError: a host that is not IDNA
+        raise ValueError(f"url does not parse: {exc}") from None
+    if "?" in url.split("#", 1)[0] and not u.raw_query_string:
+        text += "?"  # "a?" and "a" may differ for a server: keep what was written
+    if len(text.encode()) > MAX_URL_BYTES:
+        raise ValueError(f"url longer than {MAX_URL_BYTES} bytes once normalised")
+    return text, host
+
+
+def canonical_url(url: str) -> str:
+    """The canonical form of an absolute http(s) URL (module docstring); ``ValueError``
+    with the reason if it is not one (no host, other scheme, whitespace, over
+    :data:`MAX_URL_BYTES`, a host that is not a valid name)."""
+    return _canonical(url)[0]
+
+
+def url_host(url: str) -> str:
+    """The canonical host of an http(s) URL (no port): the Kafka key and the Redis hash
+    tag; ``ValueError`` if it is not an absolute http(s) URL."""
+    return _canonical(url)[1]
+
+
+def in_scope(url: str, scope: str) -> bool:
+    """Whether ``url`` lies under ``scope``, a canonical URL ending in ``/`` (a key file's
+    or a sitemap's folder): the same scheme, host and port, and a path under the folder,
+    both compared in canonical form (so ``/blog/../admin`` is not under ``/blog/``)."""
+    try:
+        return canonical_url(url).startswith(canonical_url(scope))
+    except ValueError:
+        return False
