@@ -44,6 +44,7 @@ from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from streams.decisions import DecisionRing
 from streams.estimation import Estimation, Observation
+from streams.logs import LogEpochs, kafka_probe
 from streams.metrics import Metrics
 from streams.records import (
     ControlEvent,
@@ -145,8 +146,13 @@ class Agents:
         clock: Callable[[], float] = time.time,
         decisions: DecisionRing | None = None,
         reroute: Callable[[str, bytes, bytes | None], Awaitable[Any]] | None = None,
+        logs: LogEpochs | None = None,
     ) -> None:
         self.settings = settings
+        #: epochs of the input partitions' logs (None: not checked, e.g. unit tests)
+        self.logs = logs
+        if logs is not None:
+            store.epoch_of = logs.epoch
         self.store = store
         self.metrics = metrics
         self.reject_sink = reject_sink
@@ -293,7 +299,12 @@ class Agents:
     async def _safely(self, events: Sequence[faust.types.EventT[Any]], name: str,
                       fn: Callable[[], Awaitable[None]]) -> None:
         try:
+            messages = [ev.message for ev in events]
+            if self.logs is not None:  # a partition's log replaced? (streams/logs.py)
+                await self._retry("redis", lambda: self.logs.resolve(messages))  # type: ignore[union-attr]
             await fn()
+            if self.logs is not None:
+                await self._retry("redis", lambda: self.logs.mark(messages))  # type: ignore[union-attr]
         except asyncio.CancelledError:
             raise
         except Exception as exc:  # a bug: make it visible, never lose the batch silently
@@ -578,11 +589,16 @@ def register_agents(
     async def send_again(topic_name: str, key: bytes, value: bytes | None) -> None:
         await by_name[topic_name].send(key=key, value=value, headers={REROUTED_HEADER: b"1"})
 
+    logs = LogEpochs(store.redis, settings.key_prefix, kafka_probe(settings.kafka_bootstrap))
     logic = Agents(
         settings, store, metrics, reject_sink or send_to_rejects, scheduler=scheduler,
         forward=forward_page if settings.forward_discoveries else None,
-        reroute=send_again if reroute else None,
+        reroute=send_again if reroute else None, logs=logs,
     )
+
+    @app.on_partitions_assigned.connect  # type: ignore[arg-type]
+    async def _check_logs_again(sender: Any, assigned: Any, **_kw: Any) -> None:
+        logs.forget()
     app.recrawl_agents = logic  # type: ignore[attr-defined]
     handlers = {
         "pages": logic.on_pages,

@@ -10,11 +10,14 @@ every key of one host lives in one slot and every script below touches one slot 
     P:{host}:seen       ZSET  ping fingerprint -> received_at (duplicates, trimmed by age and
                               to the newest ``ping_dedup_max_per_host``)
     P:{host}:host       HASH  rate, mif (capacity), tokens, ts (the token bucket)
-    P:{host}:offsets    HASH  "<topic>:<partition>" -> last applied offset
+    P:{host}:offsets    HASH  "<topic>:<partition>[~<epoch>]" -> last applied offset
     P:shard:{p}:hosts   SET   hosts whose events arrive on partition p (find a shard's pages
                               without SCAN)
     P:control           HASH  budget_per_s, paused, t_delay_s, order_timeout_s, max_interval_s
     P:control:offsets   HASH  "<topic>:<partition>" -> last applied offset
+    P:{logs}            HASH  "<topic>:<partition>" -> "epoch|offset|timestamp_ms": which
+                              incarnation of each input partition's log the offsets
+                              belong to (a topic created again: streams/logs.py)
     P:sched:shards      HASH  partition -> JSON {weight, log_threshold, share_per_s, ts,
                               worker, ready, web (the worker's HTTP address)}
 
@@ -32,7 +35,7 @@ import base64
 import hashlib
 import json
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -345,6 +348,8 @@ class Store:
     def __init__(self, client: aioredis.Redis, prefix: str) -> None:
         self.redis = client
         self.prefix = prefix
+        #: the epoch of an input partition's log (streams.logs.LogEpochs sets it)
+        self.epoch_of: Callable[[str, int], int] = lambda _topic, _partition: 0
         self.apply_page_script = client.register_script(_APPLY_PAGE)
         self.apply_pings_script = client.register_script(_APPLY_PINGS)
         self.apply_outcome_script = client.register_script(_APPLY_OUTCOME)
@@ -382,9 +387,12 @@ class Store:
     def shards_key(self) -> str:
         return f"{self.prefix}:sched:shards"
 
-    @staticmethod
-    def offset_field(topic: str, partition: int) -> str:
-        return f"{topic}:{partition}"
+    def offset_field(self, topic: str, partition: int) -> str:
+        """The offsets hash field of ``topic``'s ``partition``: ``<topic>:<partition>``, or
+        ``<topic>:<partition>~<epoch>`` once the partition's log was replaced (a topic
+        deleted and created again: :mod:`streams.logs`)."""
+        e = self.epoch_of(topic, partition)
+        return f"{topic}:{partition}" if e == 0 else f"{topic}:{partition}~{e}"
 
     # -- queued mutations (``client`` may be a pipeline) ------------------------------------
     async def queue_page(

@@ -1,0 +1,168 @@
+"""Which incarnation of an input partition's log the stored offsets belong to.
+
+Every event is applied once thanks to the offsets kept with the state (``streams/state.py``):
+an event at or below the last applied offset of its (host, topic, partition) is a
+redelivery.  That holds while a partition's offsets name the same records.  If an input
+topic is deleted and created again (or its log replaced), offsets start again at 0 and
+every event of a known host would be taken for a redelivery until the offsets pass the old
+maximum: silently lost.
+
+So each input partition has an *epoch* and an *anchor* in ``P:{logs}`` (one hash, field
+``<topic>:<partition>``, value ``epoch|offset|timestamp_ms``): the offset and Kafka
+timestamp of a record applied from it.  The first batch a worker takes from a partition
+after an assignment is checked against the anchor before anything is applied:
+
+* the record at the anchor's offset is in the batch, or read from the broker (a consumer
+  without a group, :func:`kafka_probe`): same timestamp, same log; another timestamp, a
+  new log;
+* the log now ends at or before the anchor's offset: a new log (the old one was longer);
+* the log now starts after it (retention deleted it) or the batch starts after it: the same
+  log (a new one starts at 0).
+
+A new log gets the next epoch, and its offsets are stored under ``<topic>:<partition>~<epoch>``
+(:meth:`streams.state.Store.offset_field`), so the old offsets no longer hide its events.
+Consumer-group offsets reset *backwards* on the same log are not a new log: those events
+were applied, and are skipped as the redeliveries they are.  After each batch the anchor
+moves to the batch's last record (one ``HSET`` per batch).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from aiokafka import AIOKafkaConsumer, TopicPartition
+
+__all__ = ["Anchor", "LogEpochs", "kafka_probe"]
+
+log = logging.getLogger(__name__)
+
+#: the record at an offset: its timestamp (ms), or "end" (the log ends at or before it),
+#: "gone" (the log starts after it: retention), None (not found: compacted, or no answer)
+ProbeResult = int | str | None
+Probe = Callable[[str, int, int], Awaitable[ProbeResult]]
+
+
+@dataclass(frozen=True, slots=True)
+class Anchor:
+    epoch: int
+    offset: int
+    timestamp_ms: int
+
+    def encode(self) -> str:
+        return f"{self.epoch}|{self.offset}|{self.timestamp_ms}"
+
+    @classmethod
+    def decode(cls, text: str) -> Anchor:
+        e, o, t = text.split("|")
+        return cls(int(e), int(o), int(t))
+
+
+def _ms(ts: Any) -> int:
+    """Faust gives a message's timestamp in seconds (float): back to Kafka's ms."""
+    return round(float(ts) * 1000) if ts is not None else -1
+
+
+class LogEpochs:
+    """The epoch of each input partition this worker reads (module docstring)."""
+
+    def __init__(self, redis: Any, prefix: str, probe: Probe | None) -> None:
+        self.redis = redis
+        self.key = f"{prefix}:{{logs}}"
+        self.probe = probe
+        #: (topic, partition) -> epoch, checked since the last assignment
+        self.known: dict[tuple[str, int], int] = {}
+        self.new_logs = 0
+
+    def forget(self) -> None:
+        """After a rebalance: check each partition again (another worker may have moved
+        its epoch meanwhile)."""
+        self.known.clear()
+
+    def epoch(self, topic: str, partition: int) -> int:
+        return self.known.get((topic, partition), 0)
+
+    async def resolve(self, messages: Sequence[Any]) -> None:
+        """Check the partitions of ``messages`` (Faust messages of one batch, in offset
+        order per partition) not checked since the last assignment."""
+        first: dict[tuple[str, int], list[Any]] = {}
+        for m in messages:
+            tp = (m.topic, m.partition)
+            if tp not in self.known:
+                first.setdefault(tp, []).append(m)
+        if not first:
+            return
+        fields = [f"{t}:{p}" for t, p in first]
+        stored = await self.redis.hmget(self.key, fields)
+        for (tp, msgs), field, raw in zip(first.items(), fields, stored, strict=True):
+            if raw is None:
+                self.known[tp] = 0
+                continue
+            anchor = Anchor.decode(raw.decode() if isinstance(raw, bytes) else str(raw))
+            if await self._same_log(tp, msgs, anchor):
+                self.known[tp] = anchor.epoch
+                continue
+            epoch = anchor.epoch + 1
+            self.known[tp] = epoch
+            self.new_logs += 1
+            log.warning("%s:%d is a new log (offsets restarted below %d): its events are "
+                        "applied under epoch %d", tp[0], tp[1], anchor.offset, epoch)
+            # the anchor moves to the new log at once, so another worker agrees
+            last = msgs[-1]
+            await self.redis.hset(self.key, field,
+                                  Anchor(epoch, last.offset, _ms(last.timestamp)).encode())
+
+    async def _same_log(self, tp: tuple[str, int], msgs: Sequence[Any], a: Anchor) -> bool:
+        if msgs[0].offset > a.offset:
+            return True  # past the anchor: a new log would have started again at 0
+        for m in msgs:
+            if m.offset == a.offset:
+                return _ms(m.timestamp) == a.timestamp_ms
+        if self.probe is None:
+            return True
+        got = await self.probe(tp[0], tp[1], a.offset)
+        if got == "end":
+            return False
+        if isinstance(got, int):
+            return got == a.timestamp_ms
+        return True  # "gone" (retention) or unknown: the same log
+
+    async def mark(self, messages: Sequence[Any]) -> None:
+        """Move the anchors to the last record of each partition in ``messages`` (applied)."""
+        last: dict[tuple[str, int], Any] = {}
+        for m in messages:
+            last[(m.topic, m.partition)] = m
+        if not last:
+            return
+        mapping = {f"{t}:{p}": Anchor(self.epoch(t, p), m.offset, _ms(m.timestamp)).encode()
+                   for (t, p), m in last.items()}
+        await self.redis.hset(self.key, mapping=mapping)
+
+
+def kafka_probe(bootstrap: str, timeout_s: float = 5.0) -> Probe:
+    """A :data:`Probe` reading one record from the broker with a consumer of no group."""
+
+    async def probe(topic: str, partition: int, offset: int) -> ProbeResult:
+        tp = TopicPartition(topic, partition)
+        consumer = AIOKafkaConsumer(bootstrap_servers=bootstrap, enable_auto_commit=False,
+                                    group_id=None, request_timeout_ms=int(timeout_s * 1000))
+        await consumer.start()
+        try:
+            consumer.assign([tp])
+            end = (await consumer.end_offsets([tp]))[tp]
+            if end <= offset:
+                return "end"
+            start = (await consumer.beginning_offsets([tp]))[tp]
+            if start > offset:
+                return "gone"
+            consumer.seek(tp, offset)
+            batch = await consumer.getmany(tp, timeout_ms=int(timeout_s * 1000), max_records=1)
+            for rec in batch.get(tp, []):
+                return int(rec.timestamp) if rec.offset == offset else None
+            return None
+        finally:
+            await consumer.stop()
+
+    return probe

@@ -1,0 +1,95 @@
+"""Issue 14 #17: an input topic deleted and created again (offsets restart at 0) must not
+make its events look like redeliveries of the old log's (streams/logs.py)."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+
+import pytest
+import redis
+from aiokafka import AIOKafkaProducer
+from aiokafka.admin import AIOKafkaAdminClient
+
+from infra.kafka import create_topics
+from streams.settings import Settings
+
+pytestmark = pytest.mark.integration
+
+HOST = "recreated.example"
+
+
+async def _produce(s: Settings, urls: list[str]) -> None:
+    producer = AIOKafkaProducer(bootstrap_servers=s.kafka_bootstrap)
+    await producer.start()
+    try:
+        for u in urls:
+            await producer.send_and_wait(s.topic("pages"), json.dumps({"url": u}).encode(),
+                                         key=HOST.encode())
+    finally:
+        await producer.stop()
+
+
+async def _recreate(s: Settings) -> None:
+    admin = AIOKafkaAdminClient(bootstrap_servers=s.kafka_bootstrap)
+    await admin.start()
+    try:
+        await admin.delete_topics([s.topic("pages")])
+    finally:
+        await admin.close()
+    deadline = time.monotonic() + 30
+    while True:  # deletion is asynchronous: retry until the name is free again
+        try:
+            if await create_topics(s.kafka_bootstrap, [s.topic("pages")], s.partitions):
+                return
+        except Exception:
+            pass
+        assert time.monotonic() < deadline, "the topic was not created again"
+        await asyncio.sleep(0.5)
+
+
+def _wait_for(r: redis.Redis, key: str, urls: list[str], timeout_s: float = 40) -> set[str]:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        have = set(r.hkeys(key))
+        if have >= set(urls):
+            return have
+        time.sleep(0.3)
+    return set(r.hkeys(key))
+
+
+@pytest.mark.parametrize("n_new", [2, 8], ids=["shorter-log", "longer-log"])
+def test_events_of_a_recreated_topic_are_applied(settings: Settings, start_worker,
+                                                 n_new: int) -> None:
+    """Old log: 5 events (offsets 0-4).  New log: ``n_new`` events from offset 0, either
+    ending before the old anchor (the broker says the log ends there) or passing it (the
+    record at the anchor's offset has another timestamp)."""
+    r = redis.Redis.from_url(settings.redis_url, decode_responses=True)
+    key = f"{settings.key_prefix}:{{{HOST}}}:pages"
+    old = [f"https://{HOST}/old/{i}" for i in range(5)]
+    worker = start_worker(settings)
+    asyncio.run(_produce(settings, old))
+    assert _wait_for(r, key, old) == set(old)
+    time.sleep(1.0)  # the anchor is written after the batch
+    worker.stop()
+
+    asyncio.run(_recreate(settings))
+    new = [f"https://{HOST}/new/{i}" for i in range(n_new)]
+    asyncio.run(_produce(settings, new))
+    worker = start_worker(settings)
+    assert _wait_for(r, key, new) == set(old) | set(new)
+    offsets = r.hgetall(f"{settings.key_prefix}:{{{HOST}}}:offsets")
+    new_fields = [f for f in offsets if f.endswith("~1")]
+    assert len(new_fields) == 1 and int(offsets[new_fields[0]]) == n_new - 1
+    assert "is a new log" in worker.log()
+    worker.stop()
+
+    # a restart on the same (new) log is not a new log again: nothing re-applied
+    worker = start_worker(settings)
+    asyncio.run(_produce(settings, [f"https://{HOST}/after"]))
+    assert f"https://{HOST}/after" in _wait_for(r, key, [f"https://{HOST}/after"])
+    assert "is a new log" not in worker.log()
+    anchor = r.hget(f"{settings.key_prefix}:{{logs}}",
+                    new_fields[0].removesuffix("~1"))
+    assert anchor is not None and anchor.startswith(f"1|{n_new}|")
