@@ -68,6 +68,9 @@ log = logging.getLogger(__name__)
 
 OrderSink = Callable[[bytes, bytes], Awaitable[Any]]
 EWMA_S = 2.0
+#: a shard entry older than this (on Redis's clock) is a dead worker's: its share is spent
+#: by the live shards
+SHARD_ALIVE_S = 3.0
 
 
 @dataclass(slots=True)
@@ -358,15 +361,23 @@ class Scheduler:
                 log.info("shard %d revoked", p)
         for p in sorted(partitions - set(self.shards)):
             shard = self.shards[p] = self.new_shard(p)
+            # a shard moving between workers keeps its place in the split (its weight)
+            # instead of starting again at 1
+            with contextlib.suppress(TypeError, ValueError):
+                shard.weight = float(self.global_shards.get(p, {}).get("weight", 1.0))
             self._loaders[p] = asyncio.ensure_future(self._load(shard))
             log.info("shard %d assigned; loading", p)
 
     # -- budget ---------------------------------------------------------------------
     async def resplit(self, dt_s: float) -> None:
         now = self.clock()
+        # liveness on Redis's clock, not the workers': a worker whose clock is skewed by
+        # more than the 3 s window would otherwise see every other shard as dead and
+        # take all of R
+        redis_now = await self.store.server_time()
         entries = await self.store.get_shards()
-        live = {p: e for p, e in entries.items() if now - float(e.get("ts", 0)) < 3.0
-                and p not in self.shards}
+        live = {p: e for p, e in entries.items()
+                if redis_now - float(e.get("ts", 0)) < SHARD_ALIVE_S and p not in self.shards}
         thresholds: dict[int, float | None] = {
             p: e.get("log_threshold") for p, e in live.items()
         }
@@ -396,7 +407,7 @@ class Scheduler:
             own[p] = {
                 "weight": s.weight, "log_threshold": s.log_threshold,
                 "share_per_s": s.share_per_s, "pages": len(s.book),
-                "in_flight": len(s.in_flight), "ts": now, "worker": self.worker_id,
+                "in_flight": len(s.in_flight), "ts": redis_now, "worker": self.worker_id,
                 "ready": s.ready, "web": self.web_url,
             }
             s.emitted = 0

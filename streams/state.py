@@ -549,6 +549,11 @@ class Store:
         pages, fl, est = await pipe.execute()
         return {u: (pages[i], fl[i], est[i]) for i, u in enumerate(urls)}
 
+    async def server_time(self) -> float:
+        """Redis's clock (s): one clock for every worker, whatever their own skew."""
+        sec, usec = await self.redis.time()
+        return float(sec) + float(usec) / 1e6
+
     async def get_control(self) -> dict[str, str]:
         raw: Any = await self.redis.hgetall(self.control_key)
         return dict(raw)

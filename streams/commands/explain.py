@@ -25,6 +25,7 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
 
 def run(args: argparse.Namespace) -> int:
     from streams.explain import explain
+    from streams.scheduler import SHARD_ALIVE_S
     from streams.settings import load_settings
     from streams.state import Store
 
@@ -35,10 +36,11 @@ def run(args: argparse.Namespace) -> int:
         try:
             out = await explain(store, settings, args.url, time.time())
             entry = (await store.get_shards()).get(out.get("shard", -1), {})
+            redis_now = await store.server_time()  # shard entries carry Redis's time
         finally:
             await store.close()
         web = entry.get("web")
-        if not web or time.time() - float(entry.get("ts", 0)) > 3.0:
+        if not web or redis_now - float(entry.get("ts", 0)) > SHARD_ALIVE_S:
             out["decisions_from"] = "no live worker runs this shard"
             return out
         try:

@@ -128,6 +128,9 @@ def test_a_worker_without_credit_raises_its_threshold_to_its_best_value() -> Non
         async def put_shards(self, own: dict[int, dict[str, object]]) -> None:
             self.put.update(own)
 
+        async def server_time(self) -> float:
+            return time.time()
+
     sch = _scheduler()
     sch.store = FakeStore()  # type: ignore[assignment]
     a = _shard(sch, 0, {"a0": ("a.org", 20.0)}, 0.0)
