@@ -21,6 +21,7 @@ import math
 import os
 import signal
 import sys
+import threading
 import time
 import uuid
 from dataclasses import asdict, dataclass, field
@@ -70,6 +71,12 @@ class DemoConfig:
     t_delay_s: float = 2.0
     #: Fresh draws of the world simulated for ``expected_accuracy_draws`` (0: none).
     sim_runs: int = 4
+    #: ``recrawl worker`` processes (one consumer group: Kafka spreads the partitions)
+    workers: int = 1
+    #: SIGKILL the last worker this many seconds into the run (None: never), and start it
+    #: again ``restart_after_s`` later
+    kill_at_s: float | None = None
+    restart_after_s: float = 10.0
 
     @property
     def warmup(self) -> float:
@@ -205,6 +212,23 @@ def _settings_env(s: Settings) -> dict[str, str]:
     return env
 
 
+def worker_settings(settings: Settings, i: int) -> Settings:
+    """Worker ``i``'s settings: its own web port and data folder, the same group."""
+    from infra.proc import free_port
+
+    if i == 0:
+        return settings
+    return settings.model_copy(update={"web_port": free_port(),
+                                       "data_dir": Path(settings.data_dir).parent / f"worker{i}"})
+
+
+def _worker_log(home: Any, settings: Settings, i: int, restart: bool = False) -> Path:
+    name = "worker.log" if i == 0 else f"worker{i}.log"
+    if restart:
+        name = name.replace(".log", ".restarted.log")
+    return Path(home) / "demo" / settings.topic_prefix / name
+
+
 class WorkerProcess:
     """The ``recrawl worker`` subprocess (helper D's scheduler)."""
 
@@ -230,6 +254,12 @@ class WorkerProcess:
                 return
             time.sleep(0.2)
         raise RuntimeError(f"the worker was not ready after {timeout_s:.0f} s; see {self.log_path}")
+
+    def kill(self) -> None:
+        """SIGKILL: a crash, as an operator's worst day has it."""
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(self.proc.pid, signal.SIGKILL)
+        self.proc.wait(timeout=10)
 
     def stop(self) -> None:
         if self.proc.poll() is None:
@@ -320,6 +350,16 @@ async def _worker_pings(session: aiohttp.ClientSession, port: int) -> dict[str, 
     return {}
 
 
+async def _all_worker_pings(session: aiohttp.ClientSession,
+                            ports: int | list[int] | None) -> dict[str, float]:
+    """:func:`_worker_pings` summed over the workers (a killed one counts nothing)."""
+    total: dict[str, float] = {}
+    for port in [ports] if isinstance(ports, int) else ports or []:
+        for k, v in (await _worker_pings(session, port)).items():
+            total[k] = total.get(k, 0.0) + v
+    return total
+
+
 def _flatten(obj: Any, prefix: str, out: dict[str, float]) -> None:
     if isinstance(obj, dict):
         for k, v in obj.items():
@@ -356,7 +396,7 @@ async def run_loop(
     world: World,
     *,
     expected: tuple[float, str],
-    worker_web_port: int | None = None,
+    worker_web_port: int | list[int] | None = None,
 ) -> dict[str, Any]:
     """Run the edges against an already running worker; returns the summary."""
     from rich.console import Console
@@ -431,10 +471,7 @@ async def run_loop(
                             outcomes_failed=st.failed, changed=st.changed,
                             unchanged=st.unchanged,
                             pings_published=receiver.stats["pings"] + poller.stats["pings"],
-                            worker_pings=(
-                                await _worker_pings(session, worker_web_port)
-                                if worker_web_port else {}
-                            ),
+                            worker_pings=await _all_worker_pings(session, worker_web_port),
                             accuracy=web.truth.accuracy(now) if window_started else None,
                             fresh_now=web.truth.fresh_now(),
                         )  # fmt: skip
@@ -554,6 +591,12 @@ def print_summary(summary: dict[str, Any]) -> None:
          f"{w['pages']} pages, {w['hosts']} hosts, {w['changes_per_s']:.1f} changes/s"),
         ("measured over", f"{summary['window_s']:.0f} s after {summary['warmup_s']:.0f} s warm-up"),
     ]  # fmt: skip
+    rows.append(("workers", str(summary.get("workers", 1))))
+    for kill in summary.get("worker_kills", []):
+        again = kill.get("ready_again_at_s")
+        rows.append((f"worker {kill['worker']:.0f} killed",
+                     f"at {kill['killed_at_s']:.0f} s, ready again at "
+                     + ("-" if again is None else f"{again:.0f} s")))
     for k, v in summary["worker_pings"].items():
         rows.append((f"worker {k}", f"{v:g}"))
     for k, v in rows:
@@ -581,30 +624,64 @@ def run_demo(cfg: DemoConfig, json_path: str | None = None) -> dict[str, Any]:
                 "partitions": info.partitions}
     )  # fmt: skip
     settings = demo_settings(base, t_delay_s=cfg.t_delay_s)
-    worker: WorkerProcess | None = None
+    workers: list[WorkerProcess] = []
+    kills: list[dict[str, float]] = []
+    killer: threading.Thread | None = None
+    stop_killer = threading.Event()
     try:
         from infra.kafka import create_topics
 
         asyncio.run(
             create_topics(settings.kafka_bootstrap, settings.topic_names(), settings.partitions)
         )
-        log_path = Path(stack.default_home()) / "demo" / settings.topic_prefix / "worker.log"
-        print(f"starting the worker (log {log_path}) ...", flush=True)
-        worker = WorkerProcess(settings, log_path)
-        worker.wait_ready()
+        own = [worker_settings(settings, i) for i in range(cfg.workers)]
+        for i, ws in enumerate(own):
+            log_path = _worker_log(stack.default_home(), settings, i)
+            print(f"starting worker {i} (log {log_path}) ...", flush=True)
+            workers.append(WorkerProcess(ws, log_path))
+        for w in workers:
+            w.wait_ready()
         print(
             f"running {cfg.duration_s:.0f} s: {len(world.pages)} pages on {len(world.hosts)} "
-            f"hosts, budget {cfg.budget_per_s:g}/s, expected accuracy {expected[0]:.3f}",
+            f"hosts, budget {cfg.budget_per_s:g}/s, {cfg.workers} worker(s), expected "
+            f"accuracy {expected[0]:.3f}",
             flush=True,
         )
+        if cfg.kill_at_s is not None:
+            started = time.monotonic()
+
+            def kill_and_restart() -> None:
+                if stop_killer.wait(cfg.kill_at_s):
+                    return
+                i = len(workers) - 1
+                workers[i].kill()
+                event = {"worker": float(i), "killed_at_s": time.monotonic() - started}
+                kills.append(event)
+                print(f"worker {i} killed (SIGKILL) at {event['killed_at_s']:.0f} s", flush=True)
+                if stop_killer.wait(cfg.restart_after_s):
+                    return
+                workers[i] = WorkerProcess(own[i], _worker_log(stack.default_home(), settings,
+                                                               i, restart=True))
+                workers[i].wait_ready()
+                event["ready_again_at_s"] = time.monotonic() - started
+                print(f"worker {i} ready again at {event['ready_again_at_s']:.0f} s", flush=True)
+
+            killer = threading.Thread(target=kill_and_restart, daemon=True)
+            killer.start()
         summary = asyncio.run(
-            run_loop(settings, cfg, world, expected=expected, worker_web_port=settings.web_port)
+            run_loop(settings, cfg, world, expected=expected,
+                     worker_web_port=[ws.web_port for ws in own])
         )
     finally:
-        if worker is not None:
-            worker.stop()
+        stop_killer.set()
+        if killer is not None:
+            killer.join(timeout=120)
+        for w in workers:
+            w.stop()
         if not was_running:
             stack.down()
+    summary["workers"] = cfg.workers
+    summary["worker_kills"] = kills
     print("simulating the same world and budget (models.sim) ...", flush=True)
     summary["continuous_optimum"] = expected[0]
     summary.update(simulate_run(world, settings, cfg, summary))

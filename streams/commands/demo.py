@@ -33,6 +33,12 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
         help="fresh draws of the world simulated for expected_accuracy_draws (0: none)",
     )  # fmt: skip
     p.add_argument("--quiet", action="store_true", help="no live view")
+    p.add_argument("--workers", type=int, default=1,
+                   help="recrawl worker processes sharing the partitions (default 1)")
+    p.add_argument("--kill-at", type=float, metavar="SECONDS",
+                   help="SIGKILL the last worker this many seconds in, then start it again")
+    p.add_argument("--restart-after", type=float, default=10.0, metavar="SECONDS",
+                   help="seconds between the kill and the restart (default 10)")
     p.add_argument("--json", help="write the summary here")
     p.set_defaults(func=run)
 
@@ -45,7 +51,11 @@ def run(args: argparse.Namespace) -> int:
         hosts=args.hosts, pages_per_host=args.pages_per_host, seed=args.seed,
         time_unit_s=args.time_unit, sitemap_share=args.sitemap_share,
         poll_interval_s=args.poll_interval, give_rates=not args.no_rates, live=not args.quiet,
-        t_delay_s=args.t_delay, sim_runs=args.sim_runs,
+        t_delay_s=args.t_delay, sim_runs=args.sim_runs, workers=args.workers,
+        kill_at_s=args.kill_at, restart_after_s=args.restart_after,
     )  # fmt: skip
+    if cfg.workers < 1:
+        print("recrawl demo: --workers must be at least 1")
+        return 2
     run_demo(cfg, args.json)
     return 0
