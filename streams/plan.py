@@ -35,7 +35,7 @@ from streams.scheduler import Control
 from streams.settings import Settings
 from streams.state import Store
 
-__all__ = ["PlanInputs", "load_inputs", "plan", "plan_from_store"]
+__all__ = ["PlanInputs", "load_inputs", "plan", "plan_from_store", "steady_threshold"]
 
 
 @dataclass(frozen=True)
@@ -142,3 +142,20 @@ async def plan_from_store(
 
     inputs = await load_inputs(store, settings)
     return await asyncio.to_thread(plan, inputs, budgets_per_s)
+
+
+async def steady_threshold(store: Store, settings: Settings) -> float | None:
+    """``Lambda`` of the continuous optimum at the control budget: where the crawl-value
+    threshold settles once the pages above it have been crawled (Theorem 1 of paper 004);
+    None with no budget or no pages.  Reads the whole catalogue (as :func:`load_inputs`)."""
+    import asyncio
+
+    inputs = await load_inputs(store, settings)
+    if not (inputs.budget_per_s > 0) or not (inputs.mu > 0).any():
+        return None
+
+    def solve() -> float:
+        return optimal_thresholds(inputs.mu, inputs.alpha_per_s, inputs.beta_s,
+                                  inputs.gamma_per_s, inputs.budget_per_s).multiplier
+
+    return await asyncio.to_thread(solve)

@@ -20,7 +20,7 @@ from faust.web import Request, Response, View
 
 from streams.explain import explain
 from streams.metrics import Metrics
-from streams.plan import plan_from_store
+from streams.plan import plan_from_store, steady_threshold
 from streams.records import shard_of
 from streams.scheduler import Scheduler
 from streams.settings import Settings
@@ -30,6 +30,15 @@ from streams.state import Store
 def register_views(
     app: faust.App, settings: Settings, store: Store, scheduler: Scheduler, metrics: Metrics
 ) -> None:
+    steady_cache: list[tuple[float, float | None]] = []
+
+    async def steady() -> float | None:
+        """:func:`streams.plan.steady_threshold`, reused for 30 s (it reads every page)."""
+        now = time.monotonic()
+        if not steady_cache or now - steady_cache[0][0] > 30.0:
+            steady_cache[:] = [(now, await steady_threshold(store, settings))]
+        return steady_cache[0][1]
+
     @app.page("/pages/")
     class PagesView(View):
         async def get(self, request: Request) -> Response:
@@ -37,7 +46,7 @@ def register_views(
             if not url:
                 return self.json({"error": "missing ?url="}, status=400)
             return self.json(await explain(store, settings, url, time.time(),
-                                           scheduler.decisions.get(url)))
+                                           scheduler.decisions.get(url), steady=steady))
 
     @app.page("/hosts/{host}/")
     class HostView(View):

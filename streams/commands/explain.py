@@ -25,6 +25,7 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
 
 def run(args: argparse.Namespace) -> int:
     from streams.explain import explain
+    from streams.plan import steady_threshold
     from streams.settings import load_settings
     from streams.state import Store
 
@@ -33,7 +34,8 @@ def run(args: argparse.Namespace) -> int:
     async def go() -> dict[str, Any]:
         store = Store.from_url(settings.redis_url, settings.key_prefix)
         try:
-            out = await explain(store, settings, args.url, time.time())
+            out = await explain(store, settings, args.url, time.time(),
+                                steady=lambda: steady_threshold(store, settings))
             entry = (await store.get_shards()).get(out.get("shard", -1), {})
         finally:
             await store.close()
