@@ -17,12 +17,15 @@ paper 004), so the curve is what a budget buys at best under the current estimat
 
 Not modelled: per-host limits (they can only lower the accuracy), the longest-interval
 floor (``max_interval_s``) and orders lost to failed fetches.  The operating point is the
-control budget (``P:control`` ``budget_per_s``, else ``settings.budget_per_s``).
+control budget (``P:control`` ``budget_per_s``, set through ``recrawl.control``); before
+any control event, the ``budget_per_s`` the live workers publish in ``P:sched:shards``,
+else ``settings.budget_per_s``.
 """
 
 from __future__ import annotations
 
 import math
+import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -34,6 +37,9 @@ from streams.params import page_params
 from streams.scheduler import Control
 from streams.settings import Settings
 from streams.state import Store
+
+#: a shard entry younger than this is a live worker's (as the scheduler's resplit reads them)
+LIVE_S = 3.0
 
 __all__ = ["PlanInputs", "load_inputs", "plan", "plan_from_store", "steady_threshold"]
 
@@ -48,7 +54,8 @@ class PlanInputs:
     gamma_per_s: np.ndarray
     estimated: int  # pages whose parameters come from their estimator
     unusable: int  # pages left out (no finite parameters), as the scheduler does
-    budget_per_s: float  # the control budget (the current operating point)
+    budget_per_s: float  # the current operating point (module docstring)
+    budget_source: str
     paused: bool
 
     @property
@@ -58,8 +65,18 @@ class PlanInputs:
 
 async def load_inputs(store: Store, settings: Settings, *, chunk: int = 50) -> PlanInputs:
     """Every page's parameters, read the way the scheduler rebuilds its shards."""
-    control = Control.from_redis(await store.get_control(), settings)
-    partitions = set(range(settings.partitions)) | set(await store.get_shards())
+    raw_control = await store.get_control()
+    control = Control.from_redis(raw_control, settings)
+    shards = await store.get_shards()
+    live = [e for e in shards.values() if time.time() - float(e.get("ts", 0)) < LIVE_S]
+    if "budget_per_s" in raw_control:
+        budget, source = control.budget_per_s, "control (recrawl.control)"
+    elif any("budget_per_s" in e for e in live):  # the R the workers split (their settings)
+        budget = max(float(e["budget_per_s"]) for e in live if "budget_per_s" in e)
+        source = "the live workers (their RECRAWL_BUDGET_PER_S)"
+    else:
+        budget, source = settings.budget_per_s, "settings (RECRAWL_BUDGET_PER_S)"
+    partitions = set(range(settings.partitions)) | set(shards)
     hosts: set[str] = set()
     for p in sorted(partitions):
         hosts.update(await store.shard_hosts(p))
@@ -83,7 +100,7 @@ async def load_inputs(store: Store, settings: Settings, *, chunk: int = 50) -> P
                     c.append(x)
                 estimated += pp.estimated
     mu, a, b, g = (np.asarray(c, dtype=np.float64) for c in cols)
-    return PlanInputs(mu, a, b, g, estimated, unusable, control.budget_per_s, control.paused)
+    return PlanInputs(mu, a, b, g, estimated, unusable, budget, source, control.paused)
 
 
 def plan(inputs: PlanInputs, budgets_per_s: Sequence[float]) -> dict[str, Any]:
@@ -107,6 +124,7 @@ def plan(inputs: PlanInputs, budgets_per_s: Sequence[float]) -> dict[str, Any]:
         "pages_estimated": inputs.estimated,
         "pages_unusable": inputs.unusable,
         "budget_per_s": cur,
+        "budget_source": inputs.budget_source,
         "paused": inputs.paused,
         "rows": rows,
         "current": next((r for r in rows if r["current"]), None),

@@ -98,3 +98,6 @@ def register_views(
             if len(budgets) > 100:
                 return self.json({"error": "at most 100 budgets"}, status=400)
             return self.json(await plan_from_store(store, settings, budgets))
+
+    # ``GET /plan?budget=`` as well as ``/plan/?budget=``
+    app.page("/plan")(type("PlanViewNoSlash", (PlanView,), {}))

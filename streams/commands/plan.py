@@ -76,6 +76,8 @@ def print_table(out: dict[str, Any]) -> None:
             style="bold" if r["current"] else None,
         )
     console.print(t)
+    console.print(f"Current budget {out['budget_per_s']:g} orders/s, from "
+                  f"{out['budget_source']}.", highlight=False)
     console.print(f"{out['pages']} pages ({out['pages_estimated']} with estimates, the rest "
                   f"from priors; {out['pages_unusable']} unusable left out). "
                   f"Source: {out['source']}. Host limits and the longest-interval floor "

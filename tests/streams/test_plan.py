@@ -12,6 +12,7 @@ import uuid
 import numpy as np
 import pytest
 from scipy.optimize import brentq
+from scipy.special import gammainc
 
 from models.policies import optimal_thresholds
 from streams.estimation import Estimation, Observation
@@ -36,15 +37,16 @@ def eq5_by_hand(mu: list[float], delta: list[float], budget: float) -> tuple[flo
             if target >= 1.0:
                 out.append(math.inf)
             else:
-                out.append(brentq(lambda x, t=target: -math.expm1(-x) - x * math.exp(-x) - t,
-                                  1e-300, 800.0, xtol=1e-300, rtol=1e-15))
+                # 1 - e^{-x}(1 + x) = P(Poisson(x) > 1), scipy's regularised gammainc(2, x)
+                out.append(brentq(lambda x, t=target: gammainc(2.0, x) - t,
+                                  1e-300, 800.0, xtol=1e-300, rtol=1e-15, maxiter=500))
         return out
 
     def excess(log_lam: float) -> float:
         return sum(d / x for d, x in zip(delta, xs(math.exp(log_lam)), strict=True)) - budget
 
     hi = math.log(max(m / d for m, d in zip(mu, delta, strict=True)))
-    log_lam = brentq(excess, hi - 40.0, hi - 1e-12, xtol=1e-14, rtol=1e-15)
+    log_lam = brentq(excess, hi - 40.0, hi - 1e-12, xtol=1e-14, rtol=1e-15, maxiter=500)
     x = xs(math.exp(log_lam))
     fresh = [0.0 if math.isinf(v) else -math.expm1(-v) / v for v in x]
     return sum(m * f for m, f in zip(mu, fresh, strict=True)) / sum(mu), math.exp(log_lam)
@@ -99,6 +101,7 @@ async def test_plan_of_prior_only_pages_is_eq5(redis_url: str) -> None:
     assert [r["current"] for r in out["rows"]] == [False, False, True, False]
     assert [r["requested"] for r in out["rows"]] == [True, True, False, True]
     assert out["current"]["budget_per_s"] == 0.02 and out["budget_per_s"] == 0.02
+    assert out["budget_source"].startswith("control")
     accs = [r["accuracy"] for r in out["rows"]]
     assert accs == sorted(accs) and 0 < accs[0] < accs[-1] < 1
     for r in out["rows"]:
@@ -206,5 +209,6 @@ async def test_empty_catalogue_and_bad_budget(redis_url: str) -> None:
     out = plan(inputs, [1.0])
     assert out["pages"] == 0 and out["rows"][0]["accuracy"] is None
     assert out["current"]["budget_per_s"] == st.budget_per_s
+    assert out["budget_source"].startswith("settings")
     with pytest.raises(ValueError, match="budget"):
         plan(inputs, [0.0])
