@@ -66,13 +66,14 @@ def print_table(out: dict[str, Any]) -> None:
         return
     t = Table(title="recrawl plan: expected accuracy by budget (continuous optimum)")
     for name in ("budget (orders/s)", "accuracy", "threshold Lambda", "pages crawled",
-                 "mean interval (s)", ""):
-        t.add_column(name, justify="right" if name else "left")
+                 "mean interval (s)"):
+        t.add_column(name, justify="right")
+    t.add_column("", no_wrap=True)
     for r in out["rows"]:
         t.add_row(
             f"{r['budget_per_s']:g}", _f(r["accuracy"], ".3f"), _f(r["multiplier"], ".4g"),
             f"{r['pages_crawled']} / {out['pages']}", _f(r["mean_interval_s"], ".4g"),
-            "<- current budget" + (" (paused)" if out["paused"] else "") if r["current"] else "",
+            "<- current" + (" (paused)" if out["paused"] else "") if r["current"] else "",
             style="bold" if r["current"] else None,
         )
     console.print(t)

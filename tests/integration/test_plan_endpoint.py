@@ -59,7 +59,7 @@ def test_plan_endpoint_and_command_agree_with_eq5(settings: Settings, start_work
                          env={**settings_env(settings), "COLUMNS": "120"}, capture_output=True,
                          text=True, timeout=120, check=True)
     assert json.loads(out_json.read_text()) == web
-    assert "<- current budget" in cli.stdout and f"{web['current']['accuracy']:.3f}" in cli.stdout
+    assert "<- current" in cli.stdout and f"{web['current']['accuracy']:.3f}" in cli.stdout
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and png.stat().st_size > 10_000
 
     import urllib.error
