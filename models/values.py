@@ -1043,6 +1043,10 @@ def _solve_time_to_value(
     return out
 
 
+#: :func:`_solve_numpy` gives up growing its bracket here: the level is never reached
+_MAX_IOTA = 1e300
+
+
 def _solve_numpy(
     level: FloatArray, alpha: FloatArray, beta: FloatArray, gamma: FloatArray, mu: FloatArray,
     start: FloatArray | None = None,
@@ -1065,19 +1069,28 @@ def _solve_numpy(
         below = f < 0
         lo = np.where(below, x, lo)
         hi = np.where(below, hi, x)
-        with np.errstate(divide="ignore", invalid="ignore"):
-            xn = x - f / fp
+        # Newton only where the step |f/fp| is shorter than the bracket (or, with no upper
+        # end yet, finite): far out in a saturated region V' underflows (fp ~ 1e-310 after
+        # a long first step) and f/fp would overflow; such a step would be rejected below
+        # anyway, so it is never computed and the bracket decides instead
+        span = np.where(np.isfinite(hi), hi - lo, np.finfo(np.float64).max)
+        newton = np.abs(f) / span < fp
+        with np.errstate(invalid="ignore"):
+            xn = np.where(newton, x - f / np.where(newton, fp, 1.0), np.nan)
         # a Newton step below 1e-13 relative is convergence even when it rounds onto
         # the bracket end just set to x (else bisection would restart from the bracket)
         tiny = np.isfinite(xn) & (np.abs(xn - x) <= 1e-13 * x)
         bad = (~np.isfinite(xn) | (xn <= lo) | (xn >= hi)) & ~tiny
-        fallback = np.where(np.isfinite(hi), 0.5 * (lo + hi), 4.0 * x)
+        fallback = np.where(np.isfinite(hi), 0.5 * (lo + hi), np.minimum(x, _MAX_IOTA) * 4.0)
         xn = np.where(bad, fallback, xn)
+        # a level within rounding of mu/Delta: V(x) stays below it in double precision
+        # however far x grows, so the page never reaches it (growing x would overflow)
+        unreachable = ~np.isfinite(hi) & (x >= _MAX_IOTA)
         done = (
             (f == 0) | tiny | (np.abs(xn - x) <= 1e-13 * x)
-            | (np.isfinite(hi) & (hi - lo <= 1e-14 * hi))
+            | (np.isfinite(hi) & (hi - lo <= 1e-14 * hi)) | unreachable
         )
-        xn = np.where(f == 0, x, xn)
+        xn = np.where(f == 0, x, np.where(unreachable, np.inf, xn))
         if done.any():
             result[idx[done]] = xn[done]
             keep = ~done

@@ -15,6 +15,7 @@ COMMAND_MODULES = [
     "streams.commands.worker",
     "streams.commands.budget",
     "streams.commands.explain",
+    "streams.commands.plan",
     "streams.commands.pages",
     "streams.commands.experiments",
     "streams.commands.ping",

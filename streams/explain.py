@@ -9,7 +9,7 @@ answer from any worker or none; the decisions come from the worker that made the
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
 from models.values import crawl_value, time_to_value
@@ -54,10 +54,19 @@ def estimates_view(record: str | None) -> dict[str, Any] | None:
 
 
 async def explain(store: Store, settings: Settings, url: str, now_s: float,
-                  decisions: Sequence[str] | None = None) -> dict[str, Any]:
+                  decisions: Sequence[str] | None = None,
+                  steady: Callable[[], Awaitable[float | None]] | None = None,
+                  ) -> dict[str, Any]:
     """The page's state, value and threshold from Redis; ``decisions`` are the deciding
     worker's recent ones about it (:class:`streams.decisions.DecisionRing`: no decision
-    text is stored in Redis)."""
+    text is stored in Redis).
+
+    ``steady``: gives ``Lambda`` of the continuous optimum at the current budget
+    (:func:`streams.plan.steady_threshold`), asked only for a page whose largest value
+    ``mu/Delta`` is below the current threshold: the threshold is not fixed (it falls as
+    the pages above it are crawled, e.g. a fresh catalogue's never-crawled pages all start
+    at their ``mu/Delta``), so whether such a page will be crawled depends on where it
+    settles."""
     try:
         url = check_url(url)  # the canonical form, as stored
     except ValueError as exc:
@@ -123,8 +132,24 @@ async def explain(store: Store, settings: Settings, url: str, now_s: float,
         status = (f"value {value:.4g} >= threshold {threshold:.4g}: among the next orders "
                   "when its host has a token")
     elif cap <= threshold:
-        status = (f"value {value:.4g} < threshold {threshold:.4g} and it can never reach it "
-                  f"(mu/Delta = {cap:.4g}); only the floor orders it")
+        # even a page never crawled has at most mu/Delta: it waits for the threshold to fall
+        out["ordered_when_threshold_below"] = cap
+        lam = await steady() if steady is not None else None
+        out["steady_threshold"] = lam
+        status = (f"value {value:.4g} < threshold {threshold:.4g}, which is above even its "
+                  f"largest value mu/Delta = {cap:.4g}: it waits until the threshold falls "
+                  f"below {cap:.4g}")
+        if lam is None:
+            status += (" (the threshold falls as the pages above it are crawled; "
+                       "`recrawl plan` shows where it settles for a budget)")
+        elif cap > lam:
+            status += (f"; at this budget the threshold settles at {lam:.4g} (continuous "
+                       "optimum, Theorem 1 of paper 004) once the pages above it are "
+                       "crawled, so it will be")
+        else:
+            status += (f"; but at this budget the threshold settles at {lam:.4g} >= "
+                       f"{cap:.4g} (continuous optimum, Theorem 1 of paper 004): not worth "
+                       "a crawl at this budget, only the floor orders it")
     else:
         status = f"value {value:.4g} < threshold {threshold:.4g}: not worth a crawl yet"
     candidates = [t for t in (value_at, floor_at) if t is not None]

@@ -409,6 +409,7 @@ class Scheduler:
                 "share_per_s": s.share_per_s, "pages": len(s.book),
                 "in_flight": len(s.in_flight), "ts": redis_now, "worker": self.worker_id,
                 "ready": s.ready, "web": self.web_url,
+                "budget_per_s": self.control.budget_per_s,  # the R it splits (recrawl plan)
             }
             s.emitted = 0
         await self.store.put_shards(own)

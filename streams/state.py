@@ -18,8 +18,9 @@ every key of one host lives in one slot and every script below touches one slot 
     P:{logs}            HASH  "<topic>:<partition>" -> "epoch|offset|timestamp_ms": which
                               incarnation of each input partition's log the offsets
                               belong to (a topic created again: streams/logs.py)
-    P:sched:shards      HASH  partition -> JSON {weight, log_threshold, share_per_s, ts,
-                              worker, ready, web (the worker's HTTP address)}
+    P:sched:shards      HASH  partition -> JSON {weight, log_threshold, share_per_s, ts
+                              (Redis's clock), worker, ready, web (the worker's HTTP
+                              address), budget_per_s (the budget the worker runs with)}
 
 Each event's change is one Lua script that first compares the event's offset with the last
 applied offset of its (host, topic, partition) and records it, so a redelivered event

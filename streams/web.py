@@ -4,18 +4,23 @@
 * ``GET /hosts/{host}/``  capacity, token bucket, pages, orders in flight
 * ``GET /stats/``         R, per-shard share and threshold, counters
 * ``GET /metrics/``       Prometheus text format
+* ``GET /plan/?budget=10&budget=100``  expected accuracy per budget from the current
+  estimates (:mod:`streams.plan`, the same as ``recrawl plan``)
 """
 
 from __future__ import annotations
 
+import math
 import time
 from typing import Any
+from urllib.parse import parse_qs
 
 import faust
 from faust.web import Request, Response, View
 
 from streams.explain import explain
 from streams.metrics import Metrics
+from streams.plan import plan_from_store, steady_threshold
 from streams.records import shard_of
 from streams.scheduler import Scheduler
 from streams.settings import Settings
@@ -25,6 +30,15 @@ from streams.state import Store
 def register_views(
     app: faust.App, settings: Settings, store: Store, scheduler: Scheduler, metrics: Metrics
 ) -> None:
+    steady_cache: list[tuple[float, float | None]] = []
+
+    async def steady() -> float | None:
+        """:func:`streams.plan.steady_threshold`, reused for 30 s (it reads every page)."""
+        now = time.monotonic()
+        if not steady_cache or now - steady_cache[0][0] > 30.0:
+            steady_cache[:] = [(now, await steady_threshold(store, settings))]
+        return steady_cache[0][1]
+
     @app.page("/pages/")
     class PagesView(View):
         async def get(self, request: Request) -> Response:
@@ -32,7 +46,7 @@ def register_views(
             if not url:
                 return self.json({"error": "missing ?url="}, status=400)
             return self.json(await explain(store, settings, url, time.time(),
-                                           scheduler.decisions.get(url)))
+                                           scheduler.decisions.get(url), steady=steady))
 
     @app.page("/hosts/{host}/")
     class HostView(View):
@@ -69,3 +83,21 @@ def register_views(
         async def get(self, request: Request) -> Response:
             return self.bytes(metrics.exposition(),
                               content_type="text/plain")
+
+    @app.page("/plan/")
+    class PlanView(View):
+        async def get(self, request: Request) -> Response:
+            raw = parse_qs(request.query_string).get("budget", [])
+            try:
+                budgets = [float(x) for v in raw for x in v.split(",") if x.strip()]
+            except ValueError:
+                return self.json({"error": f"budget must be numbers, got {raw}"}, status=400)
+            if not budgets or not all(b > 0 and math.isfinite(b) for b in budgets):
+                return self.json({"error": "give ?budget=R (orders/s > 0), repeatable"},
+                                 status=400)
+            if len(budgets) > 100:
+                return self.json({"error": "at most 100 budgets"}, status=400)
+            return self.json(await plan_from_store(store, settings, budgets))
+
+    # ``GET /plan?budget=`` as well as ``/plan/?budget=``
+    app.page("/plan")(type("PlanViewNoSlash", (PlanView,), {}))

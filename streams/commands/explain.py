@@ -25,6 +25,7 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
 
 def run(args: argparse.Namespace) -> int:
     from streams.explain import explain
+    from streams.plan import steady_threshold
     from streams.scheduler import SHARD_ALIVE_S
     from streams.settings import load_settings
     from streams.state import Store
@@ -34,7 +35,8 @@ def run(args: argparse.Namespace) -> int:
     async def go() -> dict[str, Any]:
         store = Store.from_url(settings.redis_url, settings.key_prefix)
         try:
-            out = await explain(store, settings, args.url, time.time())
+            out = await explain(store, settings, args.url, time.time(),
+                                steady=lambda: steady_threshold(store, settings))
             entry = (await store.get_shards()).get(out.get("shard", -1), {})
             redis_now = await store.server_time()  # shard entries carry Redis's time
         finally:

@@ -12,6 +12,7 @@ import argparse
 import json
 import math
 import multiprocessing as mp
+import re
 from collections import defaultdict
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -23,8 +24,19 @@ Row = dict[str, Any]
 Job = dict[str, Any]
 
 
+def help_text(doc: str) -> str:
+    """A module docstring as ``--help`` text: its lines kept as written (the experiments
+    table stays a table), without reST markup (table rules, double backquotes)."""
+    lines = [ln for ln in doc.strip("\n").splitlines()
+             if not (ln.strip() and set(ln.strip()) <= {"=", " "})]
+    text = "\n".join(lines).rstrip().replace("``", "")
+    return re.sub(r":[a-z]+:`~?([^`]+)`", r"\1", text)  # :mod:`x` -> x
+
+
 def parser(name: str, description: str) -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog=f"recrawl experiments {name}", description=description)
+    p = argparse.ArgumentParser(prog=f"recrawl experiments {name}",
+                                description=help_text(description),
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--quick", action="store_true", help="small version (seconds)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--reps", type=int, default=None, help="repetitions (default per mode)")

@@ -1,0 +1,116 @@
+"""``recrawl plan --budget 10 100 1000``: what each budget buys under the current estimates
+(:mod:`streams.plan`); ``--png PATH`` plots it, ``--json PATH`` writes it."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+from pathlib import Path
+from typing import Any
+
+DEFAULT_BUDGETS = (1.0, 3.0, 10.0, 30.0, 100.0, 300.0, 1000.0)
+
+
+def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+    p = sub.add_parser(
+        "plan",
+        help="expected accuracy per crawl budget from the current estimates in Redis "
+        "(continuous optimum, eq. 4/5 of paper 004)",
+    )
+    p.add_argument("--budget", type=float, nargs="+", metavar="R",
+                   help="budgets in orders per second (default: "
+                   + " ".join(f"{b:g}" for b in DEFAULT_BUDGETS) + ")")
+    p.add_argument("--png", type=Path, help="plot accuracy against budget to this PNG")
+    p.add_argument("--json", type=Path, help="write the plan as JSON here")
+    p.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    from streams.plan import plan_from_store
+    from streams.settings import load_settings
+    from streams.state import Store
+
+    budgets = args.budget or list(DEFAULT_BUDGETS)
+    bad = [b for b in budgets if not b > 0]
+    if bad:
+        print(f"recrawl plan: budgets must be > 0 orders/s, got {bad}")
+        return 2
+    settings = load_settings()
+
+    async def go() -> dict[str, Any]:
+        store = Store.from_url(settings.redis_url, settings.key_prefix)
+        try:
+            return await plan_from_store(store, settings, budgets)
+        finally:
+            await store.close()
+
+    out = asyncio.run(go())
+    print_table(out)
+    if args.json:
+        args.json.write_text(json.dumps(out, indent=2, sort_keys=True) + "\n")
+    if args.png:
+        plot(out, args.png)
+        print(f"plot written to {args.png}")
+    return 0 if out["pages"] else 1
+
+
+def print_table(out: dict[str, Any]) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    console = Console()
+    if not out["pages"]:
+        console.print("no pages in Redis: nothing to plan (is the catalogue loaded, "
+                      "and RECRAWL_KEY_PREFIX right?)")
+        return
+    t = Table(title="recrawl plan: expected accuracy by budget (continuous optimum)")
+    for name in ("budget (orders/s)", "accuracy", "threshold Lambda", "pages crawled",
+                 "mean interval (s)"):
+        t.add_column(name, justify="right")
+    t.add_column("", no_wrap=True)
+    for r in out["rows"]:
+        t.add_row(
+            f"{r['budget_per_s']:g}", _f(r["accuracy"], ".3f"), _f(r["multiplier"], ".4g"),
+            f"{r['pages_crawled']} / {out['pages']}", _f(r["mean_interval_s"], ".4g"),
+            "<- current" + (" (paused)" if out["paused"] else "") if r["current"] else "",
+            style="bold" if r["current"] else None,
+        )
+    console.print(t)
+    console.print(f"Current budget {out['budget_per_s']:g} orders/s, from "
+                  f"{out['budget_source']}.", highlight=False)
+    console.print(f"{out['pages']} pages ({out['pages_estimated']} with estimates, the rest "
+                  f"from priors; {out['pages_unusable']} unusable left out). "
+                  f"Source: {out['source']}. Host limits and the longest-interval floor "
+                  "are not modelled.", highlight=False)
+
+
+def _f(x: float | None, fmt: str) -> str:
+    return "-" if x is None else format(x, fmt)
+
+
+def plot(out: dict[str, Any], path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    rows = [r for r in out["rows"] if r["accuracy"] is not None]
+    fig, ax = plt.subplots(figsize=(6.4, 4.0))
+    ax.plot([r["budget_per_s"] for r in rows], [r["accuracy"] for r in rows], "o-",
+            label="continuous optimum (eq. 4/5, paper 004)")
+    cur = out["current"]
+    if cur is not None and cur["accuracy"] is not None:
+        ax.plot([cur["budget_per_s"]], [cur["accuracy"]], "r*", markersize=14,
+                label=f"current budget {cur['budget_per_s']:g}/s: {cur['accuracy']:.3f}")
+    ax.set_xscale("log")
+    ax.set_ylim(0.0, 1.0)
+    ax.set_xlabel("crawl budget R (orders/s)")
+    ax.set_ylabel("expected accuracy")
+    ax.set_title(f"recrawl plan: {out['pages']} pages, current estimates")
+    ax.grid(True, which="both", alpha=0.3)
+    ax.legend(loc="lower right")
+    fig.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
