@@ -540,6 +540,7 @@ def demo_settings(
 ) -> Settings:
     """Fresh topics, consumer groups and key prefix for one demo run."""
     from infra.proc import free_port
+    from infra.stack import default_home
     from streams.settings import load_settings
 
     tag = f"demo{time.strftime('%Y%m%d%H%M%S')}{uuid.uuid4().hex[:4]}"
@@ -551,7 +552,9 @@ def demo_settings(
         update={**extra,
             "topic_prefix": tag, "app_id": tag, "key_prefix": tag,
             "web_enabled": True, "web_port": web_port or free_port(),
-            "data_dir": Path("var") / "demo" / tag / "worker",
+            # absolute, under RECRAWL_HOME like the logs (a relative var/ did not exist
+            # when RECRAWL_HOME pointed outside the repository: the worker exited)
+            "data_dir": Path(default_home()) / "demo" / tag / "worker",
         }
     )  # fmt: skip
 
