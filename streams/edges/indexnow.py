@@ -45,12 +45,12 @@ from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import urlsplit
 
-import redis.asyncio as aioredis
 from aiohttp import web
 
 from streams.edges.pings import Ping, PingProducer, new_ping_id
 from streams.fetcher.client import SafeClient
 from streams.records import check_url, host_of
+from streams.redis_conn import AsyncRedis
 
 log = logging.getLogger(__name__)
 
@@ -67,7 +67,7 @@ class KeyRegistry:
     verification for a while.
     """
 
-    def __init__(self, client: aioredis.Redis, prefix: str) -> None:
+    def __init__(self, client: AsyncRedis, prefix: str) -> None:
         self.redis = client
         self.prefix = prefix
 
@@ -165,7 +165,7 @@ class RedisTokenBucket:
     """
 
     def __init__(
-        self, client: aioredis.Redis, prefix: str, rate_per_s: float, burst: float
+        self, client: AsyncRedis, prefix: str, rate_per_s: float, burst: float
     ) -> None:
         if rate_per_s <= 0 or burst < 1:
             raise ValueError("rate_per_s must be > 0 and burst >= 1")

@@ -67,6 +67,7 @@ from aiohttp import web
 
 from streams.edges.pings import Ping, PingProducer, new_ping_id
 from streams.records import check_url, host_of
+from streams.redis_conn import AsyncRedis
 
 log = logging.getLogger(__name__)
 
@@ -220,7 +221,7 @@ class WebSubSubscriber:
     def __init__(
         self,
         producer: PingProducer | None,
-        client: aioredis.Redis,
+        client: AsyncRedis,
         prefix: str,
         public_url: str | None = None,
         *,
