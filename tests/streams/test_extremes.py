@@ -168,10 +168,16 @@ def test_kafka_errors_are_told_apart_by_type() -> None:
     assert not kafka_transient(ValueError("KafkaLooking name, not a Kafka error"))
 
 
-async def test_an_order_the_producer_refuses_leaves_no_page_in_flight(redis_url: str) -> None:
+@pytest.fixture(params=["redis_url", "redis_cluster_url"])
+def backend_url(request: pytest.FixtureRequest) -> str:
+    return str(request.getfixturevalue(request.param))
+
+
+async def test_an_order_the_producer_refuses_leaves_no_page_in_flight(backend_url: str) -> None:
     """The producer stopping (shutdown) or failing after Redis marked the orders in flight:
-    the marks are cleared and the pages ordered on a later tick, none waits for a time-out."""
-    h = Harness(redis_url, default_host_crawls_per_s=100.0, host_burst=100.0)
+    the marks are cleared and the pages ordered on a later tick, none waits for a time-out.
+    Also when Redis lost the scripts in between (a cluster master restarting: NOSCRIPT)."""
+    h = Harness(backend_url, default_host_crawls_per_s=100.0, host_burst=100.0)
     urls = [f"https://u.org/{i}" for i in range(3)]
     await h.feed("pages", [js(url=u) for u in urls])
     await h.store.load_scripts()
@@ -180,6 +186,7 @@ async def test_an_order_the_producer_refuses_leaves_no_page_in_flight(redis_url:
 
     async def sink(k: bytes, v: bytes) -> None:
         if broken:
+            await h.store.redis.script_flush()  # on every master of a cluster
             raise RuntimeError("Producer service not yet started")
         sent.append(json.loads(v)["url"])
 
