@@ -100,24 +100,25 @@ def up(
     cache: Path | None = None,
     kafka_port: int | None = None,
     redis_port: int | None = None,
-    redis_cluster: int = 0,
+    redis_cluster: int | None = None,
     tie_to_parent: bool = False,
 ) -> StackInfo:
     """Start Kafka and Redis (or reuse a healthy running pair) and create ``topics``.
 
-    ``redis_cluster`` > 0: Redis is a local Redis Cluster of that many masters (ports from
-    ``redis_port`` on, when given).  A running stack whose Redis is of another kind is not
-    reused but an error: stopping it would stop whatever works on it."""
+    ``redis_cluster``: None reuses whatever Redis runs and starts one node when none does;
+    0 asks for one node; N > 0 for a local Redis Cluster of N masters (ports from
+    ``redis_port`` on, when given).  A running stack whose Redis is not the kind asked for
+    is not reused but an error: stopping it would stop whatever works on it."""
     home = home or default_home()
     cache = cache or default_cache()
-    if redis_cluster < 0:
+    if redis_cluster is not None and redis_cluster < 0:
         raise ValueError(f"redis_cluster must be 0 (one node) or a count of masters, got "
                          f"{redis_cluster}")
     current = read_state(home)
     if current is not None:
         health = _healthy(current)
         if all(health.values()):
-            if current.redis_masters != redis_cluster:
+            if redis_cluster is not None and current.redis_masters != redis_cluster:
                 have = (f"a Redis Cluster of {current.redis_masters} masters"
                         if current.redis_masters else "one Redis node")
                 raise ServiceStartError(
@@ -127,6 +128,7 @@ def up(
             return current
         down(home)
     home.mkdir(parents=True, exist_ok=True)
+    redis_cluster = redis_cluster or 0
     cluster_procs: list[subprocess.Popen[bytes]] = []
     if redis_cluster:
         cluster_procs, ccfg = redis.start_cluster(
@@ -193,7 +195,7 @@ def down(home: Path | None = None) -> bool:
 
 
 def up_for_session(
-    topics: list[str], partitions: int, home: Path, *, redis_cluster: int = 0
+    topics: list[str], partitions: int, home: Path, *, redis_cluster: int | None = None
 ) -> StackInfo:
     """Start a private stack for this process; it is stopped at exit and if this process dies."""
     info = up(topics, partitions, home=home, redis_cluster=redis_cluster, tie_to_parent=True)

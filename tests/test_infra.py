@@ -118,7 +118,7 @@ def test_redis_cluster_forms_and_restarts_with_its_data(tmp_path: Path) -> None:
 
 def test_stack_with_a_redis_cluster(tmp_path: Path) -> None:
     """``recrawl infra up --redis-cluster 3``: the stack file records every master, status
-    checks the cluster, a request for the other kind of Redis is refused, down stops all."""
+    checks the cluster, a request for another kind of Redis is refused, down stops all."""
     info = stack.up(["rc.a"], 1, home=tmp_path, redis_cluster=3, tie_to_parent=True)
     try:
         assert info.redis_masters == 3 and len(set(info.redis_cluster_pids)) == 3
@@ -128,8 +128,12 @@ def test_stack_with_a_redis_cluster(tmp_path: Path) -> None:
         assert stack.read_state(tmp_path) == info
         again = stack.up(["rc.a"], 1, home=tmp_path, redis_cluster=3, tie_to_parent=True)
         assert again.redis_cluster_pids == info.redis_cluster_pids  # reused
+        # no kind asked (make up, make demo): whatever runs is reused
+        assert stack.up(["rc.a"], 1, home=tmp_path, tie_to_parent=True) == info
         with pytest.raises(ServiceStartError, match="Redis Cluster of 3 masters"):
-            stack.up(["rc.a"], 1, home=tmp_path, tie_to_parent=True)
+            stack.up(["rc.a"], 1, home=tmp_path, redis_cluster=0, tie_to_parent=True)
+        with pytest.raises(ServiceStartError, match="Redis Cluster of 3 masters"):
+            stack.up(["rc.a"], 1, home=tmp_path, redis_cluster=2, tie_to_parent=True)
     finally:
         assert stack.down(tmp_path) is True
     deadline = time.monotonic() + 5

@@ -17,8 +17,9 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     p.add_argument("--redis-port", type=int,
                    help="redis port (default: a free port); with --redis-cluster the first "
                         "master's, the others follow")
-    p.add_argument("--redis-cluster", type=_masters, default=0, metavar="N",
-                   help="run Redis as a local Redis Cluster of N masters (default: one node)")
+    p.add_argument("--redis-cluster", type=_masters, default=None, metavar="N",
+                   help="run Redis as a local Redis Cluster of N masters (default: one node, "
+                        "or whatever the running stack has)")
     p.set_defaults(func=run)
 
 

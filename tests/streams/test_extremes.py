@@ -8,8 +8,10 @@ import json
 import math
 import time
 import uuid
+from typing import Any
 
 import pytest
+from redis.asyncio.cluster import RedisCluster
 from redis.exceptions import (
     BusyLoadingError,
     NoScriptError,
@@ -132,15 +134,23 @@ def test_transient_error_replies_are_retried_not_rejected() -> None:
         assert not transient_reply(exc), exc
 
 
-async def test_a_redis_out_of_memory_holds_the_batch_until_it_can_write(redis_url: str) -> None:
+@pytest.fixture(params=["redis_url", "redis_cluster_url"])
+def backend_url(request: pytest.FixtureRequest) -> str:
+    """The session's Redis and a real three-master Redis Cluster."""
+    return str(request.getfixturevalue(request.param))
+
+
+async def test_a_redis_out_of_memory_holds_the_batch_until_it_can_write(backend_url: str) -> None:
     """maxmemory below what is used: every write is refused with OOM.  The pings wait
     (retried) instead of going to the rejects; once Redis can write they are applied."""
-    h = Harness(redis_url)
+    h = Harness(backend_url)
     url = "https://m.org/a"
     await h.feed("pages", [js(url=url)])
     r = h.store.redis
+    # a cluster client sends CONFIG SET to one node unless told: every master here
+    every: dict[str, Any] = {"target_nodes": r.PRIMARIES} if isinstance(r, RedisCluster) else {}
     before = (await r.config_get("maxmemory"))["maxmemory"]
-    await r.config_set("maxmemory", "1")
+    await r.config_set("maxmemory", "1", **every)
     try:
         task = asyncio.create_task(
             h.feed("pings", [js(url=url, source="cdn", received_at=time.time())]))
@@ -148,7 +158,7 @@ async def test_a_redis_out_of_memory_holds_the_batch_until_it_can_write(redis_ur
         assert not task.done()
         assert h.rejects == [] and h.metrics.tally["pings.applied"] == 0
     finally:
-        await r.config_set("maxmemory", before)
+        await r.config_set("maxmemory", before, **every)
     await asyncio.wait_for(task, 20)
     assert h.rejects == [] and h.metrics.tally["pings.applied"] == 1
     assert (await h.store.get_page("m.org", url)).signals[SOURCES.index("cdn")] == 1
@@ -166,11 +176,6 @@ def test_kafka_errors_are_told_apart_by_type() -> None:
     assert kafka_transient(NotLeaderForPartitionError())
     assert not kafka_transient(MessageSizeTooLargeError())  # retrying would never end
     assert not kafka_transient(ValueError("KafkaLooking name, not a Kafka error"))
-
-
-@pytest.fixture(params=["redis_url", "redis_cluster_url"])
-def backend_url(request: pytest.FixtureRequest) -> str:
-    return str(request.getfixturevalue(request.param))
 
 
 async def test_an_order_the_producer_refuses_leaves_no_page_in_flight(backend_url: str) -> None:
