@@ -22,7 +22,7 @@ There is one database on a cluster (0); a ``/N`` path is refused.
 from __future__ import annotations
 
 from typing import Any
-from urllib.parse import parse_qsl, urlsplit
+from urllib.parse import parse_qsl, unquote, urlsplit
 
 import redis
 import redis.asyncio as aioredis
@@ -55,8 +55,8 @@ def cluster_nodes(url: str) -> tuple[list[tuple[str, int]], dict[str, Any]]:
     creds, at, hosts = netloc.rpartition("@")
     if at:
         user, colon, password = creds.partition(":")
-        opts["username"] = user or None
-        opts["password"] = password if colon else None
+        opts["username"] = unquote(user) or None
+        opts["password"] = unquote(password) if colon else None
     nodes = []
     for hp in hosts.split(","):
         parts = urlsplit(f"//{hp}")
