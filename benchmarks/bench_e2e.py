@@ -51,6 +51,7 @@ from rich.table import Table
 from infra import stack
 from infra.kafka import create_topics
 from infra.proc import free_port, spawn, stop_group, tail
+from streams.redis_conn import connect_sync as connect_redis_sync
 
 REPO = Path(__file__).resolve().parent.parent
 TOPICS = ("pages", "pings", "outcomes", "hosts", "control", "orders", "rejects")
@@ -299,7 +300,7 @@ def throughput(svc: Services, args: argparse.Namespace) -> dict[str, Any]:
     n, nh = args.pages, args.hosts
     w = Worker(svc, {"RECRAWL_BUDGET_PER_S": "1e6", "RECRAWL_T_DELAY_S": "0",
                      "RECRAWL_TICK_S": repr(args.tick)})
-    r = redis.Redis.from_url(svc.redis_url)
+    r = connect_redis_sync(svc.redis_url)
     res: dict[str, Any] = {"pages": n, "hosts": nh}
     try:
         svc.produce(w.topic("control"), ['control\t{"paused": true}'])
@@ -372,7 +373,7 @@ def reference(svc: Services, n: int) -> dict[str, float]:
     got = p.stdout.count(b"\n")
     if got != n:
         raise RuntimeError(f"reference consumer read {got} of {n}: {p.stderr[-500:]!r}")
-    r = redis.Redis.from_url(svc.redis_url)
+    r = connect_redis_sync(svc.redis_url)
     KEY_PREFIXES.append(topic)
     t0 = time.perf_counter()
     for i in range(0, n, 1000):
@@ -400,7 +401,7 @@ def services(args: argparse.Namespace) -> Iterator[Services]:
             try:
                 yield Services(args.bootstrap, args.redis, tmp, args.partitions)
             finally:
-                r = redis.Redis.from_url(args.redis)
+                r = connect_redis_sync(args.redis)
                 for prefix in KEY_PREFIXES:
                     keys = list(r.scan_iter(f"{prefix}:*", 5000))
                     for i in range(0, len(keys), 5000):

@@ -255,7 +255,8 @@ class Agents:
             jobs.append(Job(ev, rec, msg.topic, msg.partition, msg.offset))
         return jobs, bad, moved
 
-    async def _pipeline(self, queue: Callable[[Any], Awaitable[None]]) -> list[Any]:
+    async def _pipeline(self, queue: Callable[[Any], Awaitable[None]], *,
+                        reload_scripts: bool = True) -> list[Any]:
         async def run() -> list[Any]:
             pipe = self.store.redis.pipeline(transaction=False)
             await queue(pipe)
@@ -263,6 +264,11 @@ class Agents:
             bad = next((r for r in results if transient_reply(r)), None)
             if bad is not None:  # the whole batch again: every script is offset-guarded
                 raise RedisUnavailable(repr(bad))
+            if reload_scripts and any(isinstance(r, NoScriptError) for r in results):
+                # a Redis Cluster master without the scripts (a cluster pipeline cannot
+                # check first, streams.state._run): load them on every master, run again
+                await self.store.load_scripts()
+                raise RedisUnavailable("NOSCRIPT")
             return results
 
         result: list[Any] = await self._retry("redis", run)
@@ -281,7 +287,7 @@ class Agents:
                 for key in todo:
                     queue(pipe, key)
 
-            results = await self._pipeline(fill)
+            results = await self._pipeline(fill, reload_scripts=False)
             missing = []
             for key, res in zip(pending, results, strict=True):
                 if isinstance(res, NoScriptError):

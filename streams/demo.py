@@ -30,7 +30,6 @@ from typing import Any
 
 import aiohttp
 import numpy as np
-import redis.asyncio as aioredis
 from aiokafka import AIOKafkaProducer
 
 from streams.edges.indexnow import IndexNowReceiver, KeyRegistry, start_receiver
@@ -39,6 +38,8 @@ from streams.edges.sitemaps import MAX_BYTES, SitemapPoller
 from streams.fetcher.client import FetchLimits, SafeClient
 from streams.fetcher.egress import EgressPolicy
 from streams.fetcher.service import FetcherService
+from streams.redis_conn import AsyncRedis
+from streams.redis_conn import connect as connect_redis
 from streams.settings import Settings
 from streams.testweb.expected import Loop, RunRecord, fresh_draws, replay
 from streams.testweb.server import TestWeb
@@ -309,7 +310,7 @@ async def load_inputs(
 
 
 async def initial_crawl(
-    settings: Settings, web: TestWeb, http: SafeClient, rclient: aioredis.Redis
+    settings: Settings, web: TestWeb, http: SafeClient, rclient: AsyncRedis
 ) -> list[float]:
     """Fetch every page once and report it, so the run starts with a full cache, as the
     simulator does (every page fresh at ``t = 0``); returns each page's fetch time."""
@@ -403,7 +404,7 @@ async def run_loop(
     from rich.live import Live
 
     console = Console()
-    rclient = aioredis.from_url(settings.redis_url)
+    rclient = connect_redis(settings.redis_url)
     record = RunRecord()
     page_of: dict[str, int] = {}
 

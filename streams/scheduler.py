@@ -624,13 +624,23 @@ class Scheduler:
         (only if it is still theirs) and put the pages back, so that none waits for a
         time-out with no order out."""
         log.warning("%d orders not sent (%r): taken out of flight again", len(unsent), error)
-        pipe = self.store.redis.pipeline(transaction=False)
-        for _shard, url, host, oid in unsent:
-            await self.store.queue_expire(pipe, url, host, order_id=oid)
-        await pipe.execute(raise_on_error=False)
+        await self._take_out_of_flight([(url, host, oid) for _s, url, host, oid in unsent])
         for shard, url, _host, _oid in unsent:
             self._restore(shard, url)
         self.metrics.tally["orders.unsent"] += len(unsent)
+
+    async def _take_out_of_flight(self, orders: list[tuple[str, str, str]]) -> None:
+        """Clear the in-flight marks of ``(url, host, order_id)`` that are still theirs, in
+        one pipeline.  A Redis Cluster master without the scripts answers NOSCRIPT (a
+        cluster pipeline cannot check first): load them and run again (id-guarded)."""
+        for _attempt in range(2):
+            pipe = self.store.redis.pipeline(transaction=False)
+            for url, host, oid in orders:
+                await self.store.queue_expire(pipe, url, host, order_id=oid)
+            results = await pipe.execute(raise_on_error=False)
+            if not any(isinstance(r, NoScriptError) for r in results):
+                return
+            await self.store.load_scripts()
 
     def _restore(self, shard: Shard, url: str) -> None:
         """Put a chosen page that was not ordered back in its book (a never-crawled page
@@ -675,10 +685,7 @@ class Scheduler:
                 due.append((url, oid))
         if not due:
             return
-        pipe = self.store.redis.pipeline(transaction=False)
-        for url, oid in due:
-            await self.store.queue_expire(pipe, url, shard.host(url), order_id=oid)
-        await pipe.execute(raise_on_error=False)
+        await self._take_out_of_flight([(url, shard.host(url), oid) for url, oid in due])
         for url, oid in due:
             self.decisions.add(url, f"{now:.3f} order {oid} timed out: no outcome within "
                                     f"{self.control.order_timeout_s:g}s; eligible again")

@@ -1,7 +1,9 @@
 """Per-page, per-host and per-shard state in Redis: the source of truth.
 
-Key layout (``P`` = ``settings.key_prefix``; ``{host}`` is a Redis Cluster hash tag, so
-every key of one host lives in one slot and every script below touches one slot only)::
+Key layout (``P`` = ``settings.key_prefix``; ``{...}`` is a Redis Cluster hash tag: only
+the text between the braces decides a key's slot, so every key of one host lives in one
+slot, the two control keys share one, and every script below touches one slot only; the
+same code runs on one Redis node and on a Redis Cluster, :mod:`streams.redis_conn`)::
 
     P:{host}:pages      HASH  url -> page value "importance|prior|last_crawl|n_sitemap,..."
     P:{host}:inflight   HASH  url -> "order_id|issued_at"   (only pages with an order out)
@@ -13,8 +15,9 @@ every key of one host lives in one slot and every script below touches one slot 
     P:{host}:offsets    HASH  "<topic>:<partition>[~<epoch>]" -> last applied offset
     P:shard:{p}:hosts   SET   hosts whose events arrive on partition p (find a shard's pages
                               without SCAN)
-    P:control           HASH  budget_per_s, paused, t_delay_s, order_timeout_s, max_interval_s
-    P:control:offsets   HASH  "<topic>:<partition>" -> last applied offset
+    P:control:{ctl}     HASH  budget_per_s, paused, t_delay_s, order_timeout_s, max_interval_s
+                              (``P:control`` before the hash tag: read when this is empty)
+    P:control:{ctl}:offsets  HASH  "<topic>:<partition>[~<epoch>]" -> last applied offset
     P:{logs}            HASH  "<topic>:<partition>" -> "epoch|offset|timestamp_ms": which
                               incarnation of each input partition's log the offsets
                               belong to (a topic created again: streams/logs.py)
@@ -40,9 +43,11 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
-import redis.asyncio as aioredis
+from redis.asyncio.cluster import ClusterPipeline
+from redis.commands.core import AsyncScript
 
 from streams.records import MAX_IN_FLIGHT, MAX_RATE_PER_S, SOURCES
+from streams.redis_conn import AsyncRedis, connect
 
 N_SOURCES = len(SOURCES)
 
@@ -343,10 +348,22 @@ def _in_flight(value: str) -> tuple[str, float]:
     return oid, float(at or 0.0)
 
 
+async def _run(script: AsyncScript, keys: list[Any], args: list[Any], client: Any) -> Any:
+    """Call ``script`` on ``client`` (a client or a pipeline, one node or a cluster).
+
+    On a cluster pipeline redis-py refuses ``evalsha()`` but queues the plain command, routed
+    by the keys' slot; a NOSCRIPT reply (a master that lost its scripts) then comes back in
+    the results, and the caller loads the scripts and retries (every script here is
+    offset- or id-guarded).  Elsewhere the script object itself checks and loads."""
+    if isinstance(client, ClusterPipeline):
+        return client.execute_command("EVALSHA", script.sha, len(keys), *keys, *args)
+    return await script(keys=keys, args=args, client=client)
+
+
 class Store:
     """Async access to the state; every mutation is one Lua script (see module docstring)."""
 
-    def __init__(self, client: aioredis.Redis, prefix: str) -> None:
+    def __init__(self, client: AsyncRedis, prefix: str) -> None:
         self.redis = client
         self.prefix = prefix
         #: the epoch of an input partition's log (streams.logs.LogEpochs sets it)
@@ -368,7 +385,8 @@ class Store:
 
     @classmethod
     def from_url(cls, url: str, prefix: str) -> Store:
-        return cls(aioredis.from_url(url, decode_responses=True), prefix)
+        """One Redis node or a Redis Cluster (``redis+cluster://``, :mod:`streams.redis_conn`)."""
+        return cls(connect(url, decode_responses=True), prefix)
 
     async def close(self) -> None:
         await self.redis.aclose()
@@ -382,6 +400,17 @@ class Store:
 
     @property
     def control_key(self) -> str:
+        return f"{self.prefix}:control:{{ctl}}"
+
+    @property
+    def control_offsets_key(self) -> str:
+        """Shares ``control_key``'s hash tag: the control script touches both (one slot)."""
+        return f"{self.prefix}:control:{{ctl}}:offsets"
+
+    @property
+    def legacy_control_key(self) -> str:
+        """Where the control hash was before it had a hash tag (read when the new one is
+        empty, so that an upgrade keeps the budget set by ``recrawl.control``)."""
         return f"{self.prefix}:control"
 
     @property
@@ -405,7 +434,7 @@ class Store:
             self.offset_field(topic, partition), offset, url, "1" if deleted else "0",
             repr(float(importance)), "" if prior is None else repr(float(prior)),
         ]
-        return await self.apply_page_script(keys=keys, args=args, client=client)
+        return await _run(self.apply_page_script, keys, args, client)
 
     def queue_pings(
         self, client: Any, host: str, pings: Sequence[PingItem], *, t_delay_s: float,
@@ -421,7 +450,8 @@ class Store:
                      "" if changed_at is None else repr(changed_at), repr(received_at),
                      ping_fingerprint(fingerprint)]
         # straight EVALSHA (no SCRIPT EXISTS per pipeline); the caller reloads on NOSCRIPT
-        return client.evalsha(self.apply_pings_script.sha, len(keys), *keys, *args)
+        return client.execute_command(
+            "EVALSHA", self.apply_pings_script.sha, len(keys), *keys, *args)
 
     async def queue_outcome(
         self, client: Any, url: str, host: str, *, order_id: str | None, fetched_at: float,
@@ -438,7 +468,7 @@ class Store:
             "" if expect is None else expect[0] or "",
             "" if expect is None else expect[1] or "",
         ]
-        return await self.apply_outcome_script(keys=keys, args=args, client=client)
+        return await _run(self.apply_outcome_script, keys, args, client)
 
     async def queue_host(
         self, client: Any, host: str, *, rate_per_s: float, max_in_flight: int | None,
@@ -449,7 +479,7 @@ class Store:
             self.offset_field(topic, partition), offset, repr(float(rate_per_s)),
             "" if max_in_flight is None else str(max_in_flight),
         ]
-        return await self.apply_host_script(keys=keys, args=args, client=client)
+        return await _run(self.apply_host_script, keys, args, client)
 
     async def queue_control(
         self, client: Any, fields: dict[str, str], *, topic: str, partition: int, offset: int
@@ -457,9 +487,8 @@ class Store:
         args: list[Any] = [self.offset_field(topic, partition), offset]
         for k, v in fields.items():
             args += [k, v]
-        return await self.apply_control_script(
-            keys=[self.control_key, f"{self.control_key}:offsets"], args=args, client=client
-        )
+        return await _run(self.apply_control_script,
+                          [self.control_key, self.control_offsets_key], args, client)
 
     def queue_issue(
         self, client: Any, host: str, orders: Sequence[tuple[str, str]], *, now_s: float,
@@ -472,11 +501,11 @@ class Store:
             args += [url, oid]
         # straight EVALSHA: a pipeline would ask SCRIPT EXISTS first (a round trip per tick);
         # the scheduler loads the scripts at start and again on NOSCRIPT
-        return client.evalsha(self.issue_script.sha, len(keys), *keys, *args)
+        return client.execute_command("EVALSHA", self.issue_script.sha, len(keys), *keys, *args)
 
     async def queue_expire(self, client: Any, url: str, host: str, *, order_id: str) -> Any:
-        return await self.expire_script(keys=[self.key(host, "inflight")],
-                                        args=[url, order_id], client=client)
+        return await _run(self.expire_script, [self.key(host, "inflight")], [url, order_id],
+                          client)
 
     # -- reads ---------------------------------------------------------------------------
     async def get_page(self, host: str, url: str) -> PageState | None:
@@ -557,6 +586,8 @@ class Store:
 
     async def get_control(self) -> dict[str, str]:
         raw: Any = await self.redis.hgetall(self.control_key)
+        if not raw:
+            raw = await self.redis.hgetall(self.legacy_control_key)
         return dict(raw)
 
     async def get_shards(self) -> dict[int, dict[str, Any]]:

@@ -10,6 +10,11 @@
 
 With ``CI=true`` a service that cannot be reached fails the run; it never skips.
 Each test that asks for ``settings`` gets its own topics, consumer group and key prefix.
+
+``REDIS_CLUSTER=1``: the launcher's Redis is a local Redis Cluster of three masters
+(``recrawl infra up --redis-cluster 3``), so the whole suite runs against a cluster
+(``REDIS_CLUSTER=1 make test``).  ``redis_cluster_url`` is a Redis Cluster in every session
+(that one, or a private one started on first use) for the tests that always need one.
 """
 
 from __future__ import annotations
@@ -33,6 +38,9 @@ from infra.proc import spawn
 from streams.settings import Settings
 
 IN_CI = os.environ.get("CI", "").lower() in ("1", "true", "yes")
+#: run the session's Redis as a Redis Cluster of CLUSTER_MASTERS masters
+REDIS_CLUSTER = os.environ.get("REDIS_CLUSTER", "").lower() in ("1", "true", "yes")
+CLUSTER_MASTERS = 3
 
 # CI runs the same hypothesis examples every time (a red CI is then reproducible);
 # local runs keep exploring new ones.
@@ -61,6 +69,11 @@ def _reachable(hostport: str) -> bool:
 def _redis_hostport(url: str) -> str:
     from urllib.parse import urlsplit
 
+    from streams.redis_conn import cluster_nodes, is_cluster_url
+
+    if is_cluster_url(url):  # the first seed node
+        host, port = cluster_nodes(url)[0][0]
+        return f"{host}:{port}"
     parts = urlsplit(url)
     return f"{parts.hostname or '127.0.0.1'}:{parts.port or 6379}"
 
@@ -91,7 +104,7 @@ def services(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Services]:
                 _unavailable(f"{name}={hp} does not answer")
         yield Services(env_kafka, env_redis, "environment")
         return
-    if _docker_answers():
+    if not REDIS_CLUSTER and _docker_answers():
         from testcontainers.community.kafka import KafkaContainer
         from testcontainers.community.redis import RedisContainer
 
@@ -107,7 +120,7 @@ def services(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Services]:
 
     home = tmp_path_factory.mktemp("stack")
     try:
-        info = up_for_session([], 1, home)
+        info = up_for_session([], 1, home, redis_cluster=CLUSTER_MASTERS if REDIS_CLUSTER else 0)
     except InfraError as exc:
         _unavailable(f"the infra launcher failed: {exc}")
         raise
@@ -115,6 +128,37 @@ def services(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Services]:
         yield Services(info.kafka_bootstrap, info.redis_url, f"infra launcher ({home})")
     finally:
         down(home)
+
+
+@pytest.fixture(scope="session")
+def redis_cluster_url(services: Services, tmp_path_factory: pytest.TempPathFactory
+                      ) -> Iterator[str]:
+    """A real local Redis Cluster of CLUSTER_MASTERS masters: the session's Redis when it is
+    one (``REDIS_CLUSTER=1`` or a ``redis+cluster://`` REDIS_URL), else a private one
+    started by the infra code (:func:`infra.redis.start_cluster`) and stopped at the end."""
+    from infra import InfraError
+    from infra import redis as infra_redis
+    from infra.proc import stop_group
+    from streams.redis_conn import is_cluster_url
+
+    if is_cluster_url(services.redis_url):
+        yield services.redis_url
+        return
+    procs: list[subprocess.Popen[bytes]] = []
+    try:
+        procs, cfg = infra_redis.start_cluster(
+            tmp_path_factory.mktemp("redis-cluster"), CLUSTER_MASTERS, tie_to_parent=True)
+        infra_redis.wait_cluster_ready(procs, cfg)
+    except InfraError as exc:
+        for proc in procs:
+            stop_group(proc.pid)
+        _unavailable(f"the Redis Cluster launcher failed: {exc}")
+        raise
+    try:
+        yield cfg.url
+    finally:
+        for proc in procs:
+            stop_group(proc.pid)
 
 
 @pytest.fixture(scope="session")

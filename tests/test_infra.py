@@ -83,3 +83,61 @@ def test_cluster_ids_never_start_with_a_dash(monkeypatch: pytest.MonkeyPatch) ->
     cid = kafka.new_cluster_id()
     assert cid == kafka.base64.urlsafe_b64encode(plain.bytes).decode().rstrip("=")
     assert len(cid) == 22 and not cid.startswith("-")
+
+
+def test_redis_cluster_forms_and_restarts_with_its_data(tmp_path: Path) -> None:
+    from streams.redis_conn import connect_sync
+
+    procs, cfg = redis.start_cluster(tmp_path / "rc", 3, tie_to_parent=True)
+    try:
+        redis.wait_cluster_ready(procs, cfg)
+        assert redis.cluster_ok(cfg.ports)
+        assert cfg.url.startswith("redis+cluster://127.0.0.1:")
+        r = connect_sync(cfg.url, decode_responses=True)
+        assert len(r.get_primaries()) == 3
+        for i in range(30):  # keys on every master
+            r.set(f"k{i}", str(i))
+        assert {r.get_node_from_key(f"k{i}").port for i in range(30)} == set(cfg.ports)
+        r.close()
+    finally:
+        for p in procs:
+            stop_group(p.pid)
+    assert not any(pid_alive(p.pid) for p in procs)
+    # the same folder again: the same ports, the nodes re-form the cluster from nodes.conf
+    procs2, cfg2 = redis.start_cluster(tmp_path / "rc", 3, tie_to_parent=True)
+    try:
+        assert cfg2.ports == cfg.ports
+        redis.wait_cluster_ready(procs2, cfg2)
+        r = connect_sync(cfg2.url, decode_responses=True)
+        assert [r.get(f"k{i}") for i in range(30)] == [str(i) for i in range(30)]
+        r.close()
+    finally:
+        for p in procs2:
+            stop_group(p.pid)
+
+
+def test_stack_with_a_redis_cluster(tmp_path: Path) -> None:
+    """``recrawl infra up --redis-cluster 3``: the stack file records every master, status
+    checks the cluster, a request for another kind of Redis is refused, down stops all."""
+    info = stack.up(["rc.a"], 1, home=tmp_path, redis_cluster=3, tie_to_parent=True)
+    try:
+        assert info.redis_masters == 3 and len(set(info.redis_cluster_pids)) == 3
+        assert info.redis_url.startswith("redis+cluster://")
+        st = stack.status(tmp_path)
+        assert st["running"] is True and st["redis"] is True
+        assert stack.read_state(tmp_path) == info
+        again = stack.up(["rc.a"], 1, home=tmp_path, redis_cluster=3, tie_to_parent=True)
+        assert again.redis_cluster_pids == info.redis_cluster_pids  # reused
+        # no kind asked (make up, make demo): whatever runs is reused
+        assert stack.up(["rc.a"], 1, home=tmp_path, tie_to_parent=True) == info
+        with pytest.raises(ServiceStartError, match="Redis Cluster of 3 masters"):
+            stack.up(["rc.a"], 1, home=tmp_path, redis_cluster=0, tie_to_parent=True)
+        with pytest.raises(ServiceStartError, match="Redis Cluster of 3 masters"):
+            stack.up(["rc.a"], 1, home=tmp_path, redis_cluster=2, tie_to_parent=True)
+    finally:
+        assert stack.down(tmp_path) is True
+    deadline = time.monotonic() + 5
+    pids = [info.kafka_pid, *info.redis_cluster_pids]
+    while time.monotonic() < deadline and any(pid_alive(p) for p in pids):
+        time.sleep(0.1)
+    assert not any(pid_alive(p) for p in pids)

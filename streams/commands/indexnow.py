@@ -34,15 +34,14 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
 
 
 def keys(args: argparse.Namespace) -> int:
-    import redis.asyncio as aioredis
-
     from streams.edges.indexnow import KeyRegistry
+    from streams.redis_conn import connect as connect_redis
     from streams.settings import load_settings
 
     s = load_settings()
 
     async def main() -> int:
-        client = aioredis.from_url(s.redis_url)
+        client = connect_redis(s.redis_url)
         try:
             reg = KeyRegistry(client, s.key_prefix)
             if args.action == "add-key":
@@ -63,11 +62,10 @@ def keys(args: argparse.Namespace) -> int:
 
 
 def serve(args: argparse.Namespace) -> int:
-    import redis.asyncio as aioredis
-
     from streams.edges.indexnow import IndexNowReceiver, KeyRegistry, start_receiver
     from streams.edges.pings import PingProducer
     from streams.fetcher.client import FetchLimits, SafeClient
+    from streams.redis_conn import connect as connect_redis
     from streams.settings import load_settings
 
     s = load_settings()
@@ -79,7 +77,7 @@ def serve(args: argparse.Namespace) -> int:
         for sig in (signal.SIGINT, signal.SIGTERM):
             with contextlib.suppress(NotImplementedError):
                 loop.add_signal_handler(sig, stop.set)
-        client = aioredis.from_url(s.redis_url)
+        client = connect_redis(s.redis_url)
         async with PingProducer(s) as producer, SafeClient(
             policy, FetchLimits(total_timeout_s=10)
         ) as verifier:

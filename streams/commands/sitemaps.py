@@ -22,18 +22,17 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
 
 
 def run(args: argparse.Namespace) -> int:
-    import redis.asyncio as aioredis
-
     from streams.edges.pings import PingProducer
     from streams.edges.sitemaps import MAX_BYTES, SitemapPoller
     from streams.fetcher.client import FetchLimits, SafeClient
+    from streams.redis_conn import connect as connect_redis
     from streams.settings import load_settings
 
     s = load_settings()
     policy = policy_from_args(args)
 
     async def main() -> int:
-        client = aioredis.from_url(s.redis_url)
+        client = connect_redis(s.redis_url)
         failed = 0
         async with PingProducer(s) as producer, SafeClient(
             policy, FetchLimits(total_timeout_s=120, max_body_bytes=MAX_BYTES)

@@ -44,15 +44,14 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
 
 
 def manage(args: argparse.Namespace) -> int:
-    import redis.asyncio as aioredis
-
     from streams.edges.websub import WebSubError, WebSubSubscriber
+    from streams.redis_conn import connect as connect_redis
     from streams.settings import load_settings
 
     s = load_settings()
 
     async def main() -> int:
-        client = aioredis.from_url(s.redis_url)
+        client = connect_redis(s.redis_url)
         try:
             sub = WebSubSubscriber(None, client, s.key_prefix,
                                    getattr(args, "public_url", None))  # fmt: skip
@@ -78,10 +77,9 @@ def manage(args: argparse.Namespace) -> int:
 
 
 def serve(args: argparse.Namespace) -> int:
-    import redis.asyncio as aioredis
-
     from streams.edges.pings import PingProducer
     from streams.edges.websub import WebSubSubscriber, renew_loop, start_subscriber
+    from streams.redis_conn import connect as connect_redis
     from streams.settings import load_settings
 
     s = load_settings()
@@ -92,7 +90,7 @@ def serve(args: argparse.Namespace) -> int:
         for sig in (signal.SIGINT, signal.SIGTERM):
             with contextlib.suppress(NotImplementedError):
                 loop.add_signal_handler(sig, stop.set)
-        client = aioredis.from_url(s.redis_url)
+        client = connect_redis(s.redis_url)
         async with PingProducer(s) as producer:
             sub = WebSubSubscriber(producer, client, s.key_prefix, args.public_url)
             runner, _port = await start_subscriber(sub, args.bind, args.port)

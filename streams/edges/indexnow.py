@@ -44,12 +44,12 @@ from collections import Counter
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-import redis.asyncio as aioredis
 from aiohttp import web
 
 from streams.edges.pings import Ping, PingProducer, new_ping_id
 from streams.fetcher.client import SafeClient
 from streams.records import check_url, host_of
+from streams.redis_conn import AsyncRedis
 from streams.urls import canonical_host, in_scope
 
 log = logging.getLogger(__name__)
@@ -68,7 +68,7 @@ class KeyRegistry:
     never re-checked); ``...:failed:<key>`` marks a failed verification for a while.
     """
 
-    def __init__(self, client: aioredis.Redis, prefix: str) -> None:
+    def __init__(self, client: AsyncRedis, prefix: str) -> None:
         self.redis = client
         self.prefix = prefix
 
@@ -190,7 +190,7 @@ class RedisTokenBucket:
     """
 
     def __init__(
-        self, client: aioredis.Redis, prefix: str, rate_per_s: float, burst: float
+        self, client: AsyncRedis, prefix: str, rate_per_s: float, burst: float
     ) -> None:
         if rate_per_s <= 0 or burst < 1:
             raise ValueError("rate_per_s must be > 0 and burst >= 1")

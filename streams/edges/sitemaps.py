@@ -40,7 +40,6 @@ from collections import Counter
 from dataclasses import dataclass
 from typing import Any
 
-import redis.asyncio as aioredis
 from defusedxml import DefusedXmlException
 from defusedxml.ElementTree import iterparse
 
@@ -48,6 +47,7 @@ from streams.edges.pings import Ping, PingProducer, new_ping_id
 from streams.edges.timeparse import parse_w3c_datetime
 from streams.fetcher.client import SafeClient
 from streams.records import check_url, host_of
+from streams.redis_conn import AsyncRedis
 from streams.urls import in_scope
 
 log = logging.getLogger(__name__)
@@ -171,7 +171,7 @@ class SitemapPoller:
     def __init__(
         self,
         client: SafeClient,
-        redis: aioredis.Redis,
+        redis: AsyncRedis,
         key_prefix: str,
         producer: PingProducer,
         *,

@@ -67,6 +67,7 @@ from aiohttp import web
 
 from streams.edges.pings import Ping, PingProducer, new_ping_id
 from streams.records import check_url, host_of
+from streams.redis_conn import AsyncRedis
 
 log = logging.getLogger(__name__)
 
@@ -87,6 +88,12 @@ _LEASE_RE = re.compile(r"^[0-9]{1,18}$")  # ASCII digits only ("²".isdigit() is
 MODES = ("subscribe", "unsubscribe")
 TOKEN_RE = re.compile(r"^[A-Za-z0-9_-]{22,128}$")
 _HEX_RE = re.compile(r"^[0-9a-fA-F]+$")
+# KEYS: subscription hash;  ARGV: time to live ms, then field, value, ...
+_SET_WITH_TTL = """
+for i = 2, #ARGV, 2 do redis.call('HSET', KEYS[1], ARGV[i], ARGV[i + 1]) end
+redis.call('PEXPIRE', KEYS[1], ARGV[1])
+return 1
+"""
 
 
 class WebSubError(Exception):
@@ -224,7 +231,7 @@ class WebSubSubscriber:
     def __init__(
         self,
         producer: PingProducer | None,
-        client: aioredis.Redis,
+        client: AsyncRedis,
         prefix: str,
         public_url: str | None = None,
         *,
@@ -234,6 +241,7 @@ class WebSubSubscriber:
     ) -> None:
         self.producer = producer
         self.redis = client
+        self._set_script = client.register_script(_SET_WITH_TTL)
         self.prefix = prefix
         self.public_url = public_url.rstrip("/") if public_url else None
         self.intent_ttl_s = intent_ttl_s
@@ -286,11 +294,13 @@ class WebSubSubscriber:
         return out
 
     async def _set(self, host: str, token: str, ttl_s: float, **fields: Any) -> None:
-        key = self.sub_key(host, token)
-        pipe = self.redis.pipeline(transaction=True)
-        pipe.hset(key, mapping={k: "" if v is None else str(v) for k, v in fields.items()})
-        pipe.pexpire(key, max(1000, int(ttl_s * 1000)))
-        await pipe.execute()
+        """Write fields and the time to live of a subscription at once (one script: a
+        ``MULTI`` pipeline of redis-py's asyncio cluster client runs in another thread's
+        event loop and leaves its connections there)."""
+        args: list[Any] = [max(1000, int(ttl_s * 1000))]
+        for k, v in fields.items():
+            args += [k, "" if v is None else str(v)]
+        await self._set_script(keys=[self.sub_key(host, token)], args=args)
 
     # -- requests (Sec. 5.1)
     async def subscribe(

@@ -24,12 +24,13 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-import redis.asyncio as aioredis
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
 
 from streams.fetcher.client import FetchLimits, FetchResult, SafeClient
 from streams.fetcher.egress import EgressPolicy
 from streams.records import host_of
+from streams.redis_conn import AsyncRedis
+from streams.redis_conn import connect as connect_redis
 from streams.settings import Settings
 
 log = logging.getLogger(__name__)
@@ -38,7 +39,7 @@ log = logging.getLogger(__name__)
 class DigestStore:
     """Last content digest per URL: ``<prefix>:{host}:fetch:digest:<url>``."""
 
-    def __init__(self, client: aioredis.Redis, prefix: str) -> None:
+    def __init__(self, client: AsyncRedis, prefix: str) -> None:
         self.redis = client
         self.prefix = prefix
 
@@ -130,7 +131,7 @@ class FetcherService:
             max_poll_records=256,
         )
         producer = AIOKafkaProducer(bootstrap_servers=s.kafka_bootstrap, acks="all", linger_ms=5)
-        rclient = aioredis.from_url(s.redis_url)
+        rclient = connect_redis(s.redis_url)
         digests = DigestStore(rclient, s.key_prefix)
         await consumer.start()
         await producer.start()

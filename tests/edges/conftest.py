@@ -7,6 +7,7 @@ from collections.abc import AsyncIterator
 import pytest
 import redis.asyncio as aioredis
 
+from streams.redis_conn import connect as connect_redis
 from streams.settings import Settings
 from streams.testweb.server import TestWeb
 from streams.testweb.world import generate_world
@@ -23,6 +24,6 @@ async def testweb() -> AsyncIterator[TestWeb]:
 
 @pytest.fixture
 async def rclient(settings: Settings) -> AsyncIterator[aioredis.Redis]:
-    client = aioredis.from_url(settings.redis_url)
+    client = connect_redis(settings.redis_url)
     yield client
     await client.aclose()

@@ -19,6 +19,7 @@ from streams.edges.indexnow import IndexNowReceiver, KeyRegistry, start_receiver
 from streams.edges.pings import PingProducer
 from streams.edges.sitemaps import SitemapPoller
 from streams.fetcher.client import FetchLimits, SafeClient
+from streams.redis_conn import connect as connect_redis
 from streams.settings import Settings
 from streams.testweb.server import TestWeb
 
@@ -293,7 +294,7 @@ async def test_indexnow_rate_limit_is_shared_by_receivers(
 ) -> None:
     """Two receivers (own Redis clients, own producers, own HTTP servers) sharing one Redis
     and key prefix: a host's bucket of 4 holds over both together, not 4 per receiver."""
-    clients = [aioredis.from_url(redis_url) for _ in range(2)]
+    clients = [connect_redis(redis_url) for _ in range(2)]
     host, other = "h2.test", "h3.test"
     for h in (host, other):
         await KeyRegistry(clients[0], settings.key_prefix).add(h, testweb.key(h))

@@ -7,9 +7,9 @@ import json
 import time
 
 import pytest
-import redis
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
 
+from streams.redis_conn import connect_sync as connect_redis_sync
 from streams.settings import Settings
 
 pytestmark = pytest.mark.integration
@@ -47,7 +47,7 @@ def test_page_event_reaches_redis_through_a_worker(settings: Settings, start_wor
     event = {"url": "https://example.org/a", "importance": 2.5}
     asyncio.run(_produce(settings, "pages", [(b"example.org", json.dumps(event).encode())]))
 
-    r = redis.Redis.from_url(settings.redis_url, decode_responses=True)
+    r = connect_redis_sync(settings.redis_url, decode_responses=True)
     key = f"{settings.key_prefix}:{{example.org}}:pages"  # one hash per host, field = url
     deadline = time.monotonic() + 30
     while time.monotonic() < deadline and not r.hexists(key, "https://example.org/a"):
@@ -102,7 +102,7 @@ def test_events_on_the_wrong_partition_are_moved_to_their_hosts_partition(
         (host.encode(), json.dumps({"url": urls[1]}).encode(), away),  # keyed, wrong one
         (None, json.dumps({"url": urls[2]}).encode(), home),  # no key, right partition
     ]))
-    r = redis.Redis.from_url(settings.redis_url, decode_responses=True)
+    r = connect_redis_sync(settings.redis_url, decode_responses=True)
     key = f"{settings.key_prefix}:{{{host}}}:"
     deadline = time.monotonic() + 30
     while time.monotonic() < deadline and r.hlen(key + "pages") < 3:
@@ -125,7 +125,7 @@ def test_spellings_of_one_url_are_one_page(settings: Settings, start_worker) -> 
     events = [(b"Example.COM", json.dumps({"url": spellings[0], "importance": 2.0}).encode()),
               (b"b\xc3\xbccher.example", json.dumps({"url": idn}).encode())]
     asyncio.run(_produce(settings, "pages", events))
-    r = redis.Redis.from_url(settings.redis_url, decode_responses=True)
+    r = connect_redis_sync(settings.redis_url, decode_responses=True)
     key = f"{settings.key_prefix}:{{example.com}}:pages"
     deadline = time.monotonic() + 30
     while time.monotonic() < deadline and not r.hexists(key, "http://example.com/a"):

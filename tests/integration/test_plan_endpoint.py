@@ -10,11 +10,11 @@ import sys
 from pathlib import Path
 
 import pytest
-import redis
 from kafka_io import produce_json, wait_for
 from test_scheduler import free_port, get
 
 from streams.demo import _settings_env as settings_env
+from streams.redis_conn import connect_sync as connect_redis_sync
 from streams.settings import Settings
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "streams"))
@@ -32,7 +32,7 @@ def test_plan_endpoint_and_command_agree_with_eq5(settings: Settings, start_work
              for i in range(30)]
     produce_json(settings, "pages", [(h, {"url": u, "importance": imp, "change_rate_per_s": d})
                                      for h, u, imp, d in pages])
-    r = redis.Redis.from_url(settings.redis_url, decode_responses=True)
+    r = connect_redis_sync(settings.redis_url, decode_responses=True)
 
     def applied() -> bool:
         return sum(int(r.hlen(f"{settings.key_prefix}:{{h{i}.org}}:pages")) for i in range(5)) == 30

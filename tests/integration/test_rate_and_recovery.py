@@ -6,9 +6,9 @@ from __future__ import annotations
 import time
 
 import pytest
-import redis
 from kafka_io import consume, produce_json, wait_for
 
+from streams.redis_conn import connect_sync as connect_redis_sync
 from streams.settings import Settings
 
 pytestmark = pytest.mark.integration
@@ -25,7 +25,7 @@ def test_emitted_rate_matches_budget_within_1pct_and_never_spikes(
     start_worker(settings, {"RECRAWL_BUDGET_PER_S": "0", "RECRAWL_TICK_S": str(TICK),
                             "RECRAWL_DEFAULT_HOST_CRAWLS_PER_S": "1000"})
     produce_json(settings, "pages", pages)
-    r = redis.Redis.from_url(settings.redis_url, decode_responses=True)
+    r = connect_redis_sync(settings.redis_url, decode_responses=True)
     wait_for(lambda: sum(r.hlen(f"{settings.key_prefix}:{{r{i}.org}}:pages") for i in range(200))
              == len(pages), 60, "catalogue loaded")
     produce_json(settings, "control", [("control", {"budget_per_s": RATE})])
@@ -60,7 +60,7 @@ def test_sigkill_restart_and_a_second_worker_lose_and_duplicate_nothing(
     pings = [(h, {"url": u, "source": "sitemap", "received_at": now - 1 - r, "id": f"{u}#{r}"})
              for r in range(8) for h, u in urls]
     produce_json(settings, "pings", pings)
-    r = redis.Redis.from_url(settings.redis_url, decode_responses=True)
+    r = connect_redis_sync(settings.redis_url, decode_responses=True)
 
     def signal_total() -> int:
         total = 0

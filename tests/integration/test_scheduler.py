@@ -12,10 +12,10 @@ from collections import Counter
 from typing import Any
 
 import pytest
-import redis
 from kafka_io import consume, produce_json, wait_for
 
 from streams.demo import _settings_env as settings_env
+from streams.redis_conn import connect_sync as connect_redis_sync
 from streams.settings import Settings
 
 pytestmark = pytest.mark.integration
@@ -34,7 +34,7 @@ def get(port: int, path: str) -> Any:
 
 
 def page_value(s: Settings, host: str, url: str) -> str | None:
-    r = redis.Redis.from_url(s.redis_url, decode_responses=True)
+    r = connect_redis_sync(s.redis_url, decode_responses=True)
     v = r.hget(f"{s.key_prefix}:{{{host}}}:pages", url)
     return str(v) if v is not None else None
 

@@ -13,6 +13,7 @@ from aiokafka import AIOKafkaProducer
 from aiokafka.admin import AIOKafkaAdminClient
 
 from infra.kafka import create_topics
+from streams.redis_conn import connect_sync as connect_redis_sync
 from streams.settings import Settings
 
 pytestmark = pytest.mark.integration
@@ -65,7 +66,7 @@ def test_events_of_a_recreated_topic_are_applied(settings: Settings, start_worke
     """Old log: 5 events (offsets 0-4).  New log: ``n_new`` events from offset 0, either
     ending before the old anchor (the broker says the log ends there) or passing it (the
     record at the anchor's offset has another timestamp)."""
-    r = redis.Redis.from_url(settings.redis_url, decode_responses=True)
+    r = connect_redis_sync(settings.redis_url, decode_responses=True)
     key = f"{settings.key_prefix}:{{{HOST}}}:pages"
     old = [f"https://{HOST}/old/{i}" for i in range(5)]
     worker = start_worker(settings)

@@ -10,10 +10,10 @@ import uuid
 from typing import Any
 
 import pytest
-import redis
 from kafka_io import consume, produce_json, wait_for
 
 from infra.kafka import create_topics
+from streams.redis_conn import connect_sync as connect_redis_sync
 from streams.settings import Settings
 
 pytestmark = pytest.mark.integration
@@ -42,7 +42,7 @@ def test_three_workers_share_one_budget_and_survive_a_kill(settings: Settings,
     env = {"RECRAWL_BUDGET_PER_S": "0", "RECRAWL_TICK_S": str(TICK),
            "RECRAWL_DEFAULT_HOST_CRAWLS_PER_S": "1000"}
     workers = [start_worker(s, env) for _ in range(3)]
-    r = redis.Redis.from_url(s.redis_url, decode_responses=True)
+    r = connect_redis_sync(s.redis_url, decode_responses=True)
     key = s.key_prefix
 
     def shards() -> dict[int, dict[str, Any]]:

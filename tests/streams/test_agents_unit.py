@@ -47,6 +47,9 @@ class Harness:
         )
         self.logic = self.app.recrawl_agents  # type: ignore[attr-defined]
 
+    def tally_retries(self) -> int:
+        return int(self.metrics.tally["retries.redis"])
+
     def processed(self, topic: str) -> int:
         t = self.metrics.tally
         return sum(v for k, v in t.items() if k.startswith(f"{topic}."))
@@ -133,7 +136,7 @@ async def test_ping_rules_t_delay_duplicates_and_discoveries(redis_url: str) -> 
     # why a ping was dropped: the worker's ring, not Redis
     assert any("T_DELAY" in d for d in h.logic.decisions.get(url))
     assert any("precedes the last crawl" in d for d in h.logic.decisions.get(url))
-    assert not await h.store.redis.keys(f"{h.settings.key_prefix}:*why*")
+    assert not [k async for k in h.store.redis.scan_iter(f"{h.settings.key_prefix}:*why*")]
     assert h.rejects == []
 
 
@@ -227,3 +230,28 @@ async def test_scripts_lost_by_redis_are_loaded_again_and_nothing_is_rejected(
         if sent:
             break
     assert [json.loads(v)["url"] for v in sent] == [url]
+
+
+async def test_agents_on_a_redis_cluster_reload_scripts_the_masters_lost(
+    redis_cluster_url: str,
+) -> None:
+    """On a cluster the pipelines cannot check the scripts first: a master that lost them
+    (restarted) answers NOSCRIPT, the agents load them on every master and run the batch
+    again; nothing is rejected and every event is applied once."""
+    h = Harness(redis_cluster_url)
+    assert await h.store.redis.script_flush()  # every master
+    hosts = [f"n{i}.org" for i in range(12)]
+    await h.feed("pages", [js(url=f"https://{x}/p", importance=2) for x in hosts])
+    assert h.tally_retries() >= 1  # the NOSCRIPT round
+    await h.store.redis.script_flush()
+    await h.feed("hosts", [js(host=x, max_crawls_per_s=3) for x in hosts])
+    await h.store.redis.script_flush()
+    await h.feed("control", [js(budget_per_s=7.5)])
+    assert h.rejects == []
+    for x in hosts:
+        assert await h.store.get_page(x, f"https://{x}/p") == PageState(importance=2.0)
+        assert (await h.store.get_host(x)).rate_per_s == 3.0
+    assert await h.store.get_control() == {"budget_per_s": "7.5"}
+    assert h.metrics.tally["pages.added"] == len(hosts)
+    assert sorted(await h.store.shard_hosts(0)) == sorted(hosts)
+    await h.store.close()

@@ -8,8 +8,10 @@ import json
 import math
 import time
 import uuid
+from typing import Any
 
 import pytest
+from redis.asyncio.cluster import RedisCluster
 from redis.exceptions import (
     BusyLoadingError,
     NoScriptError,
@@ -132,15 +134,23 @@ def test_transient_error_replies_are_retried_not_rejected() -> None:
         assert not transient_reply(exc), exc
 
 
-async def test_a_redis_out_of_memory_holds_the_batch_until_it_can_write(redis_url: str) -> None:
+@pytest.fixture(params=["redis_url", "redis_cluster_url"])
+def backend_url(request: pytest.FixtureRequest) -> str:
+    """The session's Redis and a real three-master Redis Cluster."""
+    return str(request.getfixturevalue(request.param))
+
+
+async def test_a_redis_out_of_memory_holds_the_batch_until_it_can_write(backend_url: str) -> None:
     """maxmemory below what is used: every write is refused with OOM.  The pings wait
     (retried) instead of going to the rejects; once Redis can write they are applied."""
-    h = Harness(redis_url)
+    h = Harness(backend_url)
     url = "https://m.org/a"
     await h.feed("pages", [js(url=url)])
     r = h.store.redis
+    # a cluster client sends CONFIG SET to one node unless told: every master here
+    every: dict[str, Any] = {"target_nodes": r.PRIMARIES} if isinstance(r, RedisCluster) else {}
     before = (await r.config_get("maxmemory"))["maxmemory"]
-    await r.config_set("maxmemory", "1")
+    await r.config_set("maxmemory", "1", **every)
     try:
         task = asyncio.create_task(
             h.feed("pings", [js(url=url, source="cdn", received_at=time.time())]))
@@ -148,7 +158,7 @@ async def test_a_redis_out_of_memory_holds_the_batch_until_it_can_write(redis_ur
         assert not task.done()
         assert h.rejects == [] and h.metrics.tally["pings.applied"] == 0
     finally:
-        await r.config_set("maxmemory", before)
+        await r.config_set("maxmemory", before, **every)
     await asyncio.wait_for(task, 20)
     assert h.rejects == [] and h.metrics.tally["pings.applied"] == 1
     assert (await h.store.get_page("m.org", url)).signals[SOURCES.index("cdn")] == 1
@@ -168,10 +178,11 @@ def test_kafka_errors_are_told_apart_by_type() -> None:
     assert not kafka_transient(ValueError("KafkaLooking name, not a Kafka error"))
 
 
-async def test_an_order_the_producer_refuses_leaves_no_page_in_flight(redis_url: str) -> None:
+async def test_an_order_the_producer_refuses_leaves_no_page_in_flight(backend_url: str) -> None:
     """The producer stopping (shutdown) or failing after Redis marked the orders in flight:
-    the marks are cleared and the pages ordered on a later tick, none waits for a time-out."""
-    h = Harness(redis_url, default_host_crawls_per_s=100.0, host_burst=100.0)
+    the marks are cleared and the pages ordered on a later tick, none waits for a time-out.
+    Also when Redis lost the scripts in between (a cluster master restarting: NOSCRIPT)."""
+    h = Harness(backend_url, default_host_crawls_per_s=100.0, host_burst=100.0)
     urls = [f"https://u.org/{i}" for i in range(3)]
     await h.feed("pages", [js(url=u) for u in urls])
     await h.store.load_scripts()
@@ -180,6 +191,7 @@ async def test_an_order_the_producer_refuses_leaves_no_page_in_flight(redis_url:
 
     async def sink(k: bytes, v: bytes) -> None:
         if broken:
+            await h.store.redis.script_flush()  # on every master of a cluster
             raise RuntimeError("Producer service not yet started")
         sent.append(json.loads(v)["url"])
 

@@ -1,0 +1,88 @@
+"""One place that turns a Redis address into a client: one node or a Redis Cluster.
+
+``redis://``, ``rediss://``, ``unix://`` are one Redis node (``redis.asyncio.Redis``).
+``redis+cluster://host:port[,host:port...]`` (``rediss+cluster://`` with TLS) is a Redis
+Cluster: the listed nodes are seeds, redis-py's cluster client
+(``redis.asyncio.cluster.RedisCluster``) discovers the others and routes every command to
+the master of its key's slot.  ``recrawl infra up --redis-cluster N`` writes such an address
+into ``var/stack.json``; set ``RECRAWL_REDIS_URL`` to one for a cluster of your own.
+
+What holds on both (and why the state works on a cluster):
+
+- every key names its host (or partition) in a hash tag ``{...}`` (:mod:`streams.state`),
+  so each Lua script's keys share one slot;
+- a ``pipeline(transaction=False)`` is split per node by the cluster client and its
+  results come back in the order queued;
+- ``SCRIPT LOAD`` goes to every master, so a NOSCRIPT reply (a node restarted or a slot
+  moved to a node that never saw the script) is cured by loading the scripts again.
+
+There is one database on a cluster (0); a ``/N`` path is refused.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+from urllib.parse import parse_qsl, unquote, urlsplit
+
+import redis
+import redis.asyncio as aioredis
+from redis.asyncio.cluster import ClusterNode as AsyncClusterNode
+from redis.asyncio.cluster import RedisCluster as AsyncRedisCluster
+from redis.cluster import ClusterNode, RedisCluster
+
+CLUSTER_SCHEMES = {"redis+cluster": "redis", "rediss+cluster": "rediss"}
+
+#: either client; both offer the commands, pipelines and scripts recrawl uses
+AsyncRedis = aioredis.Redis | AsyncRedisCluster
+SyncRedis = redis.Redis | RedisCluster
+
+
+def is_cluster_url(url: str) -> bool:
+    return url.split("://", 1)[0].lower() in CLUSTER_SCHEMES
+
+
+def cluster_nodes(url: str) -> tuple[list[tuple[str, int]], dict[str, Any]]:
+    """Seed nodes and client options of a cluster address; ``ValueError`` names what is
+    wrong."""
+    scheme, sep, rest = url.partition("://")
+    if not sep or scheme.lower() not in CLUSTER_SCHEMES:
+        raise ValueError(f"not a Redis Cluster address (redis+cluster://host:port,...): {url!r}")
+    netloc, _, tail = rest.partition("/")
+    path, _, query = tail.partition("?")
+    if path not in ("", "0"):
+        raise ValueError(f"a Redis Cluster has database 0 only, the address names /{path}: {url!r}")
+    opts: dict[str, Any] = {"ssl": CLUSTER_SCHEMES[scheme.lower()] == "rediss"}
+    creds, at, hosts = netloc.rpartition("@")
+    if at:
+        user, colon, password = creds.partition(":")
+        opts["username"] = unquote(user) or None
+        opts["password"] = unquote(password) if colon else None
+    nodes = []
+    for hp in hosts.split(","):
+        parts = urlsplit(f"//{hp}")
+        if not parts.hostname:
+            raise ValueError(f"a node without a host in {url!r}")
+        nodes.append((parts.hostname, parts.port or 6379))
+    for k, v in parse_qsl(query):
+        opts[k] = v
+    return nodes, opts
+
+
+def connect(url: str, **kwargs: Any) -> AsyncRedis:
+    """An asyncio client for ``url`` (one node or a cluster); ``kwargs`` as redis-py's
+    (``decode_responses=True`` ...)."""
+    if not is_cluster_url(url):
+        return aioredis.from_url(url, **kwargs)
+    nodes, opts = cluster_nodes(url)
+    return AsyncRedisCluster(
+        startup_nodes=[AsyncClusterNode(h, p) for h, p in nodes], **{**opts, **kwargs}
+    )
+
+
+def connect_sync(url: str, **kwargs: Any) -> SyncRedis:
+    """The blocking client for ``url`` (tests, benchmarks, tools)."""
+    if not is_cluster_url(url):
+        return redis.Redis.from_url(url, **kwargs)
+    nodes, opts = cluster_nodes(url)
+    seeds = [ClusterNode(h, p) for h, p in nodes]  # type: ignore[no-untyped-call]
+    return RedisCluster(startup_nodes=seeds, **{**opts, **kwargs})

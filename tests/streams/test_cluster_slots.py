@@ -1,0 +1,122 @@
+"""Every Lua script of the store touches keys of one Redis Cluster slot.
+
+A Redis Cluster refuses a script whose keys hash to two slots (CROSSSLOT), and redis-py's
+cluster client refuses it before sending.  This test records every EVAL/EVALSHA the store
+sends (through the clients' and pipelines' ``execute_command``, which every call goes
+through), computes each key's slot with ``redis.crc.key_slot`` (the cluster's own CRC16
+rule, hash tags included) and fails if one call spans two slots, on a single Redis node
+(where nothing else would notice) and on a real three-master cluster.  It also fails if a
+script of the store is never called here, so a new script has to be added to it.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+import redis.asyncio.client
+import redis.asyncio.cluster
+from redis.crc import key_slot
+
+from streams.state import Store
+
+pytestmark = pytest.mark.integration
+
+#: (script sha, keys) of every script call made while the recorder is on
+Calls = list[tuple[str, tuple[str, ...]]]
+
+
+def slots_of(keys: tuple[str, ...]) -> set[int]:
+    return {key_slot(k.encode()) for k in keys}
+
+
+@pytest.fixture
+def script_calls(monkeypatch: pytest.MonkeyPatch) -> Iterator[Calls]:
+    """Record the keys of every EVAL/EVALSHA through any async client or pipeline."""
+    calls: Calls = []
+    classes = (redis.asyncio.client.Redis, redis.asyncio.client.Pipeline,
+               redis.asyncio.cluster.RedisCluster, redis.asyncio.cluster.ClusterPipeline)
+    for cls in classes:
+        original = cls.execute_command
+
+        def recording(self: Any, *args: Any, __original: Any = original, **kw: Any) -> Any:
+            if str(args[0]).upper() in ("EVAL", "EVALSHA"):
+                n = int(args[2])
+                calls.append((str(args[1]), tuple(str(k) for k in args[3 : 3 + n])))
+            return __original(self, *args, **kw)
+
+        monkeypatch.setattr(cls, "execute_command", recording)
+    yield calls
+
+
+def test_the_slot_check_catches_keys_of_two_slots() -> None:
+    # the control keys before they shared a hash tag: a cluster refused their script
+    assert len(slots_of(("rc:control", "rc:control:offsets"))) == 2
+    assert len(slots_of(("rc:{a.org}:pages", "rc:{b.org}:pages"))) == 2
+    assert len(slots_of(("rc:control:{ctl}", "rc:control:{ctl}:offsets"))) == 1
+
+
+async def _every_script(store: Store) -> list[Any]:
+    """Each mutation of the store once, as the agents and the scheduler queue them."""
+    host, url = "slots.example", "https://slots.example/a"
+    out: list[Any] = []
+    pipe = store.redis.pipeline(transaction=False)
+    await store.queue_page(pipe, url, host, importance=1.0, prior=None, deleted=False,
+                           topic="t.pages", partition=0, offset=1)
+    pipe.sadd(store.shard_key(0), host)
+    await store.queue_host(pipe, host, rate_per_s=5.0, max_in_flight=2, topic="t.hosts",
+                           partition=0, offset=1)
+    await store.queue_control(pipe, {"budget_per_s": "3"}, topic="t.control", partition=0,
+                              offset=1)
+    out += await pipe.execute(raise_on_error=False)
+    pipe = store.redis.pipeline(transaction=False)
+    store.queue_pings(pipe, host, [(2, url, "sitemap", None, 50.0, "fp1")], t_delay_s=1.0,
+                      window_s=3600.0, topic="t.pings", partition=0)
+    store.queue_issue(pipe, host, [(url, "o1")], now_s=100.0, default_rate=1.0,
+                      default_mif=0, burst=1.0)
+    out += await pipe.execute(raise_on_error=False)
+    pipe = store.redis.pipeline(transaction=False)
+    await store.queue_outcome(pipe, url, host, order_id="o1", fetched_at=101.0,
+                              new_estimator=None, topic="t.outcomes", partition=0, offset=3,
+                              expect=(None, None))
+    await store.queue_outcome(pipe, url, host, order_id="o1", fetched_at=101.0,
+                              new_estimator=None, topic="t.outcomes", partition=0, offset=4)
+    await store.queue_expire(pipe, url, host, order_id="o1")
+    out += await pipe.execute(raise_on_error=False)
+    return out
+
+
+@pytest.fixture(params=["redis_url", "redis_cluster_url"])
+def backend_url(request: pytest.FixtureRequest) -> str:
+    """The session's Redis (one node, or a cluster with REDIS_CLUSTER=1) and a real
+    three-master Redis Cluster."""
+    return str(request.getfixturevalue(request.param))
+
+
+async def test_every_store_script_keeps_its_keys_in_one_slot(
+    backend_url: str, script_calls: Calls
+) -> None:
+    store = Store.from_url(backend_url, f"sl{uuid.uuid4().hex[:8]}")
+    try:
+        await store.load_scripts()
+        results = await _every_script(store)
+        assert control_ok(await store.get_control())
+    finally:
+        await store.close()
+    # a cluster client or server refusal would be an error result here
+    errors = [r for r in results if isinstance(r, Exception)]
+    assert errors == []
+    scripts = {name: getattr(store, name).sha for name in vars(store) if name.endswith("_script")}
+    called = {sha for sha, _keys in script_calls}
+    assert set(scripts.values()) <= called, (
+        "scripts never called by this test: "
+        + ", ".join(n for n, sha in scripts.items() if sha not in called))
+    spanning = [(sha, keys) for sha, keys in script_calls if len(slots_of(keys)) > 1]
+    assert spanning == []
+    assert all(keys for _sha, keys in script_calls)
+
+
+def control_ok(control: dict[str, str]) -> bool:
+    return control.get("budget_per_s") == "3"

@@ -1,0 +1,40 @@
+"""Addresses to clients: ``redis+cluster://`` is a Redis Cluster, the rest one node."""
+
+from __future__ import annotations
+
+import pytest
+from redis.asyncio import Redis
+from redis.asyncio.cluster import RedisCluster
+
+from streams.redis_conn import cluster_nodes, connect, is_cluster_url
+
+
+def test_cluster_addresses_are_parsed_into_seed_nodes_and_options() -> None:
+    assert is_cluster_url("redis+cluster://127.0.0.1:7000")
+    assert is_cluster_url("REDISS+CLUSTER://h:1")
+    assert not is_cluster_url("redis://127.0.0.1:6379/0")
+    nodes, opts = cluster_nodes("redis+cluster://127.0.0.1:7000,127.0.0.1:7001,localhost")
+    assert nodes == [("127.0.0.1", 7000), ("127.0.0.1", 7001), ("localhost", 6379)]
+    assert opts == {"ssl": False}
+    nodes, opts = cluster_nodes("rediss+cluster://u:p%40ss@127.0.0.1:7000/0?socket_timeout=2")
+    assert nodes == [("127.0.0.1", 7000)]
+    assert opts == {"ssl": True, "username": "u", "password": "p@ss", "socket_timeout": "2"}
+
+
+@pytest.mark.parametrize("url, part", [
+    ("redis+cluster://127.0.0.1:7000/1", "database 0 only"),
+    ("redis+cluster://:7000", "without a host"),
+    ("redis://127.0.0.1:6379", "not a Redis Cluster address"),
+])
+def test_bad_cluster_addresses_say_what_is_wrong(url: str, part: str) -> None:
+    with pytest.raises(ValueError, match=part):
+        cluster_nodes(url)
+
+
+async def test_the_address_picks_the_client() -> None:
+    one = connect("redis://127.0.0.1:1/0")
+    many = connect("redis+cluster://127.0.0.1:1,127.0.0.1:2", decode_responses=True)
+    assert isinstance(one, Redis) and not isinstance(one, RedisCluster)
+    assert isinstance(many, RedisCluster)
+    await one.aclose()
+    await many.aclose()
