@@ -36,7 +36,7 @@ from models.policies import optimal_thresholds
 from streams.params import page_params
 from streams.scheduler import Control
 from streams.settings import Settings
-from streams.state import Store
+from streams.state import PageState, Store
 
 #: a shard entry younger than this is a live worker's (as the scheduler's resplit reads them)
 LIVE_S = 3.0
@@ -85,8 +85,9 @@ async def load_inputs(store: Store, settings: Settings, *, chunk: int = 50) -> P
     ordered = sorted(hosts)
     for i in range(0, len(ordered), chunk):
         for dump in await store.dump_hosts(ordered[i : i + chunk]):
-            for url, state in dump.pages.items():
+            for url, value in dump.pages.items():
                 try:
+                    state = PageState.decode(value)
                     pp = page_params(state, dump.estimators.get(url), settings)
                 except (ValueError, ArithmeticError):
                     unusable += 1

@@ -321,7 +321,7 @@ class HostDump:
     """Everything about one host that a shard needs to schedule it."""
 
     host: str
-    pages: dict[str, PageState]
+    pages: dict[str, str]  #: url -> stored value (PageState.encode), decoded by the caller
     in_flight: dict[str, tuple[str, float]]
     estimators: dict[str, str]
     info: HostInfo
@@ -560,7 +560,7 @@ class Store:
             out.append(
                 HostDump(
                     h,
-                    {u: PageState.decode(v) for u, v in pages.items()},
+                    dict(pages),
                     {u: _in_flight(v) for u, v in fl.items()},
                     dict(est),
                     _host_info(info),

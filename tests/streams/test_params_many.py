@@ -1,0 +1,145 @@
+"""The rebuild's vectorised parameters equal the page-by-page ones (streams/params.py)."""
+
+from __future__ import annotations
+
+import math
+import random
+
+import numpy as np
+import pytest
+
+from streams.estimation import Estimation, Observation
+from streams.params import page_params, page_params_many
+from streams.records import SOURCES
+from streams.settings import Settings
+from streams.state import PageState
+
+
+def _records() -> list[str]:
+    est = Estimation()
+    obs = [Observation(None, 600.0 * (1 + i % 7), (i % 3, 0, i % 2, 0, 1 if i % 5 == 0 else 0),
+                       i % 3 != 0, 1e9 + i) for i in range(40)]
+    recs = est.observe(obs)
+    # a second interval for some: other estimates
+    recs += est.observe([Observation(r, 1800.0, (0, 1, 0, 0, 0), True, 2e9) for r in recs[:10]])
+    return recs
+
+
+@pytest.mark.parametrize("quantile", [0.5, 0.9])
+def test_vectorised_parameters_equal_page_params(quantile: float) -> None:
+    settings = Settings(estimate_quantile=quantile)
+    rng = random.Random(7)
+    recs = _records()
+    values, ests, states = [], [], []
+    for i in range(600):
+        crawled = rng.random() < 0.7
+        st = PageState(
+            importance=rng.choice([1.0, 0.5, 3.25, 1e12, 0.0]),
+            prior_change_rate_per_s=rng.choice([None, 1e-5, 0.0, 2.5e-3]),
+            last_crawl_s=1.7e9 + rng.random() * 1e5 if crawled else 0.0,
+            signals=tuple(rng.choice([0, 0, 1, 3]) for _ in SOURCES),
+        )
+        est = rng.choice([None, None, *recs, "garbage", "1,2,3|xx", ""])
+        states.append(st)
+        values.append(st.encode())
+        ests.append(est)
+    many = page_params_many(values, ests, settings)
+    assert many is not None
+    for i, (st, est) in enumerate(zip(states, ests, strict=True)):
+        one = page_params(st, est, settings)
+        got = (many.alpha[i], many.beta[i], many.gamma[i], many.delta[i], many.origin[i],
+               many.importance[i])
+        want = (one.alpha_per_s, one.beta_s, one.gamma_per_s, one.change_rate_per_s,
+                one.origin_s, one.mu)
+        for g, w in zip(got, want, strict=True):
+            assert g == pytest.approx(w, rel=1e-12, abs=1e-300) or (math.isnan(g)
+                                                                    and math.isnan(w))
+        assert list(many.src_beta[i]) == pytest.approx(list(one.source_beta_s), rel=1e-12)
+        assert bool(many.estimated[i]) == one.estimated
+        assert bool(many.crawled[i]) == st.crawled
+        assert many.max_value[i] == pytest.approx(one.max_value(), rel=1e-12)
+
+
+def test_unparseable_values_fall_back() -> None:
+    assert page_params_many(["1.0||0|0,0,0,0,0", "nonsense"], [None, None], Settings()) is None
+    assert page_params_many(["1.0||0|0,0,0"], [None], Settings()) is None
+    ok = page_params_many(["1.0||0|0,0,0,0,0"], [None], Settings())
+    assert ok is not None and np.isfinite(ok.max_value).all()
+
+
+def test_a_bulk_rebuild_equals_a_page_by_page_one(redis_url: str) -> None:
+    """A shard rebuilt from a real Redis with arrays (Scheduler._load) holds the same pages,
+    in flight or not, and chooses the same orders as one built page by page (_apply)."""
+    import asyncio
+    import dataclasses
+    import uuid
+
+    from models.decision.core import choose
+    from streams.metrics import Metrics
+    from streams.scheduler import NOT_IN_FLIGHT, Scheduler
+    from streams.state import Store
+
+    async def go() -> None:
+        prefix = f"pm{uuid.uuid4().hex[:8]}"
+        settings = Settings(redis_url=redis_url, key_prefix=prefix, partitions=1,
+                            estimate_quantile=0.8, max_interval_s=86400.0)
+        store = Store.from_url(redis_url, prefix)
+        rng = random.Random(3)
+        recs = _records()
+        now = 1.8e9
+        data: dict[str, dict[str, dict[str, str]]] = {}
+        for h in range(12):
+            host = f"h{h}.example"
+            pages, ests, fl = {}, {}, {}
+            for j in range(40):
+                u = f"https://{host}/{j}"
+                crawled = rng.random() < 0.7
+                pages[u] = PageState(rng.choice([1.0, 2.0, 0.25]),
+                                     rng.choice([None, 1e-4]),
+                                     now - rng.random() * 9e4 if crawled else 0.0,
+                                     tuple(rng.choice([0, 1, 2]) for _ in SOURCES)).encode()
+                if rng.random() < 0.6:
+                    ests[u] = rng.choice(recs)
+                if rng.random() < 0.1:
+                    fl[u] = f"o{h}-{j}|{now - 5}"
+            if h == 3:
+                pages[f"https://{host}/bad"] = "not|a|page"  # unreadable: left out, counted
+            data[host] = {"pages": pages, "est": ests, "inflight": fl}
+            pipe = store.redis.pipeline(transaction=False)
+            for kind, mapping in data[host].items():
+                if mapping:
+                    pipe.hset(store.key(host, kind), mapping=mapping)
+            pipe.sadd(store.shard_key(0), host)
+            await pipe.execute()
+
+        async def sink(k: bytes, v: bytes) -> None:
+            return None
+
+        bulk = Scheduler(settings, store, Metrics(), sink, clock=lambda: now)
+        bulk.control = dataclasses.replace(bulk.control, max_interval_s=86400.0)
+        bulk.sync_assignment({0})
+        while not bulk.shards[0].ready:
+            await asyncio.sleep(0.01)
+        one = Scheduler(settings, store, Metrics(), sink, clock=lambda: now)
+        one.control = bulk.control
+        shard = one.new_shard(0)
+        for host, d in data.items():
+            for u, v in d["pages"].items():
+                try:
+                    st = PageState.decode(v)
+                except ValueError:
+                    continue
+                fl = d["inflight"].get(u)
+                flight = (fl.split("|")[0], float(fl.split("|")[1])) if fl else NOT_IN_FLIGHT
+                one._apply_or_skip(shard, host, u, st, d["est"].get(u), flight)
+        b = bulk.shards[0]
+        assert len(b.book) == len(shard.book) == 12 * 40
+        assert set(b.in_flight) == set(shard.in_flight) and b.in_flight
+        assert bulk.metrics.tally["pages.unusable"] == 1
+        for t in (now, now + 3600.0, now + 2e5):
+            a = [(p.page, p.policy) for p in choose([b.book], 60, t)]
+            c = [(p.page, p.policy) for p in choose([shard.book], 60, t)]
+            assert a == c
+        await store.close()
+
+    asyncio.run(go())
