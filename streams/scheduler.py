@@ -290,9 +290,8 @@ class Scheduler:
             try:
                 hosts = await self.store.shard_hosts(shard.partition)
                 for i in range(0, len(hosts), 50):
-                    for dump in await self.store.dump_hosts(hosts[i : i + 50]):
-                        self._load_host(shard, dump)
-                        await asyncio.sleep(0)
+                    self._load_hosts(shard, await self.store.dump_hosts(hosts[i : i + 50]))
+                    await asyncio.sleep(0)
                 while shard.dirty:
                     batch = list(shard.dirty)
                     shard.dirty.clear()
@@ -312,20 +311,27 @@ class Scheduler:
         log.info("shard %d ready: %d pages, %d in flight (%.2fs)", shard.partition,
                  len(shard.book), len(shard.in_flight), time.monotonic() - t0)
 
-    def _load_host(self, shard: Shard, dump: HostDump) -> None:
-        """One host of a shard's rebuild: its pages' parameters computed on arrays
+    def _load_hosts(self, shard: Shard, dumps: list[HostDump]) -> None:
+        """Some hosts of a shard's rebuild: their pages' parameters computed on arrays
         (:func:`streams.params.page_params_many`, equal to :meth:`_apply` page by page)
         and put in the book at once; a page whose stored text does not parse or whose
         parameters are not usable goes page by page (counted ``pages.unusable``)."""
-        host, info = dump.host, dump.info
-        shard.hosts.set_capacity(host, info.rate_per_s, info.max_in_flight)
-        if info.tokens is not None:
-            shard.hosts.set_tokens(host, info.tokens, info.updated_s or 0.0)
-        urls = list(dump.pages)
+        urls: list[str] = []
+        hosts: list[str] = []
+        values: list[str] = []
+        ests: list[str | None] = []
+        for dump in dumps:
+            info = dump.info
+            shard.hosts.set_capacity(dump.host, info.rate_per_s, info.max_in_flight)
+            if info.tokens is not None:
+                shard.hosts.set_tokens(dump.host, info.tokens, info.updated_s or 0.0)
+            urls.extend(dump.pages)
+            hosts.extend([dump.host] * len(dump.pages))
+            values.extend(dump.pages.values())
+            ests.extend(dump.estimators.get(u) for u in dump.pages)
         if not urls:
             return
-        many = page_params_many(list(dump.pages.values()),
-                                [dump.estimators.get(u) for u in urls], self.settings)
+        many = page_params_many(values, ests, self.settings)
         if many is None:
             bulk = np.zeros(len(urls), dtype=bool)
         else:
@@ -340,27 +346,30 @@ class Scheduler:
             if self.control.max_interval_s > 0:
                 base = np.where(many.crawled, many.last_crawl_s, now)
                 floor_due = base[rows] + self.control.max_interval_s
+            picked = rows.tolist()
             shard.book.set_pages(
-                [urls[i] for i in rows.tolist()], [host] * rows.size,
+                [urls[i] for i in picked], [hosts[i] for i in picked],
                 crawled=many.crawled[rows], origin=many.origin[rows], alpha=many.alpha[rows],
                 beta=many.beta[rows], gamma=many.gamma[rows], mu=many.importance[rows],
                 max_value=many.max_value[rows], first_seen_s=now,
                 last_crawl_s=many.last_crawl_s[rows], delta=many.delta[rows],
                 estimated=many.estimated[rows], src_beta=many.src_beta[rows],
                 floor_due_s=floor_due)
-            for url, flight in dump.in_flight.items():
-                if url in dump.pages:
-                    self._set_flight(shard, url, host, flight)
+            for dump in dumps:
+                for url, flight in dump.in_flight.items():
+                    if url in dump.pages:
+                        self._set_flight(shard, url, dump.host, flight)
+        by_url = {d.host: d for d in dumps}
         for i in np.flatnonzero(~bulk).tolist():
-            url = urls[i]
+            url, dump = urls[i], by_url[hosts[i]]
             try:
-                state = PageState.decode(dump.pages[url])
+                state = PageState.decode(values[i])
             except ValueError as exc:
                 self.metrics.tally["pages.unusable"] += 1
                 log.warning("page %s left out of shard %d: unreadable %r (%s)", url,
-                            shard.partition, dump.pages[url][:200], exc)
+                            shard.partition, values[i][:200], exc)
                 continue
-            self._apply_or_skip(shard, host, url, state, dump.estimators.get(url),
+            self._apply_or_skip(shard, dump.host, url, state, ests[i],
                                 dump.in_flight.get(url, NOT_IN_FLIGHT))
 
     def _apply_or_skip(self, shard: Shard, host: str, url: str, state: PageState,
