@@ -171,6 +171,16 @@ def _no_crash(worker: Any) -> None:
     assert "Traceback" not in log, log[log.index("Traceback") - 2000:][:6000]
 
 
+def _warnings(worker: Any) -> dict[str, int]:
+    """The worker's WARNING and ERROR lines, counted by their text without numbers."""
+    out: Counter[str] = Counter()
+    for line in worker.log().splitlines():
+        m = re.search(r"\[(WARNING|ERROR|CRITICAL)\] (.*)", line)
+        if m:
+            out[f"{m[1]} {re.sub(r'[0-9.]+', '_', m[2])[:120]}"] += 1
+    return dict(out.most_common(15))
+
+
 def test_fuzzed_events_of_every_topic_are_applied_or_rejected(
         settings: Settings, start_worker: Any, tmp_path: Path) -> None:
     t_start = time.monotonic()
@@ -253,6 +263,10 @@ def _fuzz(s: Settings, worker: Worker, base_seed: int) -> dict[str, Any]:
     _wait(lambda: all(_shards_ready(r, s, worker_id).values()), 30, "every shard ready")
     figures["new_orders_after"] = _orders_flow(s, 30, "after-fuzz")
     _no_crash(worker)
+    stats = _stats(s.web_port)
+    figures["retries"] = {k: v for k, v in stats["counters"].items()
+                          if k.startswith(("retries.", "orders."))}
+    figures["worker_warnings"] = _warnings(worker)
     return figures
 
 
