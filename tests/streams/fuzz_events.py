@@ -31,7 +31,10 @@ from streams.records import (
     host_of,
 )
 
-Record = tuple[bytes | None, bytes | None]
+#: ``(key, value, partition, rerouted)``: ``partition`` None lets the producer's partitioner
+#: choose (murmur2 of the key, random without one); ``rerouted`` sets the header a worker
+#: puts on an event it moved (one still on a wrong partition is a setup error: rejected)
+Record = tuple[bytes | None, bytes | None, int | None, bool]
 
 #: Hosts most events use, so that pings and outcomes meet the pages they name.
 POOL_HOSTS = ("fz-a.example", "b.fz.test", "xn--bcher-kva.example", "127.0.0.1", "[::1]",
@@ -291,8 +294,12 @@ def keys(draw: st.DrawFn, topic: str, payload: dict[str, Any]) -> bytes | None:
     return draw(_binary_key)  # non-UTF-8 keys among them
 
 
-def records(topic: str, now_s: float) -> st.SearchStrategy[list[Record]]:
+def records(topic: str, now_s: float, partitions: int = 2) -> st.SearchStrategy[list[Record]]:
     payload_of = payloads(now_s)[topic]
+    # 1 in 20 on a partition of the producer's choosing (librdkafka's default partitioner,
+    # a hand-picked one), 1 in 50 with the rerouted header
+    placement = weighted((19, st.none()), (1, st.integers(0, partitions - 1)))
+    rerouted = st.integers(0, 49).map(lambda n: n == 0)
 
     @st.composite
     def one(draw: st.DrawFn) -> Record:
@@ -300,7 +307,7 @@ def records(topic: str, now_s: float) -> st.SearchStrategy[list[Record]]:
         key, value = draw(keys(topic, payload)), draw(encoded(payload))
         if key is None and value is None:  # Kafka needs one of them
             key = _key_host(payload).encode("utf-8", "surrogatepass")
-        return key, value
+        return key, value, draw(placement), draw(rerouted)
 
     one_list = st.lists(one(), min_size=10, max_size=30)
 

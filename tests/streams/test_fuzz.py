@@ -35,6 +35,7 @@ from conftest import IN_CI, Worker
 from fuzz_events import Record, generate
 
 from infra.proc import free_port
+from streams.agents import REROUTED_HEADER
 from streams.records import Order
 from streams.settings import INPUT_TOPICS, Settings
 
@@ -64,7 +65,9 @@ async def _publish(s: Settings, topic: str, items: list[Record]) -> int:
                                 max_batch_size=256 * 1024, acks=1)
     await producer.start()
     try:
-        futs = [await producer.send(s.topic(topic), value, key=key) for key, value in items]
+        futs = [await producer.send(s.topic(topic), value, key=key, partition=partition,
+                                    headers=[(REROUTED_HEADER, b"1")] if rerouted else None)
+                for key, value, partition, rerouted in items]
         done = await asyncio.gather(*futs, return_exceptions=True)
     finally:
         await producer.stop()
@@ -160,7 +163,7 @@ def _orders_flow(s: Settings, timeout_s: float, tag: str) -> int:
     before = asyncio.run(_orders_sent(s))
     host = f"fresh-{tag}.example"
     asyncio.run(_publish(s, "pages", [(host.encode(), json.dumps(
-        {"url": f"https://{host}/new"}).encode())]))
+        {"url": f"https://{host}/new"}).encode(), None, False)]))
     return int(_wait(lambda: asyncio.run(_orders_sent(s)) - before, timeout_s,
                      "new orders on the orders topic"))
 
@@ -251,13 +254,20 @@ def _fuzz(s: Settings, worker: Worker, base_seed: int) -> dict[str, Any]:
     assert all(r["reason"] for r in rejects)
     internal = [r for r in rejects if r["reason"].startswith("internal error")]
     assert not internal, internal[:5]
+    figures["rejects_key_or_partition"] = {
+        t: {"key does not match the host": sum(
+                r["reason"].startswith("key ") for r in rejects if r["topic"] == s.topic(t)),
+            "rerouted, still on a wrong partition": sum(
+                "belongs on" in r["reason"] for r in rejects if r["topic"] == s.topic(t))}
+        for t in INPUT_TOPICS}
     figures["reject_reasons"] = {
         t: dict(Counter(_reason_class(r["reason"]) for r in rejects
                         if r["topic"] == s.topic(t)).most_common(12)) for t in INPUT_TOPICS}
 
     # the fuzzed control events may have paused the worker or set absurd delays: set sane
     # ones, then every shard is ready and orders leave
-    asyncio.run(_publish(s, "control", [(None, json.dumps(SANE_CONTROL).encode())]))
+    asyncio.run(_publish(s, "control", [(None, json.dumps(SANE_CONTROL).encode(), None,
+                                         False)]))
     r = redis.Redis.from_url(s.redis_url, decode_responses=True)
     worker_id = _stats(s.web_port)["worker"]
     _wait(lambda: all(_shards_ready(r, s, worker_id).values()), 30, "every shard ready")
