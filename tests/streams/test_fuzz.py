@@ -190,9 +190,9 @@ def test_fuzzed_events_of_every_topic_are_applied_or_rejected(
     base_seed = _seed()
     print(f"fuzz seed {base_seed} (RECRAWL_FUZZ_SEED={base_seed} repeats it)")
     s = settings.model_copy(update={"web_enabled": True, "web_port": free_port()})
-    # the worker starts (a process) while hypothesis generates the first topic's events, and
-    # consumes each topic while the next one is generated (hypothesis in this thread: it
-    # checks that nothing else draws from ``random`` while it generates)
+    # the worker starts (a process) while hypothesis generates the first topics' events (in
+    # two processes of their own: hypothesis warns when another thread draws from
+    # ``random`` while it generates), and consumes each topic while the next is generated
     worker = Worker(s, tmp_path / "worker-fuzz.log")
     try:
         figures = _fuzz(s, worker, base_seed)
