@@ -536,7 +536,14 @@ class Scheduler:
                 default_rate=st.default_host_crawls_per_s,
                 default_mif=st.default_host_max_in_flight, burst=st.host_burst,
             )
-        results = await pipe.execute(raise_on_error=False)
+        try:
+            results = await pipe.execute(raise_on_error=False)
+        except Exception as exc:
+            # no reply (a timeout, a dropped connection, Redis paused): the scripts may have
+            # run and marked the pages in flight, and no order was sent; clear those marks
+            await self._unsend([(owner[p], url, host, oid) for (p, host), items in groups.items()
+                                for url, _pol, _v, oid in items], exc)
+            return 0
         sent = 0
         issued_at = round(now, 6)
         send_error: Exception | None = None
@@ -612,10 +619,26 @@ class Scheduler:
         (only if it is still theirs) and put the pages back, so that none waits for a
         time-out with no order out."""
         log.warning("%d orders not sent (%r): taken out of flight again", len(unsent), error)
-        pipe = self.store.redis.pipeline(transaction=False)
-        for _shard, url, host, oid in unsent:
-            await self.store.queue_expire(pipe, url, host, order_id=oid)
-        await pipe.execute(raise_on_error=False)
+        delay = 0.1
+        while True:  # until Redis answers: a mark left behind holds its page for a time-out
+            try:
+                pipe = self.store.redis.pipeline(transaction=False)
+                for _shard, url, host, oid in unsent:
+                    await self.store.queue_expire(pipe, url, host, order_id=oid)
+                results = await pipe.execute(raise_on_error=False)
+                if not any(isinstance(r, Exception) for r in results):
+                    break
+                if not any(isinstance(r, NoScriptError) for r in results):
+                    log.warning("clearing unsent orders: %r", results)
+                    break
+                await self.store.load_scripts()  # Redis restarted: load, then again
+            except Exception as exc:
+                if self.stopping:
+                    log.warning("stopping: %d orders stay in flight (%r)", len(unsent), exc)
+                    break
+                log.warning("clearing unsent orders failed (%r); retrying", exc)
+                await asyncio.sleep(delay)
+                delay = min(2 * delay, 2.0)
         for shard, url, _host, _oid in unsent:
             self._restore(shard, url)
         self.metrics.tally["orders.unsent"] += len(unsent)
