@@ -442,7 +442,8 @@ class Agents:
             reads.append((value, est))
             if value and o.changed is not None:
                 state = PageState.decode(value)
-                if state.crawled and o.fetched_at >= state.last_crawl_s:
+                # a fetch at the last crawl's time (to the ms kept) is that crawl again
+                if state.crawled and float(f"{o.fetched_at:.3f}") > state.last_crawl_s:
                     observed.append(i)
                     observations.append(Observation(
                         est, o.fetched_at - state.last_crawl_s, state.signals, o.changed,

@@ -597,7 +597,14 @@ class Scheduler:
                 default_rate=st.default_host_crawls_per_s,
                 default_mif=st.default_host_max_in_flight, burst=st.host_burst,
             )
-        results = await pipe.execute(raise_on_error=False)
+        try:
+            results = await pipe.execute(raise_on_error=False)
+        except Exception as exc:
+            # no reply (a timeout, a dropped connection, Redis paused): the scripts may have
+            # run and marked the pages in flight, and no order was sent; clear those marks
+            await self._unsend([(owner[p], url, host, oid) for (p, host), items in groups.items()
+                                for url, _pol, _v, oid in items], exc)
+            return 0
         sent = 0
         issued_at = round(now, 6)
         send_error: Exception | None = None
@@ -680,16 +687,30 @@ class Scheduler:
 
     async def _take_out_of_flight(self, orders: list[tuple[str, str, str]]) -> None:
         """Clear the in-flight marks of ``(url, host, order_id)`` that are still theirs, in
-        one pipeline.  A Redis Cluster master without the scripts answers NOSCRIPT (a
-        cluster pipeline cannot check first): load them and run again (id-guarded)."""
-        for _attempt in range(2):
-            pipe = self.store.redis.pipeline(transaction=False)
-            for url, host, oid in orders:
-                await self.store.queue_expire(pipe, url, host, order_id=oid)
-            results = await pipe.execute(raise_on_error=False)
-            if not any(isinstance(r, NoScriptError) for r in results):
-                return
-            await self.store.load_scripts()
+        one pipeline, until Redis answers (a mark left behind holds its page until the
+        order time-out).  A master without the scripts (a restart; a Redis Cluster
+        pipeline cannot check first) answers NOSCRIPT: load them and run again (the script
+        is id-guarded)."""
+        delay = 0.1
+        while True:
+            try:
+                pipe = self.store.redis.pipeline(transaction=False)
+                for url, host, oid in orders:
+                    await self.store.queue_expire(pipe, url, host, order_id=oid)
+                results = await pipe.execute(raise_on_error=False)
+                if not any(isinstance(r, Exception) for r in results):
+                    return
+                if not any(isinstance(r, NoScriptError) for r in results):
+                    log.warning("clearing in-flight marks: %r", results)
+                    return
+                await self.store.load_scripts()  # Redis restarted: load, then again
+            except Exception as exc:
+                if self.stopping:
+                    log.warning("stopping: %d orders stay in flight (%r)", len(orders), exc)
+                    return
+                log.warning("clearing in-flight marks failed (%r); retrying", exc)
+                await asyncio.sleep(delay)
+                delay = min(2 * delay, 2.0)
 
     def _restore(self, shard: Shard, url: str) -> None:
         """Put a chosen page that was not ordered back in its book (a never-crawled page

@@ -195,7 +195,9 @@ return res
 #       ('' = keep), compare-and-set '1'/'0', expected page value, expected estimator
 #       record ('' = none)
 # The page's last crawl becomes the fetch time and its signal counts restart (an outcome
-# older than the last crawl changes neither: 'stale'); the matching order leaves flight.
+# not newer than the last crawl changes neither: 'stale'; one at the same millisecond is
+# that crawl's record written twice, e.g. by a producer retry); the matching order leaves
+# flight.
 # A new estimator record was computed in Python from the page value and record read before;
 # with compare-and-set, if either changed since (a ping, another worker) nothing is written,
 # not even the offset ('conflict': the agent re-reads and recomputes).  The offset check
@@ -214,7 +216,7 @@ redis.call('HSET', KEYS[2], ARGV[1], ARGV[2])
 if not cur then return {'unknown', '', 0} end
 local imp, prior, last_s, counts = parts(cur)
 local code, v = 'stale', cur
-if tonumber(ARGV[5]) >= tonumber(last_s) then
+if tonumber(ARGV[5]) > tonumber(last_s) then
   code = 'applied'
   v = imp .. '|' .. prior .. '|' .. ARGV[5] .. '|' .. string.rep('0,', __N - 1) .. '0'
   redis.call('HSET', KEYS[1], url, v)

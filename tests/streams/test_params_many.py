@@ -31,7 +31,7 @@ def test_vectorised_parameters_equal_page_params(quantile: float) -> None:
     rng = random.Random(7)
     recs = _records()
     values, ests, states = [], [], []
-    for i in range(600):
+    for _ in range(600):
         crawled = rng.random() < 0.7
         st = PageState(
             importance=rng.choice([1.0, 0.5, 3.25, 1e12, 0.0]),
