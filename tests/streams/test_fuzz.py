@@ -9,7 +9,7 @@ restart (the shards rebuild from what the fuzz left in Redis), and orders still 
 
 ``RECRAWL_FUZZ_EVENTS`` (default 10,000 per topic), ``RECRAWL_FUZZ_SEED`` (default random,
 0 under CI; printed), ``RECRAWL_FUZZ_REPORT=path.json`` writes the figures
-(docs/reliability-fuzz.md).
+(docs/reliability.md "Fuzzing").
 """
 
 from __future__ import annotations
