@@ -20,12 +20,9 @@ Each test that asks for ``settings`` gets its own topics, consumer group and key
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import os
 import socket
 import subprocess
-import sys
-import time
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -33,11 +30,10 @@ from pathlib import Path
 
 import pytest
 from hypothesis import settings as hypothesis_settings
+from worker_process import IN_CI, Worker, settings_env  # noqa: F401 (re-exported)
 
-from infra.proc import spawn
 from streams.settings import Settings
 
-IN_CI = os.environ.get("CI", "").lower() in ("1", "true", "yes")
 #: run the session's Redis as a Redis Cluster of CLUSTER_MASTERS masters
 REDIS_CLUSTER = os.environ.get("REDIS_CLUSTER", "").lower() in ("1", "true", "yes")
 CLUSTER_MASTERS = 3
@@ -189,59 +185,6 @@ def settings(kafka_bootstrap: str, redis_url: str, tmp_path: Path) -> Settings:
     )
     asyncio.run(create_topics(kafka_bootstrap, s.topic_names(), s.partitions))
     return s
-
-
-def settings_env(s: Settings) -> dict[str, str]:
-    """The environment that makes a ``recrawl`` subprocess use ``s``."""
-    env = {k: v for k, v in os.environ.items() if not k.startswith("RECRAWL_")}
-    for name, value in s.model_dump().items():
-        env[f"RECRAWL_{name.upper()}"] = str(value).lower() if isinstance(value, bool) else str(
-            value
-        )
-    return env
-
-
-class Worker:
-    """A ``recrawl worker`` subprocess (the real thing, as an operator runs it)."""
-
-    def __init__(self, s: Settings, log_path: Path, extra_env: dict[str, str] | None = None):
-        self.settings = s
-        self.log_path = log_path
-        env = {**settings_env(s), **(extra_env or {})}
-        self.proc = spawn(
-            [sys.executable, "-m", "streams.cli", "worker", "--loglevel", "info"],
-            log_path,
-            env=env,
-            cwd=REPO,
-            tie_to_parent=True,
-        )
-
-    def wait_ready(self, timeout_s: float = 60.0) -> None:
-        deadline = time.monotonic() + timeout_s
-        while time.monotonic() < deadline:
-            if self.proc.poll() is not None:
-                raise AssertionError(f"worker exited early:\n{self.log()}")
-            if "Worker]: Ready" in self.log():
-                return
-            time.sleep(0.2)
-        raise AssertionError(f"worker not ready after {timeout_s}s:\n{self.log()[-4000:]}")
-
-    def log(self) -> str:
-        return self.log_path.read_text(errors="replace")
-
-    def kill(self) -> None:
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(self.proc.pid, 9)
-        self.proc.wait(timeout=10)
-
-    def stop(self) -> None:
-        if self.proc.poll() is None:
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(self.proc.pid, 15)
-            try:
-                self.proc.wait(timeout=20)
-            except subprocess.TimeoutExpired:
-                self.kill()
 
 
 @pytest.fixture

@@ -13,8 +13,8 @@ import pytest
 import redis.asyncio as aioredis
 from aiohttp import web
 from edges_helpers import LOOPBACK, read_topic
+from worker_process import settings_env
 
-from streams.demo import _settings_env as settings_env
 from streams.edges.indexnow import IndexNowReceiver, KeyRegistry, start_receiver
 from streams.edges.pings import PingProducer
 from streams.edges.sitemaps import SitemapPoller

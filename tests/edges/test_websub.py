@@ -26,8 +26,8 @@ import pytest
 import redis.asyncio as aioredis
 from aiohttp import web
 from edges_helpers import read_topic
+from worker_process import settings_env
 
-from streams.demo import _settings_env as settings_env
 from streams.edges.pings import PingProducer
 from streams.edges.websub import (
     MAX_LEASE_S,

@@ -23,7 +23,6 @@ from pathlib import Path
 
 import pytest
 import redis as redis_sync
-from conftest import IN_CI, Worker
 from faults import (
     HEADER,
     PrivateStack,
@@ -40,6 +39,7 @@ from faults import (
     wait_caught_up,
 )
 from kafka_io import produce_json, wait_for
+from worker_process import IN_CI, Worker
 
 from infra import InfraError
 from infra.kafka import create_topics

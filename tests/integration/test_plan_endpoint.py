@@ -12,8 +12,8 @@ from pathlib import Path
 import pytest
 from kafka_io import produce_json, wait_for
 from test_scheduler import free_port, get
+from worker_process import settings_env
 
-from streams.demo import _settings_env as settings_env
 from streams.redis_conn import connect_sync as connect_redis_sync
 from streams.settings import Settings
 

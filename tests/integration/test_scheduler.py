@@ -13,8 +13,8 @@ from typing import Any
 
 import pytest
 from kafka_io import consume, produce_json, wait_for
+from worker_process import settings_env
 
-from streams.demo import _settings_env as settings_env
 from streams.redis_conn import connect_sync as connect_redis_sync
 from streams.settings import Settings
 

@@ -25,11 +25,11 @@ from streams.records import (
     MAX_IN_FLIGHT,
     MAX_RATE_PER_S,
     MAX_SECONDS,
-    MAX_URL_BYTES,
     MIN_CHANGE_RATE_PER_S,
     SOURCES,
     host_of,
 )
+from streams.urls import MAX_URL_BYTES
 
 #: ``(key, value, partition, rerouted)``: ``partition`` None lets the producer's partitioner
 #: choose (murmur2 of the key, random without one); ``rerouted`` sets the header a worker

@@ -31,8 +31,8 @@ from typing import Any
 import pytest
 import redis
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
-from conftest import IN_CI, Worker
 from fuzz_events import Record, generate
+from worker_process import IN_CI, Worker
 
 from infra.proc import free_port
 from streams.agents import REROUTED_HEADER
