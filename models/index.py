@@ -349,6 +349,75 @@ class CrawlIndex:
                 arr[s] = np.nan
         self._set_origin_slot(s, float(origin))
 
+    def upsert_many(
+        self,
+        page_ids: Sequence[Hashable],
+        hosts: Sequence[Hashable] | None,
+        origin: npt.ArrayLike,
+        alpha: npt.ArrayLike,
+        beta: npt.ArrayLike,
+        gamma: npt.ArrayLike,
+        mu: npt.ArrayLike,
+    ) -> None:
+        """:meth:`upsert` of many pages, in order (a shard's rebuild).  The same state as
+        one call each: pages new to the index (the rebuild's case) get their slots,
+        parameters and hosts on arrays and wait for their keys in the pending set, as
+        :meth:`upsert` leaves a new page; otherwise (a page already here, one given
+        twice, free slots to reuse) it is :meth:`upsert` page by page."""
+        o = np.asarray(origin, dtype=np.float64).ravel()
+        cols = [np.asarray(x, dtype=np.float64).ravel() for x in (alpha, beta, gamma, mu)]
+        n = len(page_ids)
+        if o.size != n or any(c.size != n for c in cols) or (
+                hosts is not None and len(hosts) != n):
+            raise ValueError("page_ids, hosts and the parameters differ in length")
+        if np.isnan(o).any() or (o == math.inf).any():
+            raise ValueError("origin must be a number or -inf")
+        for name, v in zip(("alpha", "beta", "gamma", "mu"), cols, strict=True):
+            if (np.isnan(v) | (v < 0)).any() or (name != "beta" and np.isinf(v).any()):
+                raise ValueError(f"{name} must be finite and >= 0")
+        slot = self._slot
+        if (self._free or len(set(page_ids)) != n
+                or any(p in slot for p in page_ids)):
+            for i, p in enumerate(page_ids):
+                self.upsert(p, origin=float(o[i]), alpha=float(cols[0][i]),
+                            beta=float(cols[1][i]), gamma=float(cols[2][i]),
+                            mu=float(cols[3][i]), host=None if hosts is None else hosts[i])
+            return
+        start = len(self._ids)
+        while start + n > self._origin.size:
+            self._grow()
+        sl = np.arange(start, start + n, dtype=np.int64)
+        self._ids.extend(page_ids)
+        slot.update(zip(page_ids, sl.tolist(), strict=True))
+        ids_are_slots = all(type(p) is int and p == s
+                            for p, s in zip(page_ids, range(start, start + n), strict=True))
+        if self._identity and not ids_are_slots:
+            self._identity = False
+        self._alive[sl] = True
+        self._seq[sl] = self._counter + np.arange(n, dtype=np.int64)
+        self._counter += n
+        self._alpha[sl], self._beta[sl], self._gamma[sl], self._mu[sl] = cols
+        if hosts is not None:
+            codes = self._host_code
+            names = self._host_names
+
+            def code(h: Hashable) -> int:
+                c = codes.get(h)
+                if c is None:
+                    c = codes[h] = len(names)
+                    names.append(h)
+                return c
+
+            self._host[sl] = np.fromiter((code(h) for h in hosts), dtype=np.int64, count=n)
+        self._iota_level[sl] = -1  # new parameters: iota to compute
+        for arr in self._iota_cache.values():
+            arr[sl] = np.nan
+        self._origin[sl] = o
+        self._version[sl] += 1
+        self._keys[sl] = np.inf
+        if self._level_idx >= 0:  # keyed at the next query, as _rekey does for each
+            self._pending.update(sl.tolist())
+
     def set_origin(self, page_id: Hashable, origin: float) -> None:
         """Re-key a page whose parameters are unchanged (a crawl or a ping)."""
         if math.isnan(origin) or origin == math.inf:

@@ -324,3 +324,48 @@ def test_set_origins_with_int_ids_takes_the_array_fast_path() -> None:
     a.remove(4)  # removal ends the fast path: ids are looked up again
     with pytest.raises(KeyError):
         a.set_origins(np.array([4]), [0.0])
+
+
+@pytest.mark.parametrize("dense", [False, True])
+def test_upsert_many_equals_upsert_one_at_a_time(dense: bool) -> None:
+    """A rebuild's bulk insert: the same answers as one upsert per page, for new pages
+    before and after the index has a working level, and for pages already there."""
+    rng = np.random.default_rng(5)
+    n = 400
+    delta = rng.uniform(0.01, 1.0, n)
+    alpha, gamma = delta * 0.6, delta * 0.4 + 0.05
+    beta = np.log(gamma / 0.05) / alpha
+    beta[::17] = np.inf  # noiseless sources
+    mu = rng.uniform(0.1, 2.0, n)
+    origin = rng.uniform(-50, 0, n)
+    origin[::23] = -np.inf
+    hosts = [f"h{int(h)}" for h in rng.integers(0, 20, n)]
+    one, bulk = CrawlIndex(dense=dense), CrawlIndex(dense=dense)
+
+    def load(lo: int, hi: int) -> None:
+        for i in range(lo, hi):
+            one.upsert(f"p{i}", origin=float(origin[i]), alpha=float(alpha[i]),
+                       beta=float(beta[i]), gamma=float(gamma[i]), mu=float(mu[i]),
+                       host=hosts[i])
+        bulk.upsert_many([f"p{i}" for i in range(lo, hi)], hosts[lo:hi], origin[lo:hi],
+                         alpha[lo:hi], beta[lo:hi], gamma[lo:hi], mu[lo:hi])
+
+    def same(now: float) -> None:
+        for k in (1, 7):
+            assert one.best(now, k=k) == bulk.best(now, k=k)
+        ok = {f"h{i}" for i in range(0, 20, 3)}
+        assert (one.best(now, k=5, eligible_host=ok.__contains__)
+                == bulk.best(now, k=5, eligible_host=ok.__contains__))
+
+    load(0, 200)  # no level yet
+    same(10.0)
+    load(200, 350)  # new pages after the first query: pending for their keys
+    same(20.0)
+    origin[:50] += 5.0  # pages already there: the page-by-page path
+    load(0, 50)
+    load(350, 400)
+    for now in (30.0, 60.0, 500.0):
+        same(now)
+    assert len(one) == len(bulk) == n
+    with pytest.raises(ValueError, match="alpha"):
+        bulk.upsert_many(["x"], None, [0.0], [np.nan], [1.0], [0.0], [1.0])
