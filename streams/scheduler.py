@@ -117,6 +117,9 @@ class Shard:
     emitted: int = 0
     ready: bool = False
     dirty: set[tuple[str, str]] = field(default_factory=set)
+    #: host -> urls its robots.txt disallows (Redis ``P:{host}:blocked``): kept out of the
+    #: book until the host's robots.txt changes
+    blocked: dict[str, set[str]] = field(default_factory=dict)
 
     @property
     def in_flight(self) -> dict[Any, tuple[str, float]]:
@@ -217,6 +220,8 @@ class Scheduler:
         if value is None:
             self._forget(shard, url)
             return
+        if url in shard.blocked.get(host, ()):
+            return
         flight = NOT_IN_FLIGHT if in_flight_cleared else KEEP
         state = value if isinstance(value, PageState) else PageState.decode(value)
         self._apply_or_skip(shard, host, url, state, estimator, flight)
@@ -228,10 +233,41 @@ class Scheduler:
                         st.default_host_max_in_flight), key=partition,
             table=PageTable(n_sources=len(SOURCES))))
 
-    def on_host(self, partition: int, host: str, rate: float, mif: int | None) -> None:
+    def on_host(self, partition: int, host: str, rate: float | None, mif: int | None) -> None:
+        """The host's capacity (None: the default rate)."""
         shard = self.shards.get(partition)
         if shard is not None:
             shard.hosts.set_capacity(host, rate, mif)
+
+    def max_in_flight_of(self, partition: int, host: str) -> int | None:
+        shard = self.shards.get(partition)
+        if shard is None or host not in shard.hosts:
+            return None
+        return shard.hosts.bucket(host).max_in_flight
+
+    def on_blocked(self, partition: int, host: str, url: str) -> None:
+        """The host's robots.txt disallows ``url``: out of the book until it changes."""
+        shard = self.shards.get(partition)
+        if shard is None:
+            return
+        shard.blocked.setdefault(host, set()).add(url)
+        self._forget(shard, url)
+
+    async def on_robots_changed(self, partition: int, host: str) -> None:
+        """The host's robots.txt changed (its blocked set is empty in Redis): its blocked
+        pages are read again and become candidates."""
+        shard = self.shards.get(partition)
+        if shard is None:
+            return
+        urls = shard.blocked.pop(host, set())
+        if not shard.ready:
+            shard.dirty.update((host, u) for u in urls)
+            return
+        if urls:
+            await self._reload(shard, host, sorted(urls))
+        for url in urls:
+            self.decisions.add(url, f"{self.clock():.3f} robots.txt of {host} changed: "
+                                    "a candidate again")
 
     async def refresh_control(self) -> None:
         self.control = Control.from_redis(await self.store.get_control(), self.settings)
@@ -290,6 +326,8 @@ class Scheduler:
                 hosts = await self.store.shard_hosts(shard.partition)
                 for i in range(0, len(hosts), 50):
                     for dump in await self.store.dump_hosts(hosts[i : i + 50]):
+                        if dump.blocked:
+                            shard.blocked[dump.host] = set(dump.blocked)
                         self._load_host(shard, dump.host, dump.pages, dump.in_flight,
                                         dump.estimators, dump.info)
                         await asyncio.sleep(0)
@@ -319,7 +357,10 @@ class Scheduler:
         shard.hosts.set_capacity(host, info.rate_per_s, info.max_in_flight)
         if info.tokens is not None:
             shard.hosts.set_tokens(host, info.tokens, info.updated_s or 0.0)
+        blocked = shard.blocked.get(host, ())
         for url, state in pages.items():
+            if url in blocked:
+                continue
             self._apply_or_skip(shard, host, url, state, est.get(url),
                                 in_flight.get(url, NOT_IN_FLIGHT))
 
@@ -340,8 +381,9 @@ class Scheduler:
     async def _reload(self, shard: Shard, host: str, urls: list[str]) -> None:
         """Re-read pages from Redis (the truth) and apply them, in flight or not."""
         got = await self.store.get_pages(host, urls)
+        blocked = shard.blocked.get(host, ())
         for url, (value, fl, est) in got.items():
-            if value is None:
+            if value is None or url in blocked:
                 self._forget(shard, url)
                 continue
             flight: Any = NOT_IN_FLIGHT
@@ -610,6 +652,9 @@ class Scheduler:
                     b.in_flight = max(b.in_flight, hosts.max_in_flight(host))
                 elif code == "gone":
                     self._forget(shard, url)
+                    continue
+                elif code == "blocked":  # its robots.txt disallows it (another worker knew)
+                    self.on_blocked(partition, host, url)
                     continue
                 if code != "in-flight":
                     self._restore(shard, url)  # not ordered: back among the candidates

@@ -1,7 +1,8 @@
 """HTTP views of the worker (Faust web): explain a page, a host, stats, Prometheus metrics.
 
 * ``GET /pages?url=URL``  state, parameters, tau_eff, value, threshold, next crawl, decisions
-* ``GET /hosts/{host}/``  capacity, token bucket, pages, orders in flight
+* ``GET /hosts/{host}/``  capacity (and who limits it: operator, robots.txt Crawl-delay,
+  push-back), token bucket, pages, orders in flight, pages robots.txt disallows
 * ``GET /stats/``         R, per-shard share and threshold, counters
 * ``GET /metrics/``       Prometheus text format
 """
@@ -52,6 +53,13 @@ def register_views(
                 "max_crawls_per_s": hi.rate_per_s,
                 "effective_max_crawls_per_s": hi.rate_per_s or settings.default_host_crawls_per_s,
                 "max_in_flight": hi.max_in_flight,
+                # who limits the host (operator, robots = Crawl-delay, pushback = 429/503)
+                # and why; the capacity above is the smallest of these
+                "limits": {src: {"max_crawls_per_s": r, "reason": why}
+                           for src, (r, why) in (hi.limits or {}).items()},
+                "limited_by": _limited_by(hi.limits or {}, hi.rate_per_s),
+                "robots_digest": hi.robots_digest,
+                "blocked_by_robots": info["blocked"],
                 "tokens": hi.tokens,
                 "tokens_updated_at": hi.updated_s,
                 "pages": info["pages"],
@@ -69,3 +77,11 @@ def register_views(
         async def get(self, request: Request) -> Response:
             return self.bytes(metrics.exposition(),
                               content_type="text/plain")
+
+
+def _limited_by(limits: dict[str, tuple[float | None, str | None]], rate: float | None
+                ) -> str | None:
+    """The source whose rate is the host's capacity (None: the default)."""
+    if rate is None:
+        return None
+    return next((src for src, (r, _why) in limits.items() if r == rate), None)
