@@ -568,12 +568,14 @@ class Store:
         pipe.hget(self.key(host, "inflight"), url)
         pipe.hget(self.key(host, "est"), url)
         pipe.hgetall(self.key(host, "host"))
-        page, fl, est, hinfo = await pipe.execute()
+        pipe.sismember(self.key(host, "blocked"), url)
+        page, fl, est, hinfo, blocked = await pipe.execute()
         return {
             "page": PageState.decode(page) if page else None,
             "in_flight": _in_flight(fl) if fl else None,
             "estimator": est,
             "host": _host_info(hinfo),
+            "blocked": bool(blocked),
         }
 
     async def get_host(self, host: str) -> HostInfo:

@@ -120,6 +120,8 @@ class TestWeb:
         #: host -> its robots.txt (absent: 404, every page allowed); served with
         #: ``Cache-Control: max-age=robots_max_age_s`` when that is set
         self.robots: dict[str, str] = {}
+        #: host -> a file read at every request (edit it to change robots.txt live)
+        self.robots_files: dict[str, str] = {}
         self.robots_max_age_s: int | None = None
         self.robots_fetches: Counter[str] = Counter()
         #: host -> (status, Retry-After or None, how many more page requests get it):
@@ -446,11 +448,16 @@ class TestWeb:
         host = _host_of_request(request)
         self.stats["robots_fetches"] += 1
         self.robots_fetches[host] += 1
-        if host not in self.robots:
+        text = self.robots.get(host)
+        if text is None and host in self.robots_files:
+            with contextlib.suppress(OSError), open(self.robots_files[host],
+                                                    encoding="utf-8") as f:
+                text = f.read()
+        if text is None:
             raise web.HTTPNotFound()
         headers = ({} if self.robots_max_age_s is None
                    else {"Cache-Control": f"max-age={self.robots_max_age_s}"})
-        return web.Response(text=self.robots[host], content_type="text/plain", headers=headers)
+        return web.Response(text=text, content_type="text/plain", headers=headers)
 
     async def _status(self, request: web.Request) -> web.Response:
         """Any status, with ``?retry_after=`` as its Retry-After (429/503 push-back)."""
