@@ -381,7 +381,14 @@ class Scheduler:
     async def _reload(self, shard: Shard, host: str, urls: list[str]) -> None:
         """Re-read pages from Redis (the truth) and apply them, in flight or not."""
         got = await self.store.get_pages(host, urls)
-        blocked = shard.blocked.get(host, ())
+        # Redis's blocked set is the truth (a robots.txt change may have emptied it while
+        # the shard was loading)
+        blocked = await self.store.blocked_among(host, urls)
+        mine = shard.blocked.setdefault(host, set())
+        mine.difference_update(set(urls) - blocked)
+        mine.update(blocked)
+        if not mine:
+            del shard.blocked[host]
         for url, (value, fl, est) in got.items():
             if value is None or url in blocked:
                 self._forget(shard, url)

@@ -631,6 +631,13 @@ class Store:
         pages, fl, est = await pipe.execute()
         return {u: (pages[i], fl[i], est[i]) for i, u in enumerate(urls)}
 
+    async def blocked_among(self, host: str, urls: Sequence[str]) -> set[str]:
+        """The ``urls`` that the host's robots.txt disallows (``P:{host}:blocked``)."""
+        if not urls:
+            return set()
+        flags: Any = await self.redis.smismember(self.key(host, "blocked"), list(urls))
+        return {u for u, f in zip(urls, flags, strict=True) if f}
+
     async def server_time(self) -> float:
         """Redis's clock (s): one clock for every worker, whatever their own skew."""
         sec, usec = await self.redis.time()

@@ -48,8 +48,8 @@ from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
 from streams.fetcher.client import FetchLimits, FetchResult, SafeClient
 from streams.fetcher.egress import EgressPolicy
 from streams.fetcher.pushback import Change, HostThrottle, PushbackPolicy, pushback_of
-from streams.fetcher.robots import RobotsCache, RobotsPolicy, RobotsRules
-from streams.records import HostEvent, host_of
+from streams.fetcher.robots import RobotsCache, RobotsPolicy, RobotsRules, origin_of
+from streams.records import MAX_RATE_PER_S, HostEvent, host_of
 from streams.settings import Settings
 
 log = logging.getLogger(__name__)
@@ -307,7 +307,13 @@ class FetcherService:
         """The URL's origin's robots.txt (None: not obeyed, or not an http(s) URL)."""
         if not self.obey_robots or self.robots is None or not host:
             return None
-        rules = await self.robots.rules_for(url)
+        try:
+            rules = await self.robots.rules_for(url)
+        except Exception as exc:  # a bug (the client never raises): disallow, say why
+            log.exception("robots.txt of %s", url)
+            now = time.time()
+            return RobotsRules(origin_of(url), "unreachable", None, "", now, now,
+                               error=f"robots.txt error: {exc!r}")
         if rules.digest and self._announced.get(host) != rules.digest:
             try:
                 await self._announce(host, rules)
@@ -327,7 +333,8 @@ class FetcherService:
                 delay = rules.crawl_delay_s(self.robots.token)  # type: ignore[union-attr]
                 await self._publish_host(HostEvent(
                     host=host, source="robots", robots_digest=rules.digest,
-                    max_crawls_per_s=None if delay is None else max(1.0 / delay, 1e-9),
+                    max_crawls_per_s=None if delay is None else min(
+                        MAX_RATE_PER_S, max(1.0 / delay, 1e-9)),
                     reason=None if delay is None else f"Crawl-delay {delay:g}"))
                 await self._redis.set(key, rules.digest)
                 log.info("robots.txt of %s: %s (digest %s, Crawl-delay %s)", host, rules.kind,
