@@ -98,3 +98,32 @@ async def test_disallowed_pages_are_blocked_until_the_robots_txt_changes(
                  offset=h.offsets["hosts"] - 1)
     assert await h.store.redis.smembers(blocked) == {url}
     assert h.rejects == []
+
+
+async def test_a_scheduler_loads_the_blocked_pages_and_takes_them_back(redis_url: str) -> None:
+    """A (re)started worker's shard leaves the blocked pages out of its book; a robots.txt
+    change puts them back (the scheduler reads Redis's set again)."""
+    from streams.metrics import Metrics
+    from streams.scheduler import Scheduler
+
+    h = Harness(redis_url)
+    url, other = "https://s.org/private", "https://s.org/public"
+    await h.feed("pages", [js(url=url), js(url=other)])
+    await h.feed("hosts", [js(host="s.org", source="robots", robots_digest="d1")])
+    await h.feed("outcomes", [js(url=url, fetched_at=time.time(), changed=None,
+                                 disallowed=True, robots_digest="d1")])
+
+    async def sink(k: bytes, v: bytes) -> None:
+        return None
+
+    sch = Scheduler(h.settings, h.store, Metrics(), sink)
+    shard = sch.shards[0] = sch.new_shard(0)
+    await sch._load(shard)
+    assert url not in shard.book and other in shard.book
+    assert shard.blocked == {"s.org": {url}}
+    # a ping of the blocked page does not bring it back
+    await sch.on_page(0, "s.org", url, "1.0||0|0,0,0,1,0")
+    assert url not in shard.book
+    await h.feed("hosts", [js(host="s.org", source="robots", robots_digest="d2")])
+    await sch.on_robots_changed(0, "s.org")
+    assert url in shard.book and shard.blocked == {}
