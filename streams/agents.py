@@ -462,6 +462,9 @@ class Agents:
             status = o.error or (f"HTTP {o.status}" if o.status is not None else "")
             changed = {True: "changed", False: "unchanged", None: "change unknown"}[o.changed]
             decision = f"{o.fetched_at:.3f} fetched: {changed} {status}".rstrip()
+            if o.disallowed:
+                decision = (f"{o.fetched_at:.3f} not fetched: {o.error or 'robots.txt disallows'}"
+                            "; not ordered until the host's robots.txt changes")
             plans.append((j, new_est, decision, new_est or reads[i][1]))
 
         async def write(pipe: Any) -> None:
@@ -472,6 +475,7 @@ class Agents:
                     new_estimator=new_est, topic=j.topic, partition=j.partition,
                     offset=j.offset,
                     expect=reads[i] if (cas and new_est is not None) else None,
+                    disallowed=o.disallowed, robots_digest=o.robots_digest,
                 )
 
         results = await self._pipeline(write)
@@ -486,9 +490,14 @@ class Agents:
                 retry.append(j)
                 continue
             self.metrics.event("outcomes", code)
-            if code in ("applied", "stale"):
-                self.decisions.add(o.url, decision if code == "applied"
+            if code in ("applied", "stale", "blocked"):
+                self.decisions.add(o.url, decision if code != "stale"
                                    else f"{decision} (older than the last crawl: ignored)")
+            elif code == "stale-robots":
+                self.decisions.add(o.url, f"{o.fetched_at:.3f} robots.txt disallowed it, but "
+                                          "a newer robots.txt was announced since: ignored")
+            if code == "blocked" and self.scheduler is not None:
+                self.scheduler.on_blocked(j.partition, o.host, o.url)
             if code == "dup-offset":
                 est_after = None  # the stored record is what the scheduler already has
             if value and self.scheduler is not None:
@@ -510,7 +519,9 @@ class Agents:
                 h: HostEvent = j.record
                 await self.store.queue_host(
                     pipe, h.host, rate_per_s=h.max_crawls_per_s, max_in_flight=h.max_in_flight,
-                    topic=j.topic, partition=j.partition, offset=j.offset,
+                    topic=j.topic, partition=j.partition, offset=j.offset, source=h.source,
+                    reason=h.reason, robots_digest=h.robots_digest,
+                    default_rate_per_s=self.settings.default_host_crawls_per_s,
                 )
                 pipe.sadd(self.store.shard_key(j.partition), h.host)
 
@@ -520,9 +531,15 @@ class Agents:
             if isinstance(res, Exception):
                 await self.reject(j.event, f"internal error: {res!r}")
                 continue
-            self.metrics.event("hosts", _s(res))
-            if self.scheduler is not None:
-                self.scheduler.on_host(j.partition, h.host, h.max_crawls_per_s, h.max_in_flight)
+            code, rate, cleared = _s(res[0]), _s(res[1]), int(res[2])
+            self.metrics.event("hosts", code)
+            if self.scheduler is not None and code in ("applied", "dup-offset"):
+                # the host's capacity is the smallest of its sources' (the script's answer)
+                mif = (h.max_in_flight if h.source == "operator"
+                       else self.scheduler.max_in_flight_of(j.partition, h.host))
+                self.scheduler.on_host(j.partition, h.host, float(rate) if rate else None, mif)
+                if cleared:
+                    await self.scheduler.on_robots_changed(j.partition, h.host)
 
     # -- control -------------------------------------------------------------------------
     async def on_control(self, events: Sequence[faust.types.EventT[Any]]) -> None:

@@ -111,6 +111,7 @@ async def explain(store: Store, settings: Settings, url: str, now_s: float,
     if control.max_interval_s > 0 and state.crawled:
         floor_at = state.last_crawl_s + control.max_interval_s
     out["floor_at_s"] = floor_at
+    out["blocked_by_robots"] = bool(data.get("blocked"))
     fl = data["in_flight"]
     if fl is not None:
         oid, at = fl
@@ -155,10 +156,15 @@ async def explain(store: Store, settings: Settings, url: str, now_s: float,
     candidates = [t for t in (value_at, floor_at) if t is not None]
     out["value_reaches_threshold_at_s"] = value_at
     out["next_crawl_s"] = max(now_s, min(candidates)) if candidates else None
+    if data.get("blocked"):
+        status = "its host's robots.txt disallows it: not ordered until the robots.txt changes"
+        out["next_crawl_s"] = None
     out["status"] = status
     host_info = data["host"]
     out["host_capacity"] = {
         "max_crawls_per_s": host_info.rate_per_s or settings.default_host_crawls_per_s,
         "max_in_flight": host_info.max_in_flight,
+        "limited_by": {src: why for src, (r, why) in (host_info.limits or {}).items()
+                       if r == host_info.rate_per_s} or None,
     }
     return out

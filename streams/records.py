@@ -158,6 +158,12 @@ class OutcomeEvent(_Event):
     error: str | None = Field(default=None, max_length=2048)
     changed: bool | None
     digest: str | None = Field(default=None, max_length=256)
+    #: the page was not fetched because the host's robots.txt disallows it (RFC 9309): the
+    #: worker stops ordering it until the host's robots.txt changes (``HostEvent.robots_digest``)
+    disallowed: bool = False
+    #: digest of the robots.txt that disallowed it (a late outcome of an older robots.txt
+    #: does not block the page again)
+    robots_digest: str | None = Field(default=None, max_length=128)
 
     @field_validator("fetched_at")
     @classmethod
@@ -165,14 +171,38 @@ class OutcomeEvent(_Event):
         return _check_time(v, info, "fetched_at")
 
 
+#: Who sets a host's capacity: the operator (the default, and the only one before sources
+#: existed), the host's robots.txt (Crawl-delay) or the host's push-back (429/503 answers).
+#: The host's capacity is the smallest of the three that are set.
+HostSource = Literal["operator", "robots", "pushback"]
+
+
 class HostEvent(BaseModel):
-    """``recrawl.hosts``: a host's crawl capacity."""
+    """``recrawl.hosts``: a host's crawl capacity, set by one source.
+
+    An event without ``source`` is the operator's and needs ``max_crawls_per_s`` (as before
+    sources existed).  ``robots`` and ``pushback`` events come from the fetcher;
+    ``max_crawls_per_s`` null lifts that source's limit (no Crawl-delay, push-back
+    recovered).  ``robots_digest``: the host's robots.txt changed (the worker orders its
+    disallowed pages again)."""
 
     model_config = _CONFIG
 
     host: str = Field(min_length=1, max_length=255)
-    max_crawls_per_s: float = Field(gt=0.0, le=MAX_RATE_PER_S)
+    max_crawls_per_s: float | None = Field(default=None, gt=0.0, le=MAX_RATE_PER_S)
     max_in_flight: int | None = Field(default=None, ge=0, le=MAX_IN_FLIGHT)
+    source: HostSource = "operator"
+    #: why (shown by ``GET /hosts/{host}/``): "Crawl-delay 2", "HTTP 429, Retry-After 5"
+    reason: str | None = Field(default=None, max_length=256)
+    robots_digest: str | None = Field(default=None, max_length=128)
+
+    @model_validator(mode="after")
+    def _capacity(self) -> HostEvent:
+        if self.source == "operator" and self.max_crawls_per_s is None:
+            raise ValueError("max_crawls_per_s is required (source operator)")
+        if self.source != "operator" and self.max_in_flight is not None:
+            raise ValueError("max_in_flight is the operator's (source operator)")
+        return self
 
     @field_validator("host")
     @classmethod

@@ -118,6 +118,9 @@ class Shard:
     emitted: int = 0
     ready: bool = False
     dirty: set[tuple[str, str]] = field(default_factory=set)
+    #: host -> urls its robots.txt disallows (Redis ``P:{host}:blocked``): kept out of the
+    #: book until the host's robots.txt changes
+    blocked: dict[str, set[str]] = field(default_factory=dict)
 
     @property
     def in_flight(self) -> dict[Any, tuple[str, float]]:
@@ -218,6 +221,8 @@ class Scheduler:
         if value is None:
             self._forget(shard, url)
             return
+        if url in shard.blocked.get(host, ()):
+            return
         flight = NOT_IN_FLIGHT if in_flight_cleared else KEEP
         state = value if isinstance(value, PageState) else PageState.decode(value)
         self._apply_or_skip(shard, host, url, state, estimator, flight)
@@ -229,10 +234,41 @@ class Scheduler:
                         st.default_host_max_in_flight), key=partition,
             table=PageTable(n_sources=len(SOURCES))))
 
-    def on_host(self, partition: int, host: str, rate: float, mif: int | None) -> None:
+    def on_host(self, partition: int, host: str, rate: float | None, mif: int | None) -> None:
+        """The host's capacity (None: the default rate)."""
         shard = self.shards.get(partition)
         if shard is not None:
             shard.hosts.set_capacity(host, rate, mif)
+
+    def max_in_flight_of(self, partition: int, host: str) -> int | None:
+        shard = self.shards.get(partition)
+        if shard is None or host not in shard.hosts:
+            return None
+        return shard.hosts.bucket(host).max_in_flight
+
+    def on_blocked(self, partition: int, host: str, url: str) -> None:
+        """The host's robots.txt disallows ``url``: out of the book until it changes."""
+        shard = self.shards.get(partition)
+        if shard is None:
+            return
+        shard.blocked.setdefault(host, set()).add(url)
+        self._forget(shard, url)
+
+    async def on_robots_changed(self, partition: int, host: str) -> None:
+        """The host's robots.txt changed (its blocked set is empty in Redis): its blocked
+        pages are read again and become candidates."""
+        shard = self.shards.get(partition)
+        if shard is None:
+            return
+        urls = shard.blocked.pop(host, set())
+        if not shard.ready:
+            shard.dirty.update((host, u) for u in urls)
+            return
+        if urls:
+            await self._reload(shard, host, sorted(urls))
+        for url in urls:
+            self.decisions.add(url, f"{self.clock():.3f} robots.txt of {host} changed: "
+                                    "a candidate again")
 
     async def refresh_control(self) -> None:
         self.control = Control.from_redis(await self.store.get_control(), self.settings)
@@ -290,7 +326,11 @@ class Scheduler:
             try:
                 hosts = await self.store.shard_hosts(shard.partition)
                 for i in range(0, len(hosts), 50):
-                    self._load_hosts(shard, await self.store.dump_hosts(hosts[i : i + 50]))
+                    dumps = await self.store.dump_hosts(hosts[i : i + 50])
+                    for dump in dumps:
+                        if dump.blocked:
+                            shard.blocked[dump.host] = set(dump.blocked)
+                    self._load_hosts(shard, dumps)
                     await asyncio.sleep(0)
                 while shard.dirty:
                     batch = list(shard.dirty)
@@ -322,13 +362,16 @@ class Scheduler:
         ests: list[str | None] = []
         for dump in dumps:
             info = dump.info
+            blocked = shard.blocked.get(dump.host, ())
+            pages = ({u: v for u, v in dump.pages.items() if u not in blocked} if blocked
+                     else dump.pages)  # blocked by robots.txt: out of the book
             shard.hosts.set_capacity(dump.host, info.rate_per_s, info.max_in_flight)
             if info.tokens is not None:
                 shard.hosts.set_tokens(dump.host, info.tokens, info.updated_s or 0.0)
-            urls.extend(dump.pages)
-            hosts.extend([dump.host] * len(dump.pages))
-            values.extend(dump.pages.values())
-            ests.extend(dump.estimators.get(u) for u in dump.pages)
+            urls.extend(pages)
+            hosts.extend([dump.host] * len(pages))
+            values.extend(pages.values())
+            ests.extend(dump.estimators.get(u) for u in pages)
         if not urls:
             return
         many = page_params_many(values, ests, self.settings)
@@ -389,8 +432,16 @@ class Scheduler:
     async def _reload(self, shard: Shard, host: str, urls: list[str]) -> None:
         """Re-read pages from Redis (the truth) and apply them, in flight or not."""
         got = await self.store.get_pages(host, urls)
+        # Redis's blocked set is the truth (a robots.txt change may have emptied it while
+        # the shard was loading)
+        blocked = await self.store.blocked_among(host, urls)
+        mine = shard.blocked.setdefault(host, set())
+        mine.difference_update(set(urls) - blocked)
+        mine.update(blocked)
+        if not mine:
+            del shard.blocked[host]
         for url, (value, fl, est) in got.items():
-            if value is None:
+            if value is None or url in blocked:
                 self._forget(shard, url)
                 continue
             flight: Any = NOT_IN_FLIGHT
@@ -667,6 +718,9 @@ class Scheduler:
                     b.in_flight = max(b.in_flight, hosts.max_in_flight(host))
                 elif code == "gone":
                     self._forget(shard, url)
+                    continue
+                elif code == "blocked":  # its robots.txt disallows it (another worker knew)
+                    self.on_blocked(partition, host, url)
                     continue
                 if code != "in-flight":
                     self._restore(shard, url)  # not ordered: back among the candidates

@@ -11,7 +11,12 @@ same code runs on one Redis node and on a Redis Cluster, :mod:`streams.redis_con
                               one observed crawl interval; streams/estimation.py)
     P:{host}:seen       ZSET  ping fingerprint -> received_at (duplicates, trimmed by age and
                               to the newest ``ping_dedup_max_per_host``)
-    P:{host}:host       HASH  rate, mif (capacity), tokens, ts (the token bucket)
+    P:{host}:host       HASH  rate, mif (capacity), tokens, ts (the token bucket); rate is
+                              the smallest of rate_operator, rate_robots, rate_pushback (who
+                              set it: HostEvent.source) with reason_<source>; robots: the
+                              digest of the host's robots.txt as last announced
+    P:{host}:blocked    SET   urls the host's robots.txt disallows (never ordered; emptied
+                              when the robots.txt digest changes)
     P:{host}:offsets    HASH  "<topic>:<partition>[~<epoch>]" -> last applied offset
     P:shard:{p}:hosts   SET   hosts whose events arrive on partition p (find a shard's pages
                               without SCAN)
@@ -40,7 +45,7 @@ import hashlib
 import json
 import math
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from redis.asyncio.cluster import ClusterPipeline
@@ -190,10 +195,10 @@ end
 return res
 """
 
-# KEYS: pages, offsets, inflight, est
+# KEYS: pages, offsets, inflight, est, blocked, host
 # ARGV: offset field, offset, url, order_id ('' = any), fetched_at, new estimator record
 #       ('' = keep), compare-and-set '1'/'0', expected page value, expected estimator
-#       record ('' = none)
+#       record ('' = none), disallowed '1'/'0', robots digest
 # The page's last crawl becomes the fetch time and its signal counts restart (an outcome
 # not newer than the last crawl changes neither: 'stale'; one at the same millisecond is
 # that crawl's record written twice, e.g. by a producer retry); the matching order leaves
@@ -216,7 +221,16 @@ redis.call('HSET', KEYS[2], ARGV[1], ARGV[2])
 if not cur then return {'unknown', '', 0} end
 local imp, prior, last_s, counts = parts(cur)
 local code, v = 'stale', cur
-if tonumber(ARGV[5]) > tonumber(last_s) then
+if ARGV[10] == '1' then
+  -- not fetched (robots.txt): no crawl; blocked unless a newer robots.txt was announced
+  local robots = redis.call('HGET', KEYS[6], 'robots')
+  if not robots or robots == ARGV[11] then
+    redis.call('SADD', KEYS[5], url)
+    code = 'blocked'
+  else
+    code = 'stale-robots'
+  end
+elseif tonumber(ARGV[5]) > tonumber(last_s) then
   code = 'applied'
   v = imp .. '|' .. prior .. '|' .. ARGV[5] .. '|' .. string.rep('0,', __N - 1) .. '0'
   redis.call('HSET', KEYS[1], url, v)
@@ -234,14 +248,54 @@ end
 return {code, v, cleared}
 """.replace("__N", str(N_SOURCES))
 
-# KEYS: host, offsets;  ARGV: offset field, offset, rate, max in flight ('' = unset)
+# KEYS: host, offsets, blocked
+# ARGV: offset field, offset, rate ('' = lift this source's limit), max in flight ('' =
+#       unset; operator only), source (operator|robots|pushback), reason, robots digest
+#       ('' = none), default rate
+# Each source keeps its own rate; ``rate`` (what _ISSUE reads) is the operator's (else the
+# default) lowered by the robots.txt's and the push-back's: absent when that is the default
+# (a Crawl-delay never raises a host above it).  A hash written before sources existed has
+# ``rate`` only: it is the operator's.  A robots digest other than the stored one empties
+# the blocked set.  Returns code, the rate now ('' = default), 1 if the blocked set was emptied.
 _APPLY_HOST = _LIB + r"""
-if applied(KEYS[2], ARGV[1], ARGV[2]) then return 'dup-offset' end
+if applied(KEYS[2], ARGV[1], ARGV[2]) then
+  return {'dup-offset', redis.call('HGET', KEYS[1], 'rate') or '', 0}
+end
 redis.call('HSET', KEYS[2], ARGV[1], ARGV[2])
-redis.call('HSET', KEYS[1], 'rate', ARGV[3])
-if ARGV[4] == '' then redis.call('HDEL', KEYS[1], 'mif')
-else redis.call('HSET', KEYS[1], 'mif', ARGV[4]) end
-return 'applied'
+local sources = {'rate_operator', 'rate_robots', 'rate_pushback'}
+local h = redis.call('HMGET', KEYS[1], 'rate', sources[1], sources[2], sources[3])
+if h[1] and not h[2] and not h[3] and not h[4] then
+  redis.call('HSET', KEYS[1], 'rate_operator', h[1])
+end
+local src = ARGV[5]
+if ARGV[3] == '' then
+  redis.call('HDEL', KEYS[1], 'rate_' .. src, 'reason_' .. src)
+else
+  redis.call('HSET', KEYS[1], 'rate_' .. src, ARGV[3])
+  if ARGV[6] == '' then redis.call('HDEL', KEYS[1], 'reason_' .. src)
+  else redis.call('HSET', KEYS[1], 'reason_' .. src, ARGV[6]) end
+end
+if src == 'operator' then
+  if ARGV[4] == '' then redis.call('HDEL', KEYS[1], 'mif')
+  else redis.call('HSET', KEYS[1], 'mif', ARGV[4]) end
+end
+-- the operator's rate (else the default: best_s nil), lowered by the others
+local op_s = redis.call('HGET', KEYS[1], 'rate_operator')
+local best, best_s = tonumber(op_s) or tonumber(ARGV[8]), op_s
+for i = 2, 3 do
+  local r_s = redis.call('HGET', KEYS[1], sources[i])
+  local r = r_s and tonumber(r_s)
+  if r and r < best then best, best_s = r, r_s end
+end
+if best_s then redis.call('HSET', KEYS[1], 'rate', best_s)
+else redis.call('HDEL', KEYS[1], 'rate') end
+local cleared = 0
+if ARGV[7] ~= '' and redis.call('HGET', KEYS[1], 'robots') ~= ARGV[7] then
+  redis.call('HSET', KEYS[1], 'robots', ARGV[7])
+  redis.call('DEL', KEYS[3])
+  cleared = 1
+end
+return {'applied', best_s or '', cleared}
 """
 
 # KEYS: control, offsets;  ARGV: offset field, offset, field, value, ...
@@ -254,10 +308,10 @@ return 'applied'
 
 # Issue a tick's orders of one host: each page exists and has none in flight, the host
 # has a token and room.  The bucket is read once and written once (when anything left).
-# KEYS: pages, inflight, host
+# KEYS: pages, inflight, host, blocked
 # ARGV: now, default rate, default max in flight, burst, then (url, order_id) pairs
 # Returns code, payload per pair: 'ok' page value | 'gone' | 'in-flight' "oid|at" |
-# 'no-token' seconds until the next token | 'max-in-flight'.
+# 'blocked' (robots.txt) | 'no-token' seconds until the next token | 'max-in-flight'.
 _ISSUE = _LIB + r"""
 local now = tonumber(ARGV[1])
 local h = redis.call('HMGET', KEYS[3], 'rate', 'mif', 'tokens', 'ts')
@@ -277,6 +331,8 @@ for i = 5, #ARGV, 2 do
     out[#out + 1] = 'gone'; out[#out + 1] = ''
   elseif fl then
     out[#out + 1] = 'in-flight'; out[#out + 1] = fl
+  elseif redis.call('SISMEMBER', KEYS[4], url) == 1 then
+    out[#out + 1] = 'blocked'; out[#out + 1] = ''
   elseif tokens < 1 then
     out[#out + 1] = 'no-token'; out[#out + 1] = tostring((1 - tokens) / rate)
   elseif mif > 0 and nfl >= mif then
@@ -316,6 +372,9 @@ class HostInfo:
     max_in_flight: int | None = None
     tokens: float | None = None
     updated_s: float | None = None
+    #: source (operator, robots, pushback) -> (rate, reason) as stored
+    limits: dict[str, tuple[float | None, str | None]] | None = None
+    robots_digest: str | None = None
 
 
 @dataclass(slots=True)
@@ -327,6 +386,8 @@ class HostDump:
     in_flight: dict[str, tuple[str, float]]
     estimators: dict[str, str]
     info: HostInfo
+    #: urls its robots.txt disallows
+    blocked: set[str] = field(default_factory=set)
 
 
 def _host_info(raw: dict[str, str]) -> HostInfo:
@@ -341,8 +402,11 @@ def _host_info(raw: dict[str, str]) -> HostInfo:
         return None if x is None or math.isnan(x) else max(-hi, min(hi, x))
 
     rate, mif = f("rate", MAX_RATE_PER_S), f("mif", MAX_IN_FLIGHT)
+    limits = {src: (f(f"rate_{src}", MAX_RATE_PER_S), raw.get(f"reason_{src}"))
+              for src in ("operator", "robots", "pushback") if f"rate_{src}" in raw}
     return HostInfo(rate if rate is None or rate > 0 else None,
-                    None if mif is None else max(0, int(mif)), f("tokens", 1e18), f("ts", 1e18))
+                    None if mif is None else max(0, int(mif)), f("tokens", 1e18), f("ts", 1e18),
+                    limits, raw.get("robots"))
 
 
 def _in_flight(value: str) -> tuple[str, float]:
@@ -459,27 +523,39 @@ class Store:
         self, client: Any, url: str, host: str, *, order_id: str | None, fetched_at: float,
         new_estimator: str | None, topic: str, partition: int, offset: int,
         expect: tuple[str | None, str | None] | None = None,
+        disallowed: bool = False, robots_digest: str | None = None,
     ) -> Any:
         """``expect``: (page value, estimator record) the new record was computed from;
-        given, nothing is written unless both are still stored ('conflict')."""
-        keys = [self.key(host, k) for k in ("pages", "offsets", "inflight", "est")]
+        given, nothing is written unless both are still stored ('conflict').
+        ``disallowed``: robots.txt forbade the fetch: no crawl, the page is blocked
+        ('blocked'; 'stale-robots' if a robots.txt other than ``robots_digest`` was
+        announced since)."""
+        keys = [self.key(host, k)
+                for k in ("pages", "offsets", "inflight", "est", "blocked", "host")]
         args: list[Any] = [
             self.offset_field(topic, partition), offset, url, order_id or "",
             f"{fetched_at:.3f}", new_estimator or "",
             "0" if expect is None else "1",
             "" if expect is None else expect[0] or "",
             "" if expect is None else expect[1] or "",
+            "1" if disallowed else "0", robots_digest or "",
         ]
         return await _run(self.apply_outcome_script, keys, args, client)
 
     async def queue_host(
-        self, client: Any, host: str, *, rate_per_s: float, max_in_flight: int | None,
-        topic: str, partition: int, offset: int,
+        self, client: Any, host: str, *, rate_per_s: float | None, max_in_flight: int | None,
+        topic: str, partition: int, offset: int, source: str = "operator",
+        reason: str | None = None, robots_digest: str | None = None,
+        default_rate_per_s: float = 1.0,
     ) -> Any:
-        keys = [self.key(host, "host"), self.key(host, "offsets")]
+        """Returns code, the host's rate now ('' = default), 1 if its blocked set was
+        emptied (``_APPLY_HOST``)."""
+        keys = [self.key(host, "host"), self.key(host, "offsets"), self.key(host, "blocked")]
         args: list[Any] = [
-            self.offset_field(topic, partition), offset, repr(float(rate_per_s)),
+            self.offset_field(topic, partition), offset,
+            "" if rate_per_s is None else repr(float(rate_per_s)),
             "" if max_in_flight is None else str(max_in_flight),
+            source, reason or "", robots_digest or "", repr(float(default_rate_per_s)),
         ]
         return await _run(self.apply_host_script, keys, args, client)
 
@@ -497,7 +573,7 @@ class Store:
         default_rate: float, default_mif: int, burst: float,
     ) -> Any:
         """One script call for all of a tick's ``(url, order_id)`` of one host (``_ISSUE``)."""
-        keys = [self.key(host, k) for k in ("pages", "inflight", "host")]
+        keys = [self.key(host, k) for k in ("pages", "inflight", "host", "blocked")]
         args: list[Any] = [repr(now_s), repr(default_rate), default_mif, repr(burst)]
         for url, oid in orders:
             args += [url, oid]
@@ -524,12 +600,14 @@ class Store:
         pipe.hget(self.key(host, "inflight"), url)
         pipe.hget(self.key(host, "est"), url)
         pipe.hgetall(self.key(host, "host"))
-        page, fl, est, hinfo = await pipe.execute()
+        pipe.sismember(self.key(host, "blocked"), url)
+        page, fl, est, hinfo, blocked = await pipe.execute()
         return {
             "page": PageState.decode(page) if page else None,
             "in_flight": _in_flight(fl) if fl else None,
             "estimator": est,
             "host": _host_info(hinfo),
+            "blocked": bool(blocked),
         }
 
     async def get_host(self, host: str) -> HostInfo:
@@ -541,8 +619,10 @@ class Store:
         pipe.hgetall(self.key(host, "host"))
         pipe.hlen(self.key(host, "pages"))
         pipe.hgetall(self.key(host, "inflight"))
-        info, n, fl = await pipe.execute()
-        return {"info": _host_info(info), "pages": int(n), "in_flight": dict(fl)}
+        pipe.scard(self.key(host, "blocked"))
+        info, n, fl, blocked = await pipe.execute()
+        return {"info": _host_info(info), "pages": int(n), "in_flight": dict(fl),
+                "blocked": int(blocked)}
 
     async def shard_hosts(self, partition: int) -> list[str]:
         members: Any = await self.redis.smembers(self.shard_key(partition))
@@ -555,10 +635,11 @@ class Store:
             pipe.hgetall(self.key(h, "inflight"))
             pipe.hgetall(self.key(h, "est"))
             pipe.hgetall(self.key(h, "host"))
+            pipe.smembers(self.key(h, "blocked"))
         res = await pipe.execute()
         out = []
         for i, h in enumerate(hosts):
-            pages, fl, est, info = res[4 * i : 4 * i + 4]
+            pages, fl, est, info, blocked = res[5 * i : 5 * i + 5]
             out.append(
                 HostDump(
                     h,
@@ -566,6 +647,7 @@ class Store:
                     {u: _in_flight(v) for u, v in fl.items()},
                     dict(est),
                     _host_info(info),
+                    set(blocked),
                 )
             )
         return out
@@ -580,6 +662,13 @@ class Store:
         pipe.hmget(self.key(host, "est"), list(urls))
         pages, fl, est = await pipe.execute()
         return {u: (pages[i], fl[i], est[i]) for i, u in enumerate(urls)}
+
+    async def blocked_among(self, host: str, urls: Sequence[str]) -> set[str]:
+        """The ``urls`` that the host's robots.txt disallows (``P:{host}:blocked``)."""
+        if not urls:
+            return set()
+        flags: Any = await self.redis.smismember(self.key(host, "blocked"), list(urls))
+        return {u for u, f in zip(urls, flags, strict=True) if f}
 
     async def server_time(self) -> float:
         """Redis's clock (s): one clock for every worker, whatever their own skew."""

@@ -1,7 +1,8 @@
 """HTTP views of the worker (Faust web): explain a page, a host, stats, Prometheus metrics.
 
 * ``GET /pages?url=URL``  state, parameters, tau_eff, value, threshold, next crawl, decisions
-* ``GET /hosts/{host}/``  capacity, token bucket, pages, orders in flight
+* ``GET /hosts/{host}/``  capacity (and who limits it: operator, robots.txt Crawl-delay,
+  push-back), token bucket, pages, orders in flight, pages robots.txt disallows
 * ``GET /stats/``         R, per-shard share and threshold, counters
 * ``GET /metrics/``       Prometheus text format
 * ``GET /plan/?budget=10&budget=100``  expected accuracy per budget from the current
@@ -66,6 +67,13 @@ def register_views(
                 "max_crawls_per_s": hi.rate_per_s,
                 "effective_max_crawls_per_s": hi.rate_per_s or settings.default_host_crawls_per_s,
                 "max_in_flight": hi.max_in_flight,
+                # who limits the host (operator, robots = Crawl-delay, pushback = 429/503)
+                # and why; the capacity above is the smallest of these
+                "limits": {src: {"max_crawls_per_s": r, "reason": why}
+                           for src, (r, why) in (hi.limits or {}).items()},
+                "limited_by": _limited_by(hi.limits or {}, hi.rate_per_s),
+                "robots_digest": hi.robots_digest,
+                "blocked_by_robots": info["blocked"],
                 "tokens": hi.tokens,
                 "tokens_updated_at": hi.updated_s,
                 "pages": info["pages"],
@@ -101,3 +109,11 @@ def register_views(
 
     # ``GET /plan?budget=`` as well as ``/plan/?budget=``
     app.page("/plan")(type("PlanViewNoSlash", (PlanView,), {}))
+
+
+def _limited_by(limits: dict[str, tuple[float | None, str | None]], rate: float | None
+                ) -> str | None:
+    """The source whose rate is the host's capacity (None: the default)."""
+    if rate is None:
+        return None
+    return next((src for src, (r, _why) in limits.items() if r == rate), None)

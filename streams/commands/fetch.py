@@ -43,16 +43,34 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     p.add_argument("--timeout", type=float, default=20.0, help="seconds per fetch, all hops")
     p.add_argument("--max-redirects", type=int, default=5)
     p.add_argument("--max-body-bytes", type=int, default=5 * 1024 * 1024)
+    p.add_argument("--ignore-robots", action="store_true",
+                   help="do not obey robots.txt (only for sites you run yourself)")
+    p.add_argument("--robots-min-ttl", type=float, default=60.0, metavar="S",
+                   help="keep a robots.txt at least S seconds whatever its max-age (at most "
+                        "24 h: RFC 9309)")
+    p.add_argument("--robots-error-ttl", type=float, default=60.0, metavar="S",
+                   help="an unreachable robots.txt disallows everything for S seconds")
+    p.add_argument("--pushback-decrease", type=float, default=0.5,
+                   help="429/503 push-back: the host's rate is multiplied by this")
+    p.add_argument("--pushback-increase", type=float, default=0.1,
+                   help="push-back recovery: + this fraction of the rate before it per step")
+    p.add_argument("--pushback-interval", type=float, default=1.0, metavar="S",
+                   help="push-back recovery: one step every S seconds")
     p.set_defaults(func=run)
 
 
 def run(args: argparse.Namespace) -> int:
     from streams.fetcher.client import FetchLimits
+    from streams.fetcher.pushback import PushbackPolicy
+    from streams.fetcher.robots import RobotsPolicy
     from streams.fetcher.service import FetcherService
     from streams.settings import load_settings
 
     try:
         policy = policy_from_args(args)
+        pushback = PushbackPolicy(decrease=args.pushback_decrease,
+                                  increase_fraction=args.pushback_increase,
+                                  increase_interval_s=args.pushback_interval)
     except ValueError as exc:
         print(f"recrawl fetch: {exc}", file=sys.stderr)
         return 2
@@ -63,7 +81,11 @@ def run(args: argparse.Namespace) -> int:
         per_host_concurrency=args.per_host,
         max_in_flight=args.max_in_flight,
     )
-    service = FetcherService(load_settings(), policy, limits, group_id=args.group)
+    service = FetcherService(
+        load_settings(), policy, limits, group_id=args.group, obey_robots=not args.ignore_robots,
+        robots=RobotsPolicy(min_ttl_s=args.robots_min_ttl, error_ttl_s=args.robots_error_ttl),
+        pushback=pushback,
+    )
 
     async def main() -> None:
         loop = asyncio.get_running_loop()
@@ -74,5 +96,6 @@ def run(args: argparse.Namespace) -> int:
 
     asyncio.run(main())
     st = service.stats
-    print(f"fetched {st.fetched_ok} ok, {st.failed} failed, {st.bad_orders} unreadable orders")
+    print(f"fetched {st.fetched_ok} ok, {st.failed} failed, {st.bad_orders} unreadable orders, "
+          f"{st.disallowed} disallowed by robots.txt, {st.pushbacks} push-back answers")
     return 0

@@ -40,6 +40,11 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     p.add_argument("--port", type=int, default=8080)
     p.add_argument("--indexnow", help="the IndexNow endpoint to POST announcements to")
     p.add_argument("--world-out", help="write the world (JSON) here")
+    p.add_argument("--robots", action="append", metavar="HOST=FILE",
+                   help="serve FILE as HOST's robots.txt, read at every request (edit it to "
+                        "change robots.txt live); other hosts answer 404; repeatable")
+    p.add_argument("--robots-max-age", type=int, metavar="S",
+                   help="Cache-Control: max-age of the robots.txt files")
     p.set_defaults(func=run)
 
 
@@ -58,6 +63,10 @@ def run(args: argparse.Namespace) -> int:
             with contextlib.suppress(NotImplementedError):
                 loop.add_signal_handler(sig, stop.set)
         web = TestWeb(world, port=args.port, indexnow_endpoint=args.indexnow)
+        for item in args.robots or []:
+            host, _, path = item.partition("=")
+            web.robots_files[host.lower()] = path
+        web.robots_max_age_s = args.robots_max_age
         await web.start()
         print(
             f"test web on 127.0.0.1:{web.port}: {len(world.pages)} pages on "

@@ -107,12 +107,14 @@ class SafeClient:
         headers: dict[str, str] | None = None,
         max_body_bytes: int | None = None,
         keep_body: bool | None = None,
+        truncate: bool = False,
     ) -> tuple[FetchResult, Mapping[str, str]]:
         """GET ``url`` following at most ``max_redirects`` redirects.
 
         Returns the result and the final response's headers (case-insensitive; empty on
-        error).  The body is
-        read incrementally and abandoned past ``max_body_bytes``.
+        error).  The body is read incrementally and abandoned past ``max_body_bytes``
+        (``truncate``: kept up to there, e.g. robots.txt, of which RFC 9309 Sec. 2.5 asks
+        for the first 500 KiB).
         """
         assert self._session is not None, "use 'async with SafeClient(...)'"
         cap = self.limits.max_body_bytes if max_body_bytes is None else max_body_bytes
@@ -130,7 +132,7 @@ class SafeClient:
                         if status in (301, 302, 303, 307, 308) and "Location" in resp.headers:
                             current = urljoin(current, resp.headers["Location"])
                             continue
-                        body = await _read_capped(resp, cap)
+                        body = await _read_capped(resp, cap, truncate)
                         digest = hashlib.sha256(body).hexdigest()
                         return (
                             FetchResult(
@@ -165,15 +167,18 @@ class SafeClient:
         return FetchResult(url, final, time.time(), status, None, error)
 
 
-async def _read_capped(resp: aiohttp.ClientResponse, cap: int) -> bytes:
+async def _read_capped(resp: aiohttp.ClientResponse, cap: int, truncate: bool = False) -> bytes:
     length = resp.content_length
-    if length is not None and length > cap:
+    if length is not None and length > cap and not truncate:
         raise BodyTooLarge
     chunks: list[bytes] = []
     n = 0
     async for chunk in resp.content.iter_chunked(64 * 1024):
         n += len(chunk)
         if n > cap:
-            raise BodyTooLarge
+            if not truncate:
+                raise BodyTooLarge
+            chunks.append(chunk[: len(chunk) - (n - cap)])
+            break
         chunks.append(chunk)
     return b"".join(chunks)

@@ -8,6 +8,9 @@ host (``h17.test:PORT``), so the fetcher reaches ``http://h17.test:PORT/p/3`` th
 - ``/sitemap.xml`` — a urlset with ``lastmod`` (ETag and Last-Modified, conditional GET);
 - ``/sitemap_index.xml[.gz]`` and ``/sitemaps/<k>.xml.gz`` — the same, as a gzip index;
 - ``/<key>.txt`` — the host's IndexNow key file;
+- ``/robots.txt`` — the host's robots.txt if the test set one (``TestWeb.robots``), else
+  404; a host in ``TestWeb.pushback`` answers its next page requests with 429/503 and a
+  ``Retry-After``; ``/status/<code>?retry_after=`` answers any status;
 - ``/bad/...``, ``/redirect/...``, ``/slow``, ``/big`` — hostile inputs for tests;
 - ``/truth``, ``/stats`` — ground truth and counters (for accuracy measurement and tests;
   nothing in the pipeline reads them).
@@ -114,6 +117,16 @@ class TestWeb:
         self._runner: web.AppRunner | None = None
         self._session: aiohttp.ClientSession | None = None
         self._bomb_gz: bytes | None = None
+        #: host -> its robots.txt (absent: 404, every page allowed); served with
+        #: ``Cache-Control: max-age=robots_max_age_s`` when that is set
+        self.robots: dict[str, str] = {}
+        #: host -> a file read at every request (edit it to change robots.txt live)
+        self.robots_files: dict[str, str] = {}
+        self.robots_max_age_s: int | None = None
+        self.robots_fetches: Counter[str] = Counter()
+        #: host -> (status, Retry-After or None, how many more page requests get it):
+        #: the host pushes back (429/503) instead of serving its pages
+        self.pushback: dict[str, tuple[int, str | None, int]] = {}
 
     # ------------------------------------------------------------------ lifecycle
     async def start(self) -> None:
@@ -135,6 +148,8 @@ class TestWeb:
         app.router.add_get("/redirect/to", self._redirect_to)
         app.router.add_get("/slow", self._slow)
         app.router.add_get("/big", self._big)
+        app.router.add_get("/status/{code}", self._status)
+        app.router.add_get("/robots.txt", self._robots)
         app.router.add_get("/{name}.txt", self._keyfile)
         self._runner = web.AppRunner(app, access_log=None)
         await self._runner.setup()
@@ -278,6 +293,16 @@ class TestWeb:
         i = self._page_index(request, request.path)
         if i is None:
             raise web.HTTPNotFound()
+        host = _host_of_request(request)
+        if host in self.pushback:
+            status, retry_after, left = self.pushback[host]
+            if left <= 1:
+                del self.pushback[host]
+            else:
+                self.pushback[host] = (status, retry_after, left - 1)
+            self.stats["pushbacks"] += 1
+            headers = {} if retry_after is None else {"Retry-After": retry_after}
+            return web.Response(status=status, text="slow down", headers=headers)
         url = self.url(i)
         version = self.truth.pages[url].version
         token = hashlib.sha256(f"{self.world.seed}:{url}:{version}".encode()).hexdigest()
@@ -418,6 +443,33 @@ class TestWeb:
     async def _slow(self, request: web.Request) -> web.Response:
         await asyncio.sleep(min(float(request.query.get("s", "5")), 60.0))
         return web.Response(text="slow")
+
+    async def _robots(self, request: web.Request) -> web.Response:
+        host = _host_of_request(request)
+        self.stats["robots_fetches"] += 1
+        self.robots_fetches[host] += 1
+        text = self.robots.get(host)
+        if text is None and host in self.robots_files:
+            with contextlib.suppress(OSError), open(self.robots_files[host],
+                                                    encoding="utf-8") as f:
+                text = f.read()
+        if text is None:
+            raise web.HTTPNotFound()
+        headers = ({} if self.robots_max_age_s is None
+                   else {"Cache-Control": f"max-age={self.robots_max_age_s}"})
+        return web.Response(text=text, content_type="text/plain", headers=headers)
+
+    async def _status(self, request: web.Request) -> web.Response:
+        """Any status, with ``?retry_after=`` as its Retry-After (429/503 push-back)."""
+        try:
+            code = int(request.match_info["code"])
+        except ValueError:
+            raise web.HTTPNotFound() from None
+        if not 200 <= code <= 599:
+            raise web.HTTPNotFound()
+        ra = request.query.get("retry_after")
+        return web.Response(status=code, text=f"status {code}",
+                            headers={} if ra is None else {"Retry-After": ra})
 
     async def _big(self, request: web.Request) -> web.Response:
         n = min(int(request.query.get("bytes", "1000000")), 100_000_000)
