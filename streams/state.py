@@ -19,7 +19,12 @@ every key of one host lives in one slot and every script below touches one slot 
                               incarnation of each input partition's log the offsets
                               belong to (a topic created again: streams/logs.py)
     P:sched:shards      HASH  partition -> JSON {weight, log_threshold, share_per_s, ts,
-                              worker, ready, web (the worker's HTTP address)}
+                              worker, ready, web (the worker's HTTP address),
+                              worker_emitted_per_s}
+    P:truth             STRING JSON {accuracy, fresh_now, t_s, measuring, source}: the live
+                              accuracy measured by a test web's truth (``recrawl demo``
+                              writes it every second with a 10 s expiry); ``/stats`` and
+                              ``/dashboard`` show it only while it exists
 
 Each event's change is one Lua script that first compares the event's offset with the last
 applied offset of its (host, topic, partition) and records it, so a redelivered event
@@ -342,6 +347,21 @@ def _in_flight(value: str) -> tuple[str, float]:
     return oid, float(at or 0.0)
 
 
+def truth_key(prefix: str) -> str:
+    return f"{prefix}:truth"
+
+
+async def put_truth(
+    client: aioredis.Redis, prefix: str, truth: dict[str, Any], ttl_s: float = 10.0
+) -> None:
+    """Publish what a test web knows (the live accuracy) for ``/stats`` and ``/dashboard``;
+    it expires after ``ttl_s`` so a stopped demo leaves no stale number on show."""
+    clean = {k: (None if isinstance(v, float) and not math.isfinite(v) else v)
+             for k, v in truth.items()}
+    await client.set(truth_key(prefix), json.dumps(clean, allow_nan=False),
+                     px=max(1, int(ttl_s * 1000)))
+
+
 class Store:
     """Async access to the state; every mutation is one Lua script (see module docstring)."""
 
@@ -386,6 +406,10 @@ class Store:
     @property
     def shards_key(self) -> str:
         return f"{self.prefix}:sched:shards"
+
+    @property
+    def truth_key(self) -> str:
+        return truth_key(self.prefix)
 
     def offset_field(self, topic: str, partition: int) -> str:
         """The offsets hash field of ``topic``'s ``partition``: ``<topic>:<partition>``, or
@@ -557,6 +581,17 @@ class Store:
     async def get_control(self) -> dict[str, str]:
         raw: Any = await self.redis.hgetall(self.control_key)
         return dict(raw)
+
+    async def get_truth(self) -> dict[str, Any] | None:
+        """The live accuracy a test web measured (:func:`put_truth`), None when unknown."""
+        raw: Any = await self.redis.get(self.truth_key)
+        if raw is None:
+            return None
+        try:
+            value = json.loads(raw)
+        except ValueError:
+            return None
+        return value if isinstance(value, dict) else None
 
     async def get_shards(self) -> dict[int, dict[str, Any]]:
         raw: Any = await self.redis.hgetall(self.shards_key)
