@@ -223,3 +223,11 @@ def test_dashboard_in_chromium_shows_the_workers_stats(
     assert dom.by_id("accuracy")["text"].strip() == "0.8125"
     assert dom.by_id("fresh-now")["text"].strip() == "0.75"
     _check_shown(dom, shown)
+
+    # 3. the docs' screenshot command (DevTools protocol, real-time wait) makes a PNG of it
+    from infra.chromium import screenshot
+
+    png = tmp_path / "dashboard.png"
+    screenshot(f"{base}/dashboard/", png, wait_s=2.0, width=1000, height=800)
+    data = png.read_bytes()
+    assert data[:8] == b"\x89PNG\r\n\x1a\n" and len(data) > 10_000
