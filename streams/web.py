@@ -96,6 +96,12 @@ def register_views(
             return self.bytes(dashboard_html(), content_type="text/html",
                               headers={"Cache-Control": "no-store"})
 
+    @app.page("/dashboard")
+    class DashboardNoSlash(View):
+        async def get(self, request: Request) -> Response:
+            # one address for the page: its polling URL is relative to it
+            return self.bytes(b"", status=308, headers={"Location": "/dashboard/"})
+
     @app.page("/metrics/")
     class MetricsView(View):
         async def get(self, request: Request) -> Response:

@@ -164,6 +164,8 @@ def test_dashboard_in_chromium_shows_the_workers_stats(
         assert resp.headers["Content-Type"].startswith("text/html")
     assert not re.search(r"\b(src|href)\s*=\s*[\"']", html)
     assert not re.search(r"https?://", html)
+    with urllib.request.urlopen(f"{base}/dashboard", timeout=5) as resp:
+        assert resp.read().decode() == html  # without the slash too
     with pytest.raises(urllib.error.HTTPError) as bad:
         urllib.request.urlopen(f"{base}/stats/?hosts=many", timeout=5)
     assert bad.value.code == 400
