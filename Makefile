@@ -1,6 +1,8 @@
 # recrawl: the two commands are `make demo` (the main job) and `make test` (the tests).
 # Both install what they need: a venv with the pinned dependencies, Kafka's jars from Maven
-# Central (once, into .cache/), Debian's redis-server (apt-get, when missing and root).
+# Central (once, into .cache/), Debian's redis-server (apt-get, when missing and root) and
+# Debian's chromium for the dashboard's browser test (the same way; a failure there is reported,
+# not fatal).
 
 PYTHON ?= python3.11
 VENV   := .venv
@@ -18,7 +20,7 @@ $(STAMP): pyproject.toml requirements.lock
 
 install: $(STAMP)
 
-# Fetch Kafka's jars and install redis-server if missing (no service is left running).
+# Fetch Kafka's jars and install redis-server and chromium if missing (no service is left running).
 services: $(STAMP)
 	$(BIN)/python -m infra.prepare
 

@@ -382,6 +382,7 @@ class Agents:
                 continue
             code, value = _s(res[0]), _s(res[1])
             self.metrics.event("pings", code)
+            self.metrics.ping(g.source, code)
             if code == "before-crawl":
                 self.decisions.add(g.url, f"{g.received_at:.3f} ping {g.source} dropped: "
                                           "change precedes the last crawl")

@@ -41,6 +41,7 @@ from streams.fetcher.service import FetcherService
 from streams.redis_conn import AsyncRedis
 from streams.redis_conn import connect as connect_redis
 from streams.settings import Settings
+from streams.state import put_truth
 from streams.testweb.expected import Loop, RunRecord, fresh_draws, replay
 from streams.testweb.server import TestWeb
 from streams.testweb.world import World, generate_world
@@ -347,7 +348,8 @@ async def _worker_pings(session: aiohttp.ClientSession, port: int) -> dict[str, 
             continue
         flat: dict[str, float] = {}
         _flatten(data, "", flat)
-        return {k: v for k, v in flat.items() if "ping" in k.lower()}
+        return {k: v for k, v in flat.items()
+                if "ping" in k.lower() and not k.startswith("pings_by_source")}
     return {}
 
 
@@ -476,6 +478,11 @@ async def run_loop(
                             accuracy=web.truth.accuracy(now) if window_started else None,
                             fresh_now=web.truth.fresh_now(),
                         )  # fmt: skip
+                        await put_truth(rclient, settings.key_prefix, {
+                            "accuracy": numbers.accuracy, "fresh_now": numbers.fresh_now,
+                            "t_s": t, "measuring": window_started, "warmup_s": cfg.warmup,
+                            "window_start_s": web.truth.window_start if window_started
+                            else None, "source": "the demo's test web"})
                         if live is not None:
                             live.update(_table(numbers, cfg, *expected))
                         elif cfg.live and t - last_print >= 10:
@@ -645,6 +652,9 @@ def run_demo(cfg: DemoConfig, json_path: str | None = None) -> dict[str, Any]:
             workers.append(WorkerProcess(ws, log_path))
         for w in workers:
             w.wait_ready()
+        for i, ws in enumerate(own):
+            print(f"worker {i} dashboard: http://{ws.web_host}:{ws.web_port}/dashboard/",
+                  flush=True)
         print(
             f"running {cfg.duration_s:.0f} s: {len(world.pages)} pages on {len(world.hosts)} "
             f"hosts, budget {cfg.budget_per_s:g}/s, {cfg.workers} worker(s), expected "

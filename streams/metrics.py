@@ -39,12 +39,31 @@ class Metrics:
         self.shard_in_flight = Gauge(
             "recrawl_shard_in_flight", "Orders in flight of a shard", ["shard"], registry=r
         )
+        self.pings = Counter(
+            "recrawl_pings_total", "Pings by source and result", ["source", "result"],
+            registry=r,
+        )
         #: The same counts as plain numbers for ``/stats``.
         self.tally: _Tally[str] = _Tally()
+        self._pings: _Tally[tuple[str, str]] = _Tally()
 
     def event(self, topic: str, result: str, n: int = 1) -> None:
         self.events.labels(topic, result).inc(n)
         self.tally[f"{topic}.{result}"] += n
+
+    def ping(self, source: str, result: str) -> None:
+        """One ping applied or dropped (``result``: the ping script's code)."""
+        self.pings.labels(source, result).inc()
+        self._pings[source, result] += 1
+
+    def pings_by_source(self) -> dict[str, dict[str, int]]:
+        """``{source: {result: count, ..., "total": count}}`` for ``/stats``."""
+        out: dict[str, dict[str, int]] = {}
+        for (source, result), n in sorted(self._pings.items()):
+            d = out.setdefault(source, {})
+            d[result] = n
+            d["total"] = d.get("total", 0) + n
+        return out
 
     def reject(self, topic: str) -> None:
         self.rejects.labels(topic).inc()

@@ -43,6 +43,7 @@ import logging
 import math
 import secrets
 import time
+from collections import deque
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -72,6 +73,8 @@ EWMA_S = 2.0
 #: a shard entry older than this (on Redis's clock) is a dead worker's: its share is spent
 #: by the live shards
 SHARD_ALIVE_S = 3.0
+#: ``emitted_per_s`` in ``/stats``: orders sent over (about) the last this many seconds
+RATE_WINDOW_S = 10.0
 
 
 @dataclass(slots=True)
@@ -204,6 +207,10 @@ class Scheduler:
         self.log_threshold: float | None = None
         self.emitted = 0
         self.wanted = 0
+        #: orders sent since the start, and (monotonic s, orders_total) samples taken at
+        #: each resplit over the last RATE_WINDOW_S (the emitted rate of /stats)
+        self.orders_total = 0
+        self._rate_samples: deque[tuple[float, int]] = deque()
 
     # -- events from the agents -------------------------------------------------------
     async def on_page(
@@ -495,6 +502,8 @@ class Scheduler:
             s.log_threshold = self.log_threshold if s.ready else None
             thresholds[p] = s.log_threshold
         mean = budget.mean_log(thresholds)
+        self._sample_rate()
+        emitted_per_s = self.emitted_per_s()
         own: dict[int, dict[str, Any]] = {}
         starved_all = self.wanted > 0 and self.emitted == 0 and not self.control.paused
         self.wanted = self.emitted = 0
@@ -510,6 +519,7 @@ class Scheduler:
                 "in_flight": len(s.in_flight), "ts": redis_now, "worker": self.worker_id,
                 "ready": s.ready, "web": self.web_url,
                 "budget_per_s": self.control.budget_per_s,  # the R it splits (recrawl plan)
+                "worker_emitted_per_s": emitted_per_s,
             }
             s.emitted = 0
         await self.store.put_shards(own)
@@ -701,6 +711,7 @@ class Scheduler:
                         self._observe_value(shard, value, now)
                     shard.emitted += 1
                     self.emitted += 1
+                    self.orders_total += 1
                     self.pacer.spend(1)
                     sent += 1
                     self.decisions.add(url, (
@@ -822,10 +833,66 @@ class Scheduler:
             await self._reload(shard, host, urls)
 
     # -- views -----------------------------------------------------------------------
+    def _sample_rate(self) -> None:
+        mono = self.monotonic()
+        self._rate_samples.append((mono, self.orders_total))
+        while len(self._rate_samples) > 2 and self._rate_samples[1][0] <= mono - RATE_WINDOW_S:
+            self._rate_samples.popleft()
+
+    def emitted_per_s(self) -> float | None:
+        """Orders this worker sent per second over the last ``RATE_WINDOW_S`` (from the
+        oldest sample in the window to now); None before the first resplit."""
+        if not self._rate_samples:
+            return None
+        mono = self.monotonic()
+        t0, n0 = next(((t, n) for t, n in self._rate_samples if t >= mono - RATE_WINDOW_S),
+                      self._rate_samples[-1])
+        return (self.orders_total - n0) / (mono - t0) if mono > t0 else 0.0
+
+    def top_hosts(self, n: int) -> dict[str, Any]:
+        """The ``n`` hosts of this worker's shards with the most orders in flight (then the
+        highest capacity): capacity (``max_crawls_per_s``, ``max_in_flight``; 0: no cap),
+        tokens now and orders in flight, as the scheduler's buckets hold them."""
+        now = self.clock()
+        rows = [(b.hosts.in_flight(h), b.hosts.rate(h), str(h), p, b.hosts)
+                for p, b in self.shards.items() for h in b.hosts.buckets]
+        top = heapq.nsmallest(max(0, n), rows, key=lambda r: (-r[0], -r[1], r[2]))
+        return {
+            "count": len(rows),
+            "in_flight": sum(r[0] for r in rows),
+            "top": [{"host": h, "shard": p, "in_flight": f, "max_crawls_per_s": rate,
+                     "max_in_flight": hb.max_in_flight(h), "tokens": hb.tokens(h, now)}
+                    for f, rate, h, p, hb in top],
+        }
+
+    def cluster(self) -> dict[str, Any]:
+        """Every live worker's numbers as the shard entries in Redis have them (this
+        worker's own from memory): workers, their emitted rates summed, shards."""
+        rates: dict[str, float] = {}
+        for e in self.global_shards.values():
+            w, r = e.get("worker"), e.get("worker_emitted_per_s")
+            if isinstance(w, str) and isinstance(r, int | float):
+                rates[w] = float(r)
+        own = self.emitted_per_s()
+        if own is not None:
+            rates[self.worker_id] = own
+        return {
+            "workers": len({e["worker"] for e in self.global_shards.values()
+                            if isinstance(e.get("worker"), str)} | {self.worker_id}),
+            "shards": len(self.global_shards),
+            "emitted_per_s": sum(rates.values()) if rates else None,
+        }
+
     def stats(self) -> dict[str, Any]:
         return {
             "worker": self.worker_id,
+            "now_s": self.clock(),
             "budget_per_s": self.control.budget_per_s,
+            "emitted_per_s": self.emitted_per_s(),
+            "rate_window_s": RATE_WINDOW_S,
+            "orders_total": self.orders_total,
+            "threshold": (math.exp(self.log_threshold)
+                          if self.log_threshold is not None else None),
             "paused": self.control.paused,
             "control": {
                 "t_delay_s": self.control.t_delay_s,
@@ -839,7 +906,9 @@ class Scheduler:
                          if e.get("log_threshold") is not None else None}
                 for p, e in sorted(self.global_shards.items())
             },
+            "cluster": self.cluster(),
             "counters": dict(sorted(self.metrics.tally.items())),
+            "pings_by_source": self.metrics.pings_by_source(),
         }
 
 

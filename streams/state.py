@@ -28,7 +28,12 @@ same code runs on one Redis node and on a Redis Cluster, :mod:`streams.redis_con
                               belong to (a topic created again: streams/logs.py)
     P:sched:shards      HASH  partition -> JSON {weight, log_threshold, share_per_s, ts
                               (Redis's clock), worker, ready, web (the worker's HTTP
-                              address), budget_per_s (the budget the worker runs with)}
+                              address), budget_per_s (the budget the worker runs with),
+                              worker_emitted_per_s}
+    P:truth             STRING JSON {accuracy, fresh_now, t_s, measuring, source}: the live
+                              accuracy measured by a test web's truth (``recrawl demo``
+                              writes it every second with a 10 s expiry); ``/stats`` and
+                              ``/dashboard`` show it only while it exists
 
 Each event's change is one Lua script that first compares the event's offset with the last
 applied offset of its (host, topic, partition) and records it, so a redelivered event
@@ -426,6 +431,21 @@ async def _run(script: AsyncScript, keys: list[Any], args: list[Any], client: An
     return await script(keys=keys, args=args, client=client)
 
 
+def truth_key(prefix: str) -> str:
+    return f"{prefix}:truth"
+
+
+async def put_truth(
+    client: AsyncRedis, prefix: str, truth: dict[str, Any], ttl_s: float = 10.0
+) -> None:
+    """Publish what a test web knows (the live accuracy) for ``/stats`` and ``/dashboard``;
+    it expires after ``ttl_s`` so a stopped demo leaves no stale number on show."""
+    clean = {k: (None if isinstance(v, float) and not math.isfinite(v) else v)
+             for k, v in truth.items()}
+    await client.set(truth_key(prefix), json.dumps(clean, allow_nan=False),
+                     px=max(1, int(ttl_s * 1000)))
+
+
 class Store:
     """Async access to the state; every mutation is one Lua script (see module docstring)."""
 
@@ -482,6 +502,10 @@ class Store:
     @property
     def shards_key(self) -> str:
         return f"{self.prefix}:sched:shards"
+
+    @property
+    def truth_key(self) -> str:
+        return truth_key(self.prefix)
 
     def offset_field(self, topic: str, partition: int) -> str:
         """The offsets hash field of ``topic``'s ``partition``: ``<topic>:<partition>``, or
@@ -680,6 +704,17 @@ class Store:
         if not raw:
             raw = await self.redis.hgetall(self.legacy_control_key)
         return dict(raw)
+
+    async def get_truth(self) -> dict[str, Any] | None:
+        """The live accuracy a test web measured (:func:`put_truth`), None when unknown."""
+        raw: Any = await self.redis.get(self.truth_key)
+        if raw is None:
+            return None
+        try:
+            value = json.loads(raw)
+        except ValueError:
+            return None
+        return value if isinstance(value, dict) else None
 
     async def get_shards(self) -> dict[int, dict[str, Any]]:
         raw: Any = await self.redis.hgetall(self.shards_key)

@@ -3,16 +3,22 @@
 * ``GET /pages?url=URL``  state, parameters, tau_eff, value, threshold, next crawl, decisions
 * ``GET /hosts/{host}/``  capacity (and who limits it: operator, robots.txt Crawl-delay,
   push-back), token bucket, pages, orders in flight, pages robots.txt disallows
-* ``GET /stats/``         R, per-shard share and threshold, counters
+* ``GET /stats/``         R, emitted rate, threshold, per-shard share and threshold, pings by
+                          source, counters, the live accuracy when a test web publishes it
+                          (``truth``); ``?hosts=N`` adds the N hosts with most orders in flight
 * ``GET /metrics/``       Prometheus text format
 * ``GET /plan/?budget=10&budget=100``  expected accuracy per budget from the current
   estimates (:mod:`streams.plan`, the same as ``recrawl plan``)
+* ``GET /dashboard/``     one self-contained HTML page that polls ``/stats/`` (no outside
+                          fetches: inline JS and CSS)
 """
 
 from __future__ import annotations
 
 import math
 import time
+from functools import cache
+from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qs
 
@@ -26,6 +32,14 @@ from streams.records import shard_of
 from streams.scheduler import Scheduler
 from streams.settings import Settings
 from streams.state import Store
+
+#: hosts listed by ``/stats/?hosts=N`` at most
+MAX_TOP_HOSTS = 1000
+
+
+@cache
+def dashboard_html() -> bytes:
+    return (Path(__file__).with_name("dashboard.html")).read_bytes()
 
 
 def register_views(
@@ -84,7 +98,31 @@ def register_views(
     @app.page("/stats/")
     class StatsView(View):
         async def get(self, request: Request) -> Response:
-            return self.json(scheduler.stats())
+            out = scheduler.stats()
+            raw = request.query.get("hosts")
+            if raw is not None:
+                try:
+                    n = int(raw)
+                except ValueError:
+                    n = -1
+                if not 0 <= n <= MAX_TOP_HOSTS:
+                    return self.json({"error": f"hosts must be 0..{MAX_TOP_HOSTS}, got {raw!r}"},
+                                     status=400)
+                out["hosts"] = scheduler.top_hosts(n)
+            out["truth"] = await store.get_truth()
+            return self.json(out)
+
+    @app.page("/dashboard/")
+    class DashboardView(View):
+        async def get(self, request: Request) -> Response:
+            return self.bytes(dashboard_html(), content_type="text/html",
+                              headers={"Cache-Control": "no-store"})
+
+    @app.page("/dashboard")
+    class DashboardNoSlash(View):
+        async def get(self, request: Request) -> Response:
+            # one address for the page: its polling URL is relative to it
+            return self.bytes(b"", status=308, headers={"Location": "/dashboard/"})
 
     @app.page("/metrics/")
     class MetricsView(View):
