@@ -43,6 +43,7 @@ from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from streams.decisions import DecisionRing
+from streams.errors import RecrawlError
 from streams.estimation import Estimation, Observation
 from streams.logs import LogEpochs, kafka_probe
 from streams.metrics import Metrics
@@ -59,6 +60,22 @@ from streams.records import (
 from streams.settings import Settings
 from streams.state import PageState, Store
 from streams.urls import canonical_host
+
+__all__ = [
+    "KAFKA_PERMANENT",
+    "MAX_CAS_ATTEMPTS",
+    "REROUTED_HEADER",
+    "TRANSIENT",
+    "TRANSIENT_REPLY_PREFIXES",
+    "TRANSIENT_REPLY_TYPES",
+    "Agents",
+    "Job",
+    "RedisUnavailable",
+    "RejectSink",
+    "kafka_transient",
+    "register_agents",
+    "transient_reply",
+]
 
 if TYPE_CHECKING:
     from streams.scheduler import Scheduler
@@ -106,7 +123,7 @@ def _rerouted(msg: Any) -> bool:
     return any(k == REROUTED_HEADER for k, _v in items)
 
 
-class RedisUnavailable(Exception):
+class RedisUnavailable(RecrawlError):
     """A pipeline got a transient error reply (:func:`transient_reply`)."""
 
 

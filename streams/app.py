@@ -14,6 +14,8 @@ import faust
 
 from streams.settings import Settings
 
+__all__ = ["create_app"]
+
 log = logging.getLogger(__name__)
 
 

@@ -16,6 +16,8 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping
 
+__all__ = ["MAX_WEIGHT", "MIN_WEIGHT", "mean_log", "split", "update_weight"]
+
 MIN_WEIGHT = 1e-3
 MAX_WEIGHT = 1e3
 

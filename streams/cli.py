@@ -10,6 +10,8 @@ import argparse
 import importlib
 import sys
 
+__all__ = ["COMMAND_MODULES", "build_parser", "main"]
+
 COMMAND_MODULES = [
     "streams.commands.infra",
     "streams.commands.worker",

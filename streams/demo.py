@@ -46,6 +46,24 @@ from streams.testweb.expected import Loop, RunRecord, fresh_draws, replay
 from streams.testweb.server import TestWeb
 from streams.testweb.world import World, generate_world
 
+__all__ = [
+    "DEMO_POLICY",
+    "DemoConfig",
+    "LiveNumbers",
+    "WorkerProcess",
+    "continuous_optimum",
+    "demo_settings",
+    "expected_accuracy",
+    "host_limit_of",
+    "initial_crawl",
+    "load_inputs",
+    "print_summary",
+    "run_demo",
+    "run_loop",
+    "simulate_run",
+    "worker_settings",
+]
+
 DEMO_POLICY = EgressPolicy(loopback_only=True, overrides={".test": "127.0.0.1"})
 
 

@@ -56,6 +56,20 @@ from models.estimators import (
 )
 from streams.records import SOURCES
 
+__all__ = [
+    "GROUPS",
+    "GROUP_NAMES",
+    "GROUP_OF",
+    "N_GROUPS",
+    "Estimates",
+    "Estimation",
+    "EstimatorRecord",
+    "Observation",
+    "estimates_of",
+    "group_counts",
+    "value_parameters",
+]
+
 #: Estimator source groups (see the module docstring): name -> recrawl sources.
 GROUPS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("sitemap", ("sitemap",)),

@@ -20,6 +20,8 @@ from streams.scheduler import Control
 from streams.settings import Settings
 from streams.state import Store
 
+__all__ = ["estimates_view", "explain"]
+
 
 def _num(x: float | None) -> float | None:
     if x is None or not math.isfinite(x):

@@ -7,6 +7,8 @@ from collections import Counter as _Tally
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, generate_latest
 
+__all__ = ["Metrics"]
+
 
 class Metrics:
     def __init__(self) -> None:

@@ -34,6 +34,8 @@ from streams.records import SOURCES
 from streams.settings import Settings
 from streams.state import PageState
 
+__all__ = ["PageParams", "ParamsMany", "page_params", "page_params_many"]
+
 
 @dataclass(frozen=True, slots=True)
 class PageParams:

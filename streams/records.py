@@ -26,6 +26,33 @@ from pydantic import (
 
 from streams.urls import canonical_host, canonical_url, url_host
 
+__all__ = [
+    "MAX_BUDGET_PER_S",
+    "MAX_IMPORTANCE",
+    "MAX_IN_FLIGHT",
+    "MAX_RATE_PER_S",
+    "MAX_REASON_CHARS",
+    "MAX_REJECT_RAW_BYTES",
+    "MAX_SECONDS",
+    "MIN_CHANGE_RATE_PER_S",
+    "SOURCES",
+    "ControlEvent",
+    "HostEvent",
+    "HostSource",
+    "Order",
+    "OutcomeEvent",
+    "PageEvent",
+    "PingEvent",
+    "Source",
+    "Timestamp",
+    "check_url",
+    "finite",
+    "host_of",
+    "reject_payload",
+    "shard_of",
+    "validation_reason",
+]
+
 #: Ping sources, in the order of the per-source counters kept for each page.
 SOURCES: tuple[str, ...] = ("sitemap", "indexnow", "websub", "cdn", "other")
 Source = Literal["sitemap", "indexnow", "websub", "cdn", "other"]

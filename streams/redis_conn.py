@@ -30,6 +30,16 @@ from redis.asyncio.cluster import ClusterNode as AsyncClusterNode
 from redis.asyncio.cluster import RedisCluster as AsyncRedisCluster
 from redis.cluster import ClusterNode, RedisCluster
 
+__all__ = [
+    "CLUSTER_SCHEMES",
+    "AsyncRedis",
+    "SyncRedis",
+    "cluster_nodes",
+    "connect",
+    "connect_sync",
+    "is_cluster_url",
+]
+
 CLUSTER_SCHEMES = {"redis+cluster": "redis", "rediss+cluster": "rediss"}
 
 #: either client; both offer the commands, pipelines and scripts recrawl uses

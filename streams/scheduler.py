@@ -66,6 +66,20 @@ from streams.records import SOURCES
 from streams.settings import Settings
 from streams.state import HostDump, PageState, Store
 
+__all__ = [
+    "EWMA_S",
+    "KEEP",
+    "NOT_IN_FLIGHT",
+    "RATE_WINDOW_S",
+    "SHARD_ALIVE_S",
+    "Control",
+    "OrderSink",
+    "Scheduler",
+    "Shard",
+    "cancel",
+    "dumps",
+]
+
 log = logging.getLogger(__name__)
 
 OrderSink = Callable[[bytes, bytes], Awaitable[Any]]

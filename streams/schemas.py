@@ -14,6 +14,8 @@ from pydantic import BaseModel
 
 from streams.records import ControlEvent, HostEvent, Order, OutcomeEvent, PageEvent, PingEvent
 
+__all__ = ["MODELS", "REJECT_SCHEMA", "schemas", "write"]
+
 MODELS: dict[str, type[BaseModel]] = {
     "pages": PageEvent,
     "pings": PingEvent,

@@ -12,7 +12,14 @@ from pathlib import Path
 from typing import Any
 
 from pydantic import Field, field_validator
-from pydantic_settings import BaseSettings, SettingsConfigDict
+from pydantic_settings import (
+    BaseSettings,
+    DotEnvSettingsSource,
+    PydanticBaseSettingsSource,
+    SettingsConfigDict,
+)
+
+__all__ = ["ALL_TOPICS", "INPUT_TOPICS", "OUTPUT_TOPICS", "Settings", "load_settings"]
 
 #: Logical topic names; the real name is ``f"{topic_prefix}.{name}"``.
 INPUT_TOPICS = ("pages", "pings", "outcomes", "hosts", "control")
@@ -21,9 +28,23 @@ ALL_TOPICS = INPUT_TOPICS + OUTPUT_TOPICS
 
 
 class Settings(BaseSettings):
-    model_config = SettingsConfigDict(
-        env_prefix="RECRAWL_", env_file=os.environ.get("RECRAWL_CONFIG"), extra="ignore"
-    )
+    model_config = SettingsConfigDict(env_prefix="RECRAWL_", extra="ignore")
+
+    @classmethod
+    def settings_customise_sources(
+        cls,
+        settings_cls: type[BaseSettings],
+        init_settings: PydanticBaseSettingsSource,
+        env_settings: PydanticBaseSettingsSource,
+        dotenv_settings: PydanticBaseSettingsSource,
+        file_secret_settings: PydanticBaseSettingsSource,
+    ) -> tuple[PydanticBaseSettingsSource, ...]:
+        """``RECRAWL_CONFIG`` is read when settings are built, not when this module is
+        imported (setting it later used to change nothing)."""
+        env_file = os.environ.get("RECRAWL_CONFIG")
+        dotenv = (DotEnvSettingsSource(settings_cls, env_file=env_file) if env_file
+                  else dotenv_settings)
+        return init_settings, env_settings, dotenv, file_secret_settings
 
     kafka_bootstrap: str = "127.0.0.1:9092"
     redis_url: str = "redis://127.0.0.1:6379/0"

@@ -59,6 +59,18 @@ from redis.commands.core import AsyncScript
 from streams.records import MAX_IN_FLIGHT, MAX_RATE_PER_S, SOURCES
 from streams.redis_conn import AsyncRedis, connect
 
+__all__ = [
+    "N_SOURCES",
+    "HostDump",
+    "HostInfo",
+    "PageState",
+    "PingItem",
+    "Store",
+    "ping_fingerprint",
+    "put_truth",
+    "truth_key",
+]
+
 N_SOURCES = len(SOURCES)
 
 

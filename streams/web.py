@@ -33,6 +33,8 @@ from streams.scheduler import Scheduler
 from streams.settings import Settings
 from streams.state import Store
 
+__all__ = ["MAX_TOP_HOSTS", "dashboard_html", "register_views"]
+
 #: hosts listed by ``/stats/?hosts=N`` at most
 MAX_TOP_HOSTS = 1000
 

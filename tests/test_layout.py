@@ -57,3 +57,37 @@ def test_docker_compose_is_valid_and_complete() -> None:
     assert env["RECRAWL_KAFKA_BOOTSTRAP"] == "kafka:9092"
     assert env["RECRAWL_REDIS_URL"].startswith("redis://redis:6379")
     assert "recrawl worker" in services["worker"]["command"]
+
+
+def test_public_streams_modules_declare_all_and_errors_share_a_root() -> None:
+    """Issue 17: every public module of streams/ says what it exports (``__all__``, each
+    name defined), and the exceptions recrawl raises on purpose derive from RecrawlError."""
+    import ast
+    import importlib
+    from pathlib import Path
+
+    from streams.errors import RecrawlError
+
+    root = Path(__file__).resolve().parent.parent
+    missing = []
+    for p in sorted((root / "streams").rglob("*.py")):
+        rel = p.relative_to(root)
+        if p.name.startswith("_") or "experiments" in rel.parts or "commands" in rel.parts \
+                or "testweb" in rel.parts:
+            continue
+        tree = ast.parse(p.read_text())
+        if not any(isinstance(n, ast.Assign) and any(
+                isinstance(t, ast.Name) and t.id == "__all__" for t in n.targets)
+                for n in tree.body):
+            missing.append(str(rel))
+            continue
+        mod = importlib.import_module(".".join(rel.with_suffix("").parts))
+        for name in mod.__all__:
+            assert hasattr(mod, name), (rel, name)
+    assert missing == []
+    for dotted in ("streams.agents.RedisUnavailable", "streams.edges.indexnow.Rejection",
+                   "streams.edges.sitemaps.SitemapRefused", "streams.edges.websub.WebSubError",
+                   "streams.fetcher.client.BodyTooLarge",
+                   "streams.fetcher.egress.RefusedTarget"):
+        mod_name, _, cls = dotted.rpartition(".")
+        assert issubclass(getattr(importlib.import_module(mod_name), cls), RecrawlError)

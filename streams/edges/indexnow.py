@@ -47,10 +47,26 @@ from typing import Any
 from aiohttp import web
 
 from streams.edges.pings import Ping, PingProducer, new_ping_id
+from streams.errors import RecrawlError
 from streams.fetcher.client import SafeClient
 from streams.records import check_url, host_of
 from streams.redis_conn import AsyncRedis
 from streams.urls import canonical_host, in_scope
+
+__all__ = [
+    "KEY_RE",
+    "MAX_BODY_BYTES",
+    "MAX_URLS",
+    "IndexNowReceiver",
+    "KeyRegistry",
+    "RedisTokenBucket",
+    "Rejection",
+    "Submission",
+    "TokenBucket",
+    "key_scope",
+    "start_receiver",
+    "validate_submission",
+]
 
 log = logging.getLogger(__name__)
 
@@ -213,7 +229,7 @@ class RedisTokenBucket:
         return bool(await self._script(keys=[self.key(host, bucket)], args=args))
 
 
-class Rejection(Exception):
+class Rejection(RecrawlError):
     def __init__(self, status: int, message: str) -> None:
         super().__init__(message)
         self.status = status

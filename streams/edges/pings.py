@@ -24,6 +24,16 @@ from aiokafka import AIOKafkaProducer
 from streams.records import check_url, host_of
 from streams.settings import Settings
 
+__all__ = [
+    "PING_SOURCES",
+    "Ping",
+    "PingProducer",
+    "new_ping_id",
+    "parse_ping_line",
+    "parse_time",
+    "publish_pings",
+]
+
 PING_SOURCES = ("sitemap", "indexnow", "websub", "cdn", "other")
 
 

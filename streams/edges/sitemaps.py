@@ -45,10 +45,25 @@ from defusedxml.ElementTree import iterparse
 
 from streams.edges.pings import Ping, PingProducer, new_ping_id
 from streams.edges.timeparse import parse_w3c_datetime
+from streams.errors import RecrawlError
 from streams.fetcher.client import SafeClient
 from streams.records import check_url, host_of
 from streams.redis_conn import AsyncRedis
 from streams.urls import in_scope
+
+__all__ = [
+    "FUTURE_SLACK_S",
+    "GZIP_MAGIC",
+    "MAX_BYTES",
+    "MAX_URLS",
+    "Entry",
+    "Parsed",
+    "PollResult",
+    "SitemapPoller",
+    "SitemapRefused",
+    "gunzip_capped",
+    "parse_sitemap",
+]
 
 log = logging.getLogger(__name__)
 
@@ -60,7 +75,7 @@ GZIP_MAGIC = b"\x1f\x8b"
 #: how far in the future a stored ``lastmod`` may be and still be a normal one (clock skew)
 FUTURE_SLACK_S = 300.0
 
-class SitemapRefused(Exception):
+class SitemapRefused(RecrawlError):
     """The sitemap was not used: too big, too many entries, unsafe or malformed XML."""
 
 

@@ -6,6 +6,8 @@ import re
 from datetime import UTC, datetime, timedelta, timezone
 from email.utils import format_datetime, parsedate_to_datetime
 
+__all__ = ["format_w3c_datetime", "http_date", "parse_http_date", "parse_w3c_datetime"]
+
 _W3C = re.compile(
     r"^(?P<y>\d{4})(?:-(?P<m>\d{2})(?:-(?P<d>\d{2})"
     r"(?:[T ](?P<H>\d{2}):(?P<M>\d{2})(?::(?P<S>\d{2})(?P<frac>\.\d{1,9})?)?"

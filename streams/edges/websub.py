@@ -66,8 +66,27 @@ import redis.asyncio as aioredis
 from aiohttp import web
 
 from streams.edges.pings import Ping, PingProducer, new_ping_id
+from streams.errors import RecrawlError
 from streams.records import check_url, host_of
 from streams.redis_conn import AsyncRedis
+
+__all__ = [
+    "MAX_BODY_BYTES",
+    "MAX_LEASE_S",
+    "MAX_SECRET_BYTES",
+    "MODES",
+    "SIGNATURE_METHODS",
+    "TOKEN_RE",
+    "Subscription",
+    "WebSubError",
+    "WebSubSubscriber",
+    "renew_loop",
+    "sign",
+    "signature_problem",
+    "start_subscriber",
+    "subscribe",
+    "unsubscribe",
+]
 
 log = logging.getLogger(__name__)
 
@@ -96,7 +115,7 @@ return 1
 """
 
 
-class WebSubError(Exception):
+class WebSubError(RecrawlError):
     """A subscription request the hub did not accept (or that could not be sent)."""
 
 

@@ -12,7 +12,10 @@ from urllib.parse import urljoin
 import aiohttp
 from multidict import CIMultiDict
 
+from streams.errors import RecrawlError
 from streams.fetcher.egress import EgressPolicy, GuardedResolver, RefusedTarget
+
+__all__ = ["USER_AGENT", "BodyTooLarge", "FetchLimits", "FetchResult", "SafeClient"]
 
 USER_AGENT = "recrawl-fetcher/0.1 (+https://github.com/recrawl)"
 
@@ -46,7 +49,7 @@ class FetchResult:
         return self.error is None and self.status is not None and 200 <= self.status < 300
 
 
-class BodyTooLarge(Exception):
+class BodyTooLarge(RecrawlError):
     pass
 
 

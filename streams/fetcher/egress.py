@@ -25,6 +25,10 @@ from urllib.parse import urlsplit
 from aiohttp.abc import AbstractResolver, ResolveResult
 from aiohttp.resolver import ThreadedResolver
 
+from streams.errors import RecrawlError
+
+__all__ = ["EgressPolicy", "GuardedResolver", "IPAddress", "RefusedTarget", "parse_overrides"]
+
 IPAddress = ipaddress.IPv4Address | ipaddress.IPv6Address
 
 
@@ -45,7 +49,7 @@ def _effective(ip: IPAddress) -> IPAddress:
     return ip
 
 
-class RefusedTarget(Exception):
+class RefusedTarget(RecrawlError):
     """The egress policy refuses this URL or address.
 
     Operator: allow the class of address explicitly (``--allow-loopback``,

@@ -53,6 +53,8 @@ from streams.redis_conn import AsyncRedis
 from streams.redis_conn import connect as connect_redis
 from streams.settings import Settings
 
+__all__ = ["DigestStore", "FetcherService", "FetcherStats", "outcome_for", "robots_outcome"]
+
 log = logging.getLogger(__name__)
 
 

@@ -1,0 +1,25 @@
+"""Settings sources: RECRAWL_CONFIG is read when settings are built (issue 17)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from streams.settings import Settings
+
+
+def test_config_file_named_after_import_is_read(tmp_path: Path,
+                                                monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("RECRAWL_BUDGET_PER_S", raising=False)
+    monkeypatch.delenv("RECRAWL_TICK_S", raising=False)
+    cfg = tmp_path / "recrawl.env"
+    cfg.write_text("RECRAWL_BUDGET_PER_S=7.5\nRECRAWL_TICK_S=0.3\n")
+    monkeypatch.setenv("RECRAWL_CONFIG", str(cfg))
+    s = Settings()
+    assert (s.budget_per_s, s.tick_s) == (7.5, 0.3)
+    monkeypatch.setenv("RECRAWL_TICK_S", "0.2")  # the environment wins over the file
+    assert Settings().tick_s == 0.2
+    assert Settings(tick_s=0.1).tick_s == 0.1  # and arguments over both
+    monkeypatch.delenv("RECRAWL_CONFIG")
+    assert Settings().budget_per_s != 7.5
