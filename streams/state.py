@@ -51,6 +51,7 @@ import json
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
+from importlib.resources import files
 from typing import Any
 
 from redis.asyncio.cluster import ClusterPipeline
@@ -72,6 +73,11 @@ __all__ = [
 ]
 
 N_SOURCES = len(SOURCES)
+
+
+def _lua(name: str) -> str:
+    """A script of ``streams/lua/`` (what its keys and arguments are: the file's header)."""
+    return (files("streams") / "lua" / name).read_text(encoding="utf-8")
 
 
 @dataclass(frozen=True, slots=True)
@@ -103,274 +109,16 @@ class PageState:
         return replace(self, last_crawl_s=fetched_at_s, signals=(0,) * N_SOURCES)
 
 
-_LIB = r"""
-local function parts(v)
-  local a, b, c, d = string.match(v, '^([^|]*)|([^|]*)|([^|]*)|([^|]*)$')
-  return a, b, c, d
-end
-local function applied(okey, field, offset)
-  local last = redis.call('HGET', okey, field)
-  return last and tonumber(last) >= tonumber(offset)
-end
-"""
-
-# KEYS: pages, offsets, inflight, est
-# ARGV: offset field, offset, url, deleted 0/1, importance, prior ('' = keep)
-_APPLY_PAGE = _LIB + r"""
-if applied(KEYS[2], ARGV[1], ARGV[2]) then
-  return {'dup-offset', redis.call('HGET', KEYS[1], ARGV[3]) or ''}
-end
-redis.call('HSET', KEYS[2], ARGV[1], ARGV[2])
-local url = ARGV[3]
-if ARGV[4] == '1' then
-  redis.call('HDEL', KEYS[1], url)
-  redis.call('HDEL', KEYS[3], url)
-  redis.call('HDEL', KEYS[4], url)
-  return {'deleted', ''}
-end
-local cur = redis.call('HGET', KEYS[1], url)
-local v
-if cur then
-  local imp, prior, last, counts = parts(cur)
-  if ARGV[6] ~= '' then prior = ARGV[6] end
-  v = ARGV[5] .. '|' .. prior .. '|' .. last .. '|' .. counts
-else
-  v = ARGV[5] .. '|' .. ARGV[6] .. '|0|' .. string.rep('0,', __N - 1) .. '0'
-end
-redis.call('HSET', KEYS[1], url, v)
-return {cur and 'updated' or 'added', v}
-""".replace("__N", str(N_SOURCES))
-
-# A batch of pings of one host from one (topic, partition), in offset order: the stored
-# offset is read once and written once (a ping at or below it is 'dup-offset').
-# KEYS: pages, offsets, seen
-# ARGV: offset field, t_delay_s, dedup window s, most fingerprints kept, then per ping 6
-#       values: offset, url, source index (1-based), changed_at ('' = unknown),
-#       received_at, fingerprint
-# Returns code, page value per ping.  The rule is models.decision.pings' "live"
-# (tests/streams/test_ping_rule_lua.py).  Duplicates: a fingerprint seen within the window;
-# the window is trimmed once at the end, and an entry the sequential trims would already
-# have removed (score below ``cut``) does not count, so a batch decides exactly as the
-# pings one at a time would.
-_APPLY_PINGS = _LIB + r"""
-local stored = redis.call('HGET', KEYS[2], ARGV[1])
-local done = stored and tonumber(stored) or -1
-local top, top_s = done, nil
-local t_delay, window, most = tonumber(ARGV[2]), tonumber(ARGV[3]), tonumber(ARGV[4])
-local cut = nil
-local res = {}
-for i = 5, #ARGV, 6 do
-  local off, url = tonumber(ARGV[i]), ARGV[i + 1]
-  local cur = redis.call('HGET', KEYS[1], url)
-  local code, v = nil, cur or ''
-  if off <= done then
-    code = 'dup-offset'
-  else
-    if off > top then top, top_s = off, ARGV[i] end
-    if not cur then
-      code = 'unknown'
-    else
-      local received, fp = tonumber(ARGV[i + 4]), ARGV[i + 5]
-      local seen = redis.call('ZSCORE', KEYS[3], fp)
-      if seen and (cut == nil or tonumber(seen) >= cut) then
-        code = 'duplicate'
-      else
-        redis.call('ZADD', KEYS[3], received, fp)
-        if cut == nil or received - window > cut then cut = received - window end
-        local imp, prior, last_s, counts = parts(cur)
-        local last = tonumber(last_s)
-        local changed = tonumber(ARGV[i + 3])
-        if last > 0 and ((changed and changed < last) or received < last) then
-          code = 'before-crawl'
-        elseif last > 0 and received <= last + t_delay then
-          code = 'within-delay'
-        else
-          local n, k, out = tonumber(ARGV[i + 2]), 0, {}
-          for c in string.gmatch(counts, '[^,]+') do
-            k = k + 1
-            if k == n then c = tostring(tonumber(c) + 1) end
-            out[#out + 1] = c
-          end
-          v = imp .. '|' .. prior .. '|' .. last_s .. '|' .. table.concat(out, ',')
-          redis.call('HSET', KEYS[1], url, v)
-          code = 'applied'
-        end
-      end
-    end
-  end
-  res[#res + 1] = code
-  res[#res + 1] = v
-end
-if top_s then redis.call('HSET', KEYS[2], ARGV[1], top_s) end
-if cut then
-  redis.call('ZREMRANGEBYSCORE', KEYS[3], '-inf', '(' .. cut)
-  -- and at most `most` fingerprints per host (the oldest go first): a flood of distinct
-  -- pings cannot grow the set toward Redis OOM; an old duplicate may then count again
-  local over = redis.call('ZCARD', KEYS[3]) - most
-  if over > 0 then redis.call('ZREMRANGEBYRANK', KEYS[3], 0, over - 1) end
-end
-return res
-"""
-
-# KEYS: pages, offsets, inflight, est, blocked, host
-# ARGV: offset field, offset, url, order_id ('' = any), fetched_at, new estimator record
-#       ('' = keep), compare-and-set '1'/'0', expected page value, expected estimator
-#       record ('' = none), disallowed '1'/'0', robots digest
-# The page's last crawl becomes the fetch time and its signal counts restart (an outcome
-# not newer than the last crawl changes neither: 'stale'; one at the same millisecond is
-# that crawl's record written twice, e.g. by a producer retry); the matching order leaves
-# flight.
-# A new estimator record was computed in Python from the page value and record read before;
-# with compare-and-set, if either changed since (a ping, another worker) nothing is written,
-# not even the offset ('conflict': the agent re-reads and recomputes).  The offset check
-# comes first, so a redelivered outcome never adds its interval twice.
-_APPLY_OUTCOME = _LIB + r"""
-if applied(KEYS[2], ARGV[1], ARGV[2]) then
-  return {'dup-offset', redis.call('HGET', KEYS[1], ARGV[3]) or '', 0}
-end
-local url = ARGV[3]
-local cur = redis.call('HGET', KEYS[1], url)
-if ARGV[7] == '1' then
-  local est = redis.call('HGET', KEYS[4], url) or ''
-  if (cur or '') ~= ARGV[8] or est ~= ARGV[9] then return {'conflict', cur or '', 0} end
-end
-redis.call('HSET', KEYS[2], ARGV[1], ARGV[2])
-if not cur then return {'unknown', '', 0} end
-local imp, prior, last_s, counts = parts(cur)
-local code, v = 'stale', cur
-if ARGV[10] == '1' then
-  -- not fetched (robots.txt): no crawl; blocked unless a newer robots.txt was announced
-  local robots = redis.call('HGET', KEYS[6], 'robots')
-  if not robots or robots == ARGV[11] then
-    redis.call('SADD', KEYS[5], url)
-    code = 'blocked'
-  else
-    code = 'stale-robots'
-  end
-elseif tonumber(ARGV[5]) > tonumber(last_s) then
-  code = 'applied'
-  v = imp .. '|' .. prior .. '|' .. ARGV[5] .. '|' .. string.rep('0,', __N - 1) .. '0'
-  redis.call('HSET', KEYS[1], url, v)
-  if ARGV[6] ~= '' then redis.call('HSET', KEYS[4], url, ARGV[6]) end
-end
-local cleared = 0
-local fl = redis.call('HGET', KEYS[3], url)
-if fl then
-  local oid = string.match(fl, '^([^|]*)|')
-  if ARGV[4] == '' or oid == ARGV[4] then
-    redis.call('HDEL', KEYS[3], url)
-    cleared = 1
-  end
-end
-return {code, v, cleared}
-""".replace("__N", str(N_SOURCES))
-
-# KEYS: host, offsets, blocked
-# ARGV: offset field, offset, rate ('' = lift this source's limit), max in flight ('' =
-#       unset; operator only), source (operator|robots|pushback), reason, robots digest
-#       ('' = none), default rate
-# Each source keeps its own rate; ``rate`` (what _ISSUE reads) is the operator's (else the
-# default) lowered by the robots.txt's and the push-back's: absent when that is the default
-# (a Crawl-delay never raises a host above it).  A hash written before sources existed has
-# ``rate`` only: it is the operator's.  A robots digest other than the stored one empties
-# the blocked set.  Returns code, the rate now ('' = default), 1 if the blocked set was emptied.
-_APPLY_HOST = _LIB + r"""
-if applied(KEYS[2], ARGV[1], ARGV[2]) then
-  return {'dup-offset', redis.call('HGET', KEYS[1], 'rate') or '', 0}
-end
-redis.call('HSET', KEYS[2], ARGV[1], ARGV[2])
-local sources = {'rate_operator', 'rate_robots', 'rate_pushback'}
-local h = redis.call('HMGET', KEYS[1], 'rate', sources[1], sources[2], sources[3])
-if h[1] and not h[2] and not h[3] and not h[4] then
-  redis.call('HSET', KEYS[1], 'rate_operator', h[1])
-end
-local src = ARGV[5]
-if ARGV[3] == '' then
-  redis.call('HDEL', KEYS[1], 'rate_' .. src, 'reason_' .. src)
-else
-  redis.call('HSET', KEYS[1], 'rate_' .. src, ARGV[3])
-  if ARGV[6] == '' then redis.call('HDEL', KEYS[1], 'reason_' .. src)
-  else redis.call('HSET', KEYS[1], 'reason_' .. src, ARGV[6]) end
-end
-if src == 'operator' then
-  if ARGV[4] == '' then redis.call('HDEL', KEYS[1], 'mif')
-  else redis.call('HSET', KEYS[1], 'mif', ARGV[4]) end
-end
--- the operator's rate (else the default: best_s nil), lowered by the others
-local op_s = redis.call('HGET', KEYS[1], 'rate_operator')
-local best, best_s = tonumber(op_s) or tonumber(ARGV[8]), op_s
-for i = 2, 3 do
-  local r_s = redis.call('HGET', KEYS[1], sources[i])
-  local r = r_s and tonumber(r_s)
-  if r and r < best then best, best_s = r, r_s end
-end
-if best_s then redis.call('HSET', KEYS[1], 'rate', best_s)
-else redis.call('HDEL', KEYS[1], 'rate') end
-local cleared = 0
-if ARGV[7] ~= '' and redis.call('HGET', KEYS[1], 'robots') ~= ARGV[7] then
-  redis.call('HSET', KEYS[1], 'robots', ARGV[7])
-  redis.call('DEL', KEYS[3])
-  cleared = 1
-end
-return {'applied', best_s or '', cleared}
-"""
-
-# KEYS: control, offsets;  ARGV: offset field, offset, field, value, ...
-_APPLY_CONTROL = _LIB + r"""
-if applied(KEYS[2], ARGV[1], ARGV[2]) then return 'dup-offset' end
-redis.call('HSET', KEYS[2], ARGV[1], ARGV[2])
-for i = 3, #ARGV, 2 do redis.call('HSET', KEYS[1], ARGV[i], ARGV[i + 1]) end
-return 'applied'
-"""
-
-# Issue a tick's orders of one host: each page exists and has none in flight, the host
-# has a token and room.  The bucket is read once and written once (when anything left).
-# KEYS: pages, inflight, host, blocked
-# ARGV: now, default rate, default max in flight, burst, then (url, order_id) pairs
-# Returns code, payload per pair: 'ok' page value | 'gone' | 'in-flight' "oid|at" |
-# 'blocked' (robots.txt) | 'no-token' seconds until the next token | 'max-in-flight'.
-_ISSUE = _LIB + r"""
-local now = tonumber(ARGV[1])
-local h = redis.call('HMGET', KEYS[3], 'rate', 'mif', 'tokens', 'ts')
-local rate = tonumber(h[1]) or tonumber(ARGV[2])
-local mif = tonumber(h[2]) or tonumber(ARGV[3])
-local burst = tonumber(ARGV[4])
-local tokens = tonumber(h[3]) or burst
-local ts = tonumber(h[4]) or now
-if now > ts then tokens = math.min(burst, tokens + (now - ts) * rate) end
-local nfl = redis.call('HLEN', KEYS[2])
-local out, took = {}, false
-for i = 5, #ARGV, 2 do
-  local url = ARGV[i]
-  local page = redis.call('HGET', KEYS[1], url)
-  local fl = page and redis.call('HGET', KEYS[2], url)
-  if not page then
-    out[#out + 1] = 'gone'; out[#out + 1] = ''
-  elseif fl then
-    out[#out + 1] = 'in-flight'; out[#out + 1] = fl
-  elseif redis.call('SISMEMBER', KEYS[4], url) == 1 then
-    out[#out + 1] = 'blocked'; out[#out + 1] = ''
-  elseif tokens < 1 then
-    out[#out + 1] = 'no-token'; out[#out + 1] = tostring((1 - tokens) / rate)
-  elseif mif > 0 and nfl >= mif then
-    out[#out + 1] = 'max-in-flight'; out[#out + 1] = ''
-  else
-    tokens, nfl, took = tokens - 1, nfl + 1, true
-    redis.call('HSET', KEYS[2], url, ARGV[i + 1] .. '|' .. ARGV[1])
-    out[#out + 1] = 'ok'; out[#out + 1] = page
-  end
-end
-if took then redis.call('HSET', KEYS[3], 'tokens', tostring(tokens), 'ts', ARGV[1]) end
-return out
-"""
-
-# KEYS: inflight;  ARGV: url, order_id
-_EXPIRE = _LIB + r"""
-local fl = redis.call('HGET', KEYS[1], ARGV[1])
-if not fl or string.match(fl, '^([^|]*)|') ~= ARGV[2] then return 0 end
-redis.call('HDEL', KEYS[1], ARGV[1])
-return 1
-"""
+# The scripts live in streams/lua/ (each file's header: its KEYS, ARGV and replies); every
+# one starts with lib.lua's helpers; ``__N`` is the number of ping sources.
+_LIB = _lua("lib.lua")
+_APPLY_PAGE = _LIB + _lua("apply_page.lua").replace("__N", str(N_SOURCES))
+_APPLY_PINGS = _LIB + _lua("apply_pings.lua")
+_APPLY_OUTCOME = _LIB + _lua("apply_outcome.lua").replace("__N", str(N_SOURCES))
+_APPLY_HOST = _LIB + _lua("apply_host.lua")
+_APPLY_CONTROL = _LIB + _lua("apply_control.lua")
+_ISSUE = _LIB + _lua("issue.lua")
+_EXPIRE = _LIB + _lua("expire.lua")
 
 
 #: one ping of :meth:`Store.queue_pings`: offset, url, source, changed_at, received_at,
