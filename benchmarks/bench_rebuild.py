@@ -98,13 +98,7 @@ async def main(args: argparse.Namespace) -> None:
         print(f"reference: page by page {t_one:.2f}s for {done} pages = {per_one:.1f} us/page "
               f"(x{per_one / (t_bulk / args.pages * 1e6):.1f} the arrays' cost per page)")
     finally:
-        cursor = 0
-        while True:
-            cursor, keys = await store.redis.scan(cursor, match=f"{prefix}:*", count=10000)
-            if keys:
-                await store.redis.delete(*keys)
-            if cursor == 0:
-                break
+        await store.delete_all()
         await store.close()
 
 

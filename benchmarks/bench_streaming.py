@@ -159,13 +159,7 @@ async def main(args: argparse.Namespace) -> None:
             print(f"redis bytes per page, crawled and pinged, with estimator state: {est:.0f}")
         await orders_per_s("pages crawled once")
     # clean up
-    cursor = 0
-    while True:
-        cursor, keys = await store.redis.scan(cursor, match=f"{prefix}:*", count=10000)
-        if keys:
-            await store.redis.delete(*keys)
-        if cursor == 0:
-            break
+    await store.delete_all()
     await store.close()
 
 

@@ -5,14 +5,13 @@ from __future__ import annotations
 
 import asyncio
 import base64
-import os
 import re
 import shutil
-import subprocess
 import sys
 import tempfile
 from pathlib import Path
 
+from infra.apt import ensure_program
 from infra.errors import MissingToolError
 
 NAMES = ("chromium", "chromium-browser")
@@ -28,23 +27,10 @@ def find_chromium() -> str | None:
 
 def ensure_chromium() -> str:
     """Path of ``chromium``; installs Debian's package when missing and running as root."""
-    path = find_chromium()
-    if path:
-        return path
-    if os.geteuid() != 0 or shutil.which("apt-get") is None:
-        raise MissingToolError(
-            "chromium is not on PATH (the dashboard's browser test needs it). Install it: "
-            "`sudo apt-get install -y chromium` (Debian) or `chromium-browser` (Ubuntu)."
-        )
-    env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
-    for cmd in (["apt-get", "update"], ["apt-get", "install", "-y", "chromium"]):
-        proc = subprocess.run(cmd, capture_output=True, text=True, env=env, check=False)
-        if proc.returncode != 0:
-            raise MissingToolError(f"{' '.join(cmd)} failed:\n{proc.stdout[-2000:]}{proc.stderr}")
-    path = find_chromium()
-    if not path:
-        raise MissingToolError("apt-get installed chromium but it is not on PATH")
-    return path
+    return ensure_program(
+        find_chromium, "chromium",
+        "chromium is not on PATH (the dashboard's browser test needs it). Install it: "
+        "`sudo apt-get install -y chromium` (Debian) or `chromium-browser` (Ubuntu).")
 
 
 HEADLESS = ("--headless", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage",

@@ -11,15 +11,21 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from infra.apt import ensure_program
 from infra.errors import MissingToolError, ServiceStartError
 from infra.proc import free_port, port_open, spawn, stop_group, tail
 
 
 def ensure_redis_server() -> str:
     """Path of ``redis-server``; installs Debian's package when missing and running as root."""
-    path = shutil.which("redis-server")
-    if path:
-        return path
+    installed = shutil.which("redis-server") is None
+    path = ensure_program(
+        lambda: shutil.which("redis-server"), "redis-server",
+        "redis-server is not on PATH. Install it: `sudo apt-get install -y redis-server` "
+        "(Debian/Ubuntu), or point REDIS_URL at a running Redis 7.")
+    if installed:  # Debian's package starts a system service on 6379; recrawl runs its own
+        subprocess.run(["service", "redis-server", "stop"], capture_output=True, check=False)
+    return path
     if os.geteuid() != 0 or shutil.which("apt-get") is None:
         raise MissingToolError(
             "redis-server is not on PATH. Install it: `sudo apt-get install -y redis-server` "

@@ -454,6 +454,21 @@ class Store:
         flags: Any = await self.redis.smismember(self.key(host, "blocked"), list(urls))
         return {u for u, f in zip(urls, flags, strict=True) if f}
 
+    async def delete_all(self) -> int:
+        """Delete every key of this prefix (benchmarks and tools; SCAN, so on a cluster
+        every master); returns how many."""
+        n = 0
+        batch: list[Any] = []
+        async for k in self.redis.scan_iter(match=f"{self.prefix}:*", count=10_000):
+            batch.append(k)
+            if len(batch) >= 1000:
+                for key in batch:  # one key per call: keys of several slots on a cluster
+                    n += int(await self.redis.delete(key))
+                batch.clear()
+        for key in batch:
+            n += int(await self.redis.delete(key))
+        return n
+
     async def server_time(self) -> float:
         """Redis's clock (s): one clock for every worker, whatever their own skew."""
         sec, usec = await self.redis.time()
