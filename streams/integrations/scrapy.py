@@ -50,6 +50,7 @@ from typing import Any
 
 import scrapy
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
+from aiokafka.errors import ConsumerStoppedError
 from protego import Protego
 from scrapy import signals
 from scrapy.crawler import CrawlerProcess
@@ -145,6 +146,9 @@ class RecrawlSpider(scrapy.Spider):
         #: netloc -> (digest, Crawl-delay) of its robots.txt as Scrapy read it
         self._robots: dict[str, tuple[str, float | None]] = {}
         self._announced: dict[str, str] = {}
+        self._announcing: dict[str, asyncio.Future[None]] = {}
+        self._announce_locks: dict[str, asyncio.Lock] = {}
+        self._closing = False
 
     @classmethod
     def from_crawler(cls, crawler: Any, *args: Any, **kwargs: Any) -> RecrawlSpider:
@@ -156,17 +160,28 @@ class RecrawlSpider(scrapy.Spider):
                            spider: scrapy.Spider) -> None:
         """Keep the digest of each robots.txt that Scrapy's RobotsTxtMiddleware reads."""
         if not request.meta.get("dont_obey_robotstxt") or not request.url.endswith(
-                "/robots.txt") or response.status != 200:
+                "/robots.txt"):
             return
-        agent = (self.settings.get("ROBOTSTXT_USER_AGENT")
-                 or self.settings.get("USER_AGENT") or "*")
-        try:
-            delay = Protego.parse(response.body.decode("utf-8", "replace")).crawl_delay(agent)
-        except Exception:
-            delay = None
         netloc = request.url.split("/")[2]
-        self._robots[netloc] = (digest_of(response.body), None if delay is None else
-                                float(delay))
+        status = response.status
+        if 400 <= status < 500 and status != 429:  # RFC 9309 2.3.1.3: every URL allowed
+            self._robots[netloc] = (f"unavailable-{status}", None)
+        elif 200 <= status < 300:
+            agent = (self.settings.get("ROBOTSTXT_USER_AGENT")
+                     or self.settings.get("USER_AGENT") or "*")
+            try:
+                text = response.body.decode("utf-8", "replace")
+                delay = Protego.parse(text).crawl_delay(agent)
+            except Exception:
+                delay = None
+            self._robots[netloc] = (digest_of(response.body),
+                                    None if delay is None else float(delay))
+        else:
+            return
+        # announced at once (the page requests wait for their robots.txt, so before any
+        # outcome of the origin); the outcomes wait for it (_robots_seen)
+        self._announcing[netloc] = asyncio.ensure_future(
+            self._announce_now(host_of(request.url), *self._robots[netloc]))
 
     # -- orders in -------------------------------------------------------------------------
     async def start(self) -> AsyncIterator[Any]:
@@ -182,8 +197,11 @@ class RecrawlSpider(scrapy.Spider):
         await self._consumer.start()
         await self._producer.start()
         self.logger.info("consuming %s as %s", s.topic("orders"), self.group_id)
-        while True:
-            batch = await self._consumer.getmany(timeout_ms=500)
+        while not self._closing:
+            try:
+                batch = await self._consumer.getmany(timeout_ms=500)
+            except ConsumerStoppedError:  # the spider is closing (closed() stopped it)
+                return
             records = [r for rs in batch.values() for r in rs]
             loop = asyncio.get_running_loop()
             for r in records:
@@ -238,6 +256,7 @@ class RecrawlSpider(scrapy.Spider):
                     digest, error = None, f"digest store error: {exc!r}"
             out = outcome(url, meta["recrawl_order_id"], time.time(), status, error, digest,
                           previous)
+            await self._robots_seen(url)
             await self.publish(out)
         finally:
             self._done(meta)
@@ -253,10 +272,7 @@ class RecrawlSpider(scrapy.Spider):
             robots = self._robots.get(url.split("/")[2])
             if out["error"] == ROBOTS_ERROR and robots is not None:
                 out["disallowed"], out["robots_digest"] = True, robots[0]
-                try:
-                    await self._announce(host_of(url), *robots)
-                except Exception as exc:  # Redis or Kafka down: announced with a later order
-                    self.logger.warning("robots.txt of %s not announced: %r", url, exc)
+            await self._robots_seen(url)
             await self.publish(out)
         finally:
             self._done(meta)
@@ -275,11 +291,27 @@ class RecrawlSpider(scrapy.Spider):
             kind = {None: "first_seen", True: "changed", False: "unchanged"}[out["changed"]]
             stats.inc_value(f"recrawl/outcomes/{kind}")
 
+    async def _robots_seen(self, url: str) -> None:
+        """Wait until the robots.txt of the URL's origin is announced (if it is new): the
+        worker hears of a robots.txt before the outcomes it decided."""
+        task = self._announcing.get(url.split("/")[2])
+        if task is not None:
+            await asyncio.shield(task)
+
+    async def _announce_now(self, host: str, digest: str, delay_s: float | None) -> None:
+        try:
+            await self._announce(host, digest, delay_s)
+        except Exception as exc:  # Redis or Kafka down: the worker keeps the old copy's
+            self.logger.warning("robots.txt of %s not announced: %r", host, exc)
+
     async def _announce(self, host: str, digest: str, delay_s: float | None) -> None:
         """Publish a host's robots.txt digest and Crawl-delay once per change (as the
         reference fetcher's ``FetcherService._announce``)."""
-        if self._announced.get(host) == digest:
-            return
+        async with self._announce_locks.setdefault(host, asyncio.Lock()):
+            if self._announced.get(host) != digest:
+                await self._announce_locked(host, digest, delay_s)
+
+    async def _announce_locked(self, host: str, digest: str, delay_s: float | None) -> None:
         key = f"{self.recrawl.key_prefix}:{{{host}}}:fetch:robots"
         if await self._redis.get(key) not in (digest, digest.encode()):
             event = HostEvent(
@@ -308,6 +340,9 @@ class RecrawlSpider(scrapy.Spider):
         return None
 
     async def closed(self, reason: str) -> None:
+        """Stop the Kafka clients; the offsets of a batch not finished are not committed
+        (its orders are consumed again by the next fetcher of the group)."""
+        self._closing = True
         for stop in (getattr(self._consumer, "stop", None), getattr(self._producer, "stop", None)):
             if stop is not None:
                 with contextlib.suppress(Exception):

@@ -13,6 +13,7 @@ import hashlib
 import os
 import re
 import signal
+import subprocess
 import sys
 import time
 from collections.abc import Awaitable, Callable
@@ -46,6 +47,23 @@ async def _until(what: str, cond: Callable[[], Awaitable[bool] | bool], log: Pat
     raise AssertionError(f"not within {timeout_s:g}s: {what}\n{log.read_text()[-4000:]}")
 
 
+def _scrapy(s: Settings, log: Path) -> subprocess.Popen[bytes]:
+    """``python -m streams.integrations.scrapy`` as a user runs it (``.test`` names resolve
+    to the test web's address)."""
+    return spawn(
+        [sys.executable, "-m", "streams.integrations.scrapy",
+         "-s", "TWISTED_DNS_RESOLVER=streams.integrations.scrapy.OverrideResolver",
+         "-s", 'RECRAWL_RESOLVE={".test": "127.0.0.1"}',
+         "-s", "LOG_LEVEL=INFO", "-s", "CLOSESPIDER_TIMEOUT=85"],
+        log, env={**settings_env(s), "PYTHONPATH": str(REPO)}, cwd=REPO, tie_to_parent=True)
+
+
+async def _stop(proc: subprocess.Popen[bytes]) -> int:
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(proc.pid, signal.SIGTERM)
+    return await asyncio.to_thread(proc.wait, 30)
+
+
 def test_outcome_changed_is_null_true_false() -> None:
     args = ("http://h.test/", "o1", 1.0, 200, None)
     assert outcome(*args, "d1", None)["changed"] is None  # first fetch: nothing to compare
@@ -64,18 +82,14 @@ async def test_scrapy_fetches_orders_and_the_worker_applies_outcomes(
     urls = testweb.urls()
     host0 = testweb.world.hosts[0]
     forbidden = sorted(u for u in urls if host_of(u) == host0)[0]
-    testweb.robots[host0] = f"User-agent: *\nDisallow: {forbidden.split(str(testweb.port))[1]}$\n"
+    first_robots = f"User-agent: *\nDisallow: {forbidden.split(str(testweb.port))[1]}$\n"
+    testweb.robots[host0] = first_robots
     allowed = [u for u in urls if u != forbidden]
     log = tmp_path / "scrapy.log"
     outcomes = Tap(s, "outcomes")
     await outcomes.start()
     r = aioredis.from_url(s.redis_url, decode_responses=True)
-    proc = spawn(
-        [sys.executable, "-m", "streams.integrations.scrapy",
-         "-s", "TWISTED_DNS_RESOLVER=streams.integrations.scrapy.OverrideResolver",
-         "-s", 'RECRAWL_RESOLVE={".test": "127.0.0.1"}',
-         "-s", "LOG_LEVEL=INFO", "-s", "CLOSESPIDER_TIMEOUT=85"],
-        log, env={**settings_env(s), "PYTHONPATH": str(REPO)}, cwd=REPO, tie_to_parent=True)
+    proc = _scrapy(s, log)
 
     async def last_crawl(url: str) -> float:
         value = await r.hget(f"{s.key_prefix}:{{{host_of(url)}}}:pages", url)
@@ -117,25 +131,39 @@ async def test_scrapy_fetches_orders_and_the_worker_applies_outcomes(
 
         await _until("the worker blocked the disallowed page", blocked, log)
         robots_digest = await r.hget(f"{s.key_prefix}:{{{host0}}}:host", "robots")
+        rc = await _stop(proc)
+        text = log.read_text()
+        n_forbidden = sum(v["url"] == forbidden for v in outcomes.items)
+        fetched_while_disallowed = testweb.truth.pages[forbidden].fetches
+        # robots.txt now allows everything: Scrapy reads it again when it starts again,
+        # announces the new digest, and the worker orders the page again
+        testweb.robots[host0] = "User-agent: *\nAllow: /\n"
+        log2 = tmp_path / "scrapy-2.log"
+        proc = _scrapy(s, log2)
+        await _until("the formerly disallowed page fetched after the restart",
+                     lambda: seen(forbidden, status=200), log2)
+        rc2 = await _stop(proc)
+        robots_after = await r.hget(f"{s.key_prefix}:{{{host0}}}:host", "robots")
     finally:
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(proc.pid, signal.SIGTERM)
-        rc = await asyncio.to_thread(proc.wait, 30)
+        await _stop(proc)
         await outcomes.stop()
         await r.aclose()
-    text = log.read_text()
+    assert rc2 == 0, log2.read_text()[-3000:]
     print(text[-3000:])
     assert rc == 0, text[-3000:]
-    assert testweb.truth.pages[forbidden].fetches == 0  # Scrapy never fetched it
+    assert fetched_while_disallowed == 0  # Scrapy never fetched it while disallowed
+    assert testweb.truth.pages[forbidden].fetches >= 1  # after the restart
+    assert robots_after == hashlib.sha256(testweb.robots[host0].encode()).hexdigest()
     assert all(testweb.truth.pages[u].fetches >= 1 for u in allowed)
     # the robots.txt announced on recrawl.hosts is the one the outcome names
-    assert robots_digest == hashlib.sha256(testweb.robots[host0].encode()).hexdigest()
-    assert {v["robots_digest"] for v in outcomes.items if v["url"] == forbidden} == {
-        robots_digest}
+    assert robots_digest == hashlib.sha256(first_robots.encode()).hexdigest()
+    assert {v["robots_digest"] for v in outcomes.items
+            if v["url"] == forbidden and v.get("disallowed")} == {robots_digest}
     # blocked: not ordered again and again (one outcome per order issued before the block)
-    assert sum(v["url"] == forbidden for v in outcomes.items) <= 3
+    assert n_forbidden <= 3
     # Scrapy's closing stats count the outcomes it published
     stats = {k: int(n) for k, n in re.findall(r"'(recrawl/[a-z_/]+)': (\d+)", text)}
     assert stats["recrawl/outcomes/changed"] >= 1 and stats["recrawl/outcomes/unchanged"] >= 1
     assert stats["recrawl/outcomes/first_seen"] >= len(allowed)
-    assert stats["recrawl/robots_announced"] == 1
+    # one robots.txt per host (h0's digest, the other hosts' "unavailable-404")
+    assert stats["recrawl/robots_announced"] == len(testweb.world.hosts)
