@@ -326,7 +326,7 @@ class RecrawlSpider(scrapy.Spider):
             await self._redis.set(key, digest)
             self.crawler.stats.inc_value("recrawl/robots_announced")
             self.logger.info("robots.txt of %s announced (digest %s, Crawl-delay %s)", host,
-                             digest[:12], delay_s)
+                             digest[:12] if len(digest) == 64 else digest, delay_s)
         self._announced[host] = digest
 
     def _done(self, meta: dict[str, Any]) -> None:
