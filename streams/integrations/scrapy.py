@@ -68,6 +68,9 @@ from streams.settings import Settings
 
 log = logging.getLogger(__name__)
 
+__all__ = ["ASYNCIO_REACTOR", "ROBOTS_ERROR", "OverrideResolver", "RecrawlSpider", "digest_of",
+           "error_of", "main", "outcome"]
+
 ASYNCIO_REACTOR = "twisted.internet.asyncioreactor.AsyncioSelectorReactor"
 ROBOTS_ERROR = "robots.txt disallows (Scrapy ROBOTSTXT_OBEY)"
 
