@@ -496,6 +496,10 @@ class Agents:
                     disallowed=o.disallowed, robots_digest=o.robots_digest,
                 )
 
+        # robots.txt epochs before the write: a change applied while it runs (the hosts
+        # agent interleaves) must not be undone in memory by this batch's 'blocked'
+        epochs = ({(j.partition, j.record.host): self.scheduler.robots_epoch(
+            j.partition, j.record.host) for j, *_ in plans} if self.scheduler is not None else {})
         results = await self._pipeline(write)
         retry: list[Job] = []
         for (j, _e, decision, est_after), res in zip(plans, results, strict=True):
@@ -515,7 +519,8 @@ class Agents:
                 self.decisions.add(o.url, f"{o.fetched_at:.3f} robots.txt disallowed it, but "
                                           "a newer robots.txt was announced since: ignored")
             if code == "blocked" and self.scheduler is not None:
-                self.scheduler.on_blocked(j.partition, o.host, o.url)
+                self.scheduler.on_blocked(j.partition, o.host, o.url,
+                                          epoch=epochs.get((j.partition, o.host)))
             if code == "dup-offset":
                 est_after = None  # the stored record is what the scheduler already has
             if value and self.scheduler is not None:

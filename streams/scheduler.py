@@ -138,6 +138,8 @@ class Shard:
     #: host -> urls its robots.txt disallows (Redis ``P:{host}:blocked``): kept out of the
     #: book until the host's robots.txt changes
     blocked: dict[str, set[str]] = field(default_factory=dict)
+    #: host -> robots.txt changes applied (on_blocked ignores a block from before one)
+    robots_epoch: dict[str, int] = field(default_factory=dict)
 
     @property
     def in_flight(self) -> dict[Any, tuple[str, float]]:
@@ -267,10 +269,20 @@ class Scheduler:
             return None
         return shard.hosts.bucket(host).max_in_flight
 
-    def on_blocked(self, partition: int, host: str, url: str) -> None:
-        """The host's robots.txt disallows ``url``: out of the book until it changes."""
+    def robots_epoch(self, partition: int, host: str) -> int:
+        """How many robots.txt changes of ``host`` this worker has applied."""
         shard = self.shards.get(partition)
-        if shard is None:
+        return shard.robots_epoch.get(host, 0) if shard is not None else 0
+
+    def on_blocked(self, partition: int, host: str, url: str,
+                   epoch: int | None = None) -> None:
+        """The host's robots.txt disallows ``url``: out of the book until it changes.
+        ``epoch``: :meth:`robots_epoch` when the outcome was written; if a change was
+        applied since (the hosts agent ran in between), Redis's blocked set was emptied
+        after this page entered it, so the page stays a candidate (were it blocked again
+        under the new robots.txt, the issue script refuses it: ``blocked``)."""
+        shard = self.shards.get(partition)
+        if shard is None or (epoch is not None and shard.robots_epoch.get(host, 0) != epoch):
             return
         shard.blocked.setdefault(host, set()).add(url)
         self._forget(shard, url)
@@ -281,6 +293,7 @@ class Scheduler:
         shard = self.shards.get(partition)
         if shard is None:
             return
+        shard.robots_epoch[host] = shard.robots_epoch.get(host, 0) + 1
         urls = shard.blocked.pop(host, set())
         if not shard.ready:
             shard.dirty.update((host, u) for u in urls)

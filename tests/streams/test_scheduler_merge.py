@@ -178,3 +178,20 @@ def test_a_ping_reuses_the_tables_estimate_exactly() -> None:
     assert (float(sh.table.alpha[slot]), float(sh.table.beta[slot]),
             float(sh.table.gamma[slot])) == (want.alpha_per_s, want.beta_s, want.gamma_per_s)
     assert sh.index.value("u", t + 7200.0) > 0.0
+
+
+def test_a_block_from_before_a_robots_change_is_not_applied() -> None:
+    """The outcomes agent writes 'blocked' to Redis, the hosts agent then empties the host's
+    blocked set for a new robots.txt and its in-memory step runs first: the late
+    on_blocked must not block the page in memory (it is not blocked in Redis)."""
+    import asyncio
+
+    sch = _scheduler()
+    a = _shard(sch, 0, {"a0": ("a.org", 5.0), "a1": ("a.org", 4.0)}, 1.0)
+    sch.shards[0] = a
+    before = sch.robots_epoch(0, "a.org")
+    asyncio.run(sch.on_robots_changed(0, "a.org"))  # nothing blocked yet: no reload
+    sch.on_blocked(0, "a.org", "a0", epoch=before)  # the outcome's late in-memory step
+    assert "a0" in a.book and "a0" not in a.blocked.get("a.org", set())
+    sch.on_blocked(0, "a.org", "a1", epoch=sch.robots_epoch(0, "a.org"))
+    assert "a1" not in a.book and a.blocked["a.org"] == {"a1"}
