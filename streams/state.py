@@ -51,7 +51,7 @@ import json
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
-from importlib.resources import files
+from pathlib import Path
 from typing import Any
 
 from redis.asyncio.cluster import ClusterPipeline
@@ -77,7 +77,9 @@ N_SOURCES = len(SOURCES)
 
 def _lua(name: str) -> str:
     """A script of ``streams/lua/`` (what its keys and arguments are: the file's header)."""
-    return (files("streams") / "lua" / name).read_text(encoding="utf-8")
+    # next to this file (importlib.resources.files("streams") found tests/streams, a
+    # namespace portion earlier on sys.path, under pytest with an editable install)
+    return (Path(__file__).resolve().parent / "lua" / name).read_text(encoding="utf-8")
 
 
 @dataclass(frozen=True, slots=True)

@@ -1,5 +1,6 @@
 """Several workers, one budget (issue 15): three ``recrawl worker`` processes share six
-partitions and R; one is killed (SIGKILL) and its partitions move to the others."""
+partitions and R with their state on a real three-master Redis Cluster; one is killed
+(SIGKILL) and its partitions move to the others."""
 
 from __future__ import annotations
 
@@ -31,11 +32,11 @@ def _worst(times: list[float], length: float) -> int:
     return worst
 
 
-def test_three_workers_share_one_budget_and_survive_a_kill(settings: Settings,
-                                                            start_worker) -> None:
+def test_three_workers_share_one_budget_and_survive_a_kill(
+        settings: Settings, start_worker, redis_cluster_url: str) -> None:
     tag = uuid.uuid4().hex[:8]
     s = settings.model_copy(update={"partitions": 6, "topic_prefix": f"w{tag}",
-                                    "app_id": f"appw{tag}"})
+                                    "app_id": f"appw{tag}", "redis_url": redis_cluster_url})
     asyncio.run(create_topics(s.kafka_bootstrap, s.topic_names(), s.partitions))
     pages = [(f"w{i % 60}.org", {"url": f"https://w{i % 60}.org/{i}"}) for i in range(3000)]
     produce_json(s, "pages", pages)
