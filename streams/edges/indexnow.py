@@ -101,7 +101,7 @@ class KeyRegistry:
         older than the receiver's ``key_recheck_s``."""
         if not KEY_RE.match(key):
             raise ValueError("an IndexNow key is 8-128 characters of a-z, A-Z, 0-9 and '-'")
-        pipe = self.redis.pipeline(transaction=True)
+        pipe = self.redis.pipeline(transaction=False)  # MULTI: another loop on a cluster
         pipe.hset(self._keys(host), key, scope)
         if verified_at is None:
             pipe.hdel(f"{self._keys(host)}:at", key)
@@ -111,7 +111,7 @@ class KeyRegistry:
         await pipe.execute()
 
     async def remove(self, host: str, key: str) -> bool:
-        pipe = self.redis.pipeline(transaction=True)
+        pipe = self.redis.pipeline(transaction=False)  # MULTI: another loop on a cluster
         pipe.hdel(self._keys(host), key)
         pipe.hdel(f"{self._keys(host)}:at", key)
         return bool((await pipe.execute())[0])

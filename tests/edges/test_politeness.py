@@ -18,7 +18,6 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 import pytest
-import redis.asyncio as aioredis
 from aiokafka import AIOKafkaConsumer
 from edges_helpers import LOOPBACK, produce
 
@@ -27,6 +26,7 @@ from streams.fetcher.pushback import PushbackPolicy
 from streams.fetcher.robots import RobotsPolicy
 from streams.fetcher.service import FetcherService
 from streams.records import host_of
+from streams.redis_conn import connect as connect_redis
 from streams.settings import Settings
 from streams.testweb.server import TestWeb
 from streams.testweb.world import generate_world
@@ -136,7 +136,7 @@ async def _robots_scenario(s: Settings) -> dict[str, Any]:
     fetcher = FetcherService(s, LOOPBACK, FetchLimits(total_timeout_s=5),
                              robots=RobotsPolicy(min_ttl_s=0.5, error_ttl_s=0.5),
                              politeness_interval_s=0.2)
-    r = aioredis.from_url(s.redis_url, decode_responses=True)
+    r = connect_redis(s.redis_url, decode_responses=True)
 
     def key(host: str, kind: str) -> str:
         return f"{s.key_prefix}:{{{host}}}:{kind}"

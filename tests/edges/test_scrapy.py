@@ -20,7 +20,6 @@ from collections.abc import Awaitable, Callable
 from pathlib import Path
 
 import pytest
-import redis.asyncio as aioredis
 from edges_helpers import produce
 from test_politeness import Tap
 from worker_process import REPO, settings_env
@@ -28,6 +27,7 @@ from worker_process import REPO, settings_env
 from infra.proc import spawn
 from streams.integrations.scrapy import ROBOTS_ERROR, outcome
 from streams.records import host_of
+from streams.redis_conn import connect as connect_redis
 from streams.settings import Settings
 from streams.testweb.server import TestWeb
 
@@ -88,7 +88,7 @@ async def test_scrapy_fetches_orders_and_the_worker_applies_outcomes(
     log = tmp_path / "scrapy.log"
     outcomes = Tap(s, "outcomes")
     await outcomes.start()
-    r = aioredis.from_url(s.redis_url, decode_responses=True)
+    r = connect_redis(s.redis_url, decode_responses=True)
     proc = _scrapy(s, log)
 
     async def last_crawl(url: str) -> float:

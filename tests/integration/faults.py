@@ -25,7 +25,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import redis as redis_sync
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 from aiokafka.admin import AIOKafkaAdminClient
 
@@ -33,6 +32,7 @@ from infra import kafka, redis
 from infra.proc import stop_group
 from streams.estimation import EstimatorRecord
 from streams.records import SOURCES
+from streams.redis_conn import connect_sync as connect_redis_sync
 from streams.settings import Settings
 from streams.state import PageState
 
@@ -275,7 +275,7 @@ def committed_and_ends(s: Settings) -> tuple[dict[TopicPartition, int], dict[Top
 
 def applied_offsets(s: Settings) -> dict[str, int]:
     """``topic:partition`` -> the highest offset applied, from the hosts' offsets in Redis."""
-    r = redis_sync.Redis.from_url(s.redis_url, decode_responses=True)
+    r = connect_redis_sync(s.redis_url, decode_responses=True)
     out: dict[str, int] = {}
     for key in r.scan_iter(f"{s.key_prefix}:{{*}}:offsets", count=1000):
         for f, v in r.hgetall(key).items():
@@ -363,7 +363,7 @@ def copy_inputs(src: Settings, dst: Settings, topics: tuple[str, ...]) -> int:
 
 def page_state(s: Settings) -> dict[str, dict[str, dict[str, str]]]:
     """kind -> url -> value for every page of the world (``pages`` and ``est`` hashes)."""
-    r = redis_sync.Redis.from_url(s.redis_url, decode_responses=True)
+    r = connect_redis_sync(s.redis_url, decode_responses=True)
     out: dict[str, dict[str, str]] = {"pages": {}, "est": {}, "inflight": {}}
     for h in CRAWL_HOSTS + PING_HOSTS:
         for kind in out:

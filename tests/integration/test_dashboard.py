@@ -28,6 +28,7 @@ from kafka_io import produce_json, wait_for
 
 from infra import InfraError
 from infra.chromium import ensure_chromium
+from streams.redis_conn import connect as connect_redis
 from streams.settings import Settings
 
 pytestmark = pytest.mark.integration
@@ -203,9 +204,8 @@ def test_dashboard_in_chromium_shows_the_workers_stats(
 
     # 2. the demo's test web publishes its truth: the accuracy is shown, as /stats has it
     async def publish() -> None:
-        import redis.asyncio as aioredis
 
-        client = aioredis.from_url(s.redis_url)
+        client = connect_redis(s.redis_url)
         try:
             await put_truth(client, s.key_prefix, {
                 "accuracy": 0.8125, "fresh_now": 0.75, "t_s": 30.0, "measuring": True,

@@ -22,7 +22,6 @@ from dataclasses import asdict
 from pathlib import Path
 
 import pytest
-import redis as redis_sync
 from faults import (
     HEADER,
     PrivateStack,
@@ -44,6 +43,7 @@ from worker_process import IN_CI, Worker
 from infra import InfraError
 from infra.kafka import create_topics
 from infra.stack import default_cache
+from streams.redis_conn import connect_sync as connect_redis_sync
 from streams.settings import Settings
 
 pytestmark = pytest.mark.integration
@@ -226,7 +226,7 @@ def test_fault_loses_nothing_applies_nothing_twice_and_equals_a_clean_replay(
 
 # -- graceful stop ------------------------------------------------------------------------
 def shards(s: Settings) -> dict[int, dict[str, object]]:
-    r = redis_sync.Redis.from_url(s.redis_url, decode_responses=True)
+    r = connect_redis_sync(s.redis_url, decode_responses=True)
     return {int(p): json.loads(v) for p, v in r.hgetall(f"{s.key_prefix}:sched:shards").items()}
 
 

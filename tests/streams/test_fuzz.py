@@ -37,6 +37,7 @@ from worker_process import IN_CI, Worker
 from infra.proc import free_port
 from streams.agents import REROUTED_HEADER
 from streams.records import Order
+from streams.redis_conn import connect_sync as connect_redis_sync
 from streams.settings import INPUT_TOPICS, Settings
 
 pytestmark = pytest.mark.integration
@@ -268,7 +269,7 @@ def _fuzz(s: Settings, worker: Worker, base_seed: int) -> dict[str, Any]:
     # ones, then every shard is ready and orders leave
     asyncio.run(_publish(s, "control", [(None, json.dumps(SANE_CONTROL).encode(), None,
                                          False)]))
-    r = redis.Redis.from_url(s.redis_url, decode_responses=True)
+    r = connect_redis_sync(s.redis_url, decode_responses=True)
     worker_id = _stats(s.web_port)["worker"]
     _wait(lambda: all(_shards_ready(r, s, worker_id).values()), 30, "every shard ready")
     figures["new_orders_after"] = _orders_flow(s, 30, "after-fuzz")
@@ -286,7 +287,7 @@ def _restart(s: Settings, start_worker: Any, figures: dict[str, Any]) -> None:
     s2 = s.model_copy(update={"web_port": free_port()})
     worker = start_worker(s2)  # stopped by the fixture
     worker_id = _stats(s2.web_port)["worker"]
-    r = redis.Redis.from_url(s.redis_url, decode_responses=True)
+    r = connect_redis_sync(s.redis_url, decode_responses=True)
     _wait(lambda: all(_shards_ready(r, s2, worker_id).values()), 90,
           "every shard ready after a restart")
     figures["restart_ready_s"] = round(time.monotonic() - t0, 1)
