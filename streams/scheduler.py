@@ -436,9 +436,9 @@ class Scheduler:
                 for url, flight in dump.in_flight.items():
                     if url in dump.pages:
                         self._set_flight(shard, url, dump.host, flight)
-        by_url = {d.host: d for d in dumps}
+        by_host = {d.host: d for d in dumps}
         for i in np.flatnonzero(~bulk).tolist():
-            url, dump = urls[i], by_url[hosts[i]]
+            url, dump = urls[i], by_host[hosts[i]]
             try:
                 state = PageState.decode(values[i])
             except ValueError as exc:

@@ -76,9 +76,9 @@ def _canonical(url: str) -> tuple[str, str]:
                         path=u.raw_path or "/",
                         query_string=u.raw_query_string, encoded=True)
         text = str(out)
-    except ValueError:
-        raise
-    except (TypeError, UnicodeError) as exc:  # UnicodeError: a host that is not IDNA
+    except UnicodeError as exc:  # a host that is not IDNA (a ValueError, said plainly)
+        raise ValueError(f"url does not parse: {exc}") from None
+    except TypeError as exc:
         raise ValueError(f"url does not parse: {exc}") from None
     if "?" in url.split("#", 1)[0] and not u.raw_query_string:
         text += "?"  # "a?" and "a" may differ for a server: keep what was written

@@ -11,7 +11,9 @@ import pytest
 import redis
 from aiokafka import AIOKafkaProducer
 from aiokafka.admin import AIOKafkaAdminClient
+from aiokafka.errors import KafkaError
 
+from infra.errors import InfraError
 from infra.kafka import create_topics
 from streams.redis_conn import connect_sync as connect_redis_sync
 from streams.settings import Settings
@@ -40,13 +42,14 @@ async def _recreate(s: Settings) -> None:
     finally:
         await admin.close()
     deadline = time.monotonic() + 30
+    last: Exception | None = None
     while True:  # deletion is asynchronous: retry until the name is free again
         try:
             if await create_topics(s.kafka_bootstrap, [s.topic("pages")], s.partitions):
                 return
-        except Exception:
-            pass
-        assert time.monotonic() < deadline, "the topic was not created again"
+        except (KafkaError, InfraError) as exc:  # e.g. still marked for deletion
+            last = exc
+        assert time.monotonic() < deadline, f"the topic was not created again ({last!r})"
         await asyncio.sleep(0.5)
 
 
