@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import contextlib
-import signal
 import sys
+
+from streams.commands._signals import on_stop_signals
 
 
 def add_egress_args(p: argparse.ArgumentParser) -> None:
@@ -88,10 +88,7 @@ def run(args: argparse.Namespace) -> int:
     )
 
     async def main() -> None:
-        loop = asyncio.get_running_loop()
-        for sig in (signal.SIGINT, signal.SIGTERM):
-            with contextlib.suppress(NotImplementedError):
-                loop.add_signal_handler(sig, service.stop)
+        on_stop_signals(service.stop)
         await service.run()
 
     asyncio.run(main())

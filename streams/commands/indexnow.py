@@ -4,10 +4,9 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import contextlib
-import signal
 import sys
 
+from streams.commands._signals import stop_event
 from streams.commands.fetch import add_egress_args, policy_from_args
 
 
@@ -72,11 +71,7 @@ def serve(args: argparse.Namespace) -> int:
     policy = policy_from_args(args)
 
     async def main() -> None:
-        stop = asyncio.Event()
-        loop = asyncio.get_running_loop()
-        for sig in (signal.SIGINT, signal.SIGTERM):
-            with contextlib.suppress(NotImplementedError):
-                loop.add_signal_handler(sig, stop.set)
+        stop = stop_event()
         client = connect_redis(s.redis_url)
         async with PingProducer(s) as producer, SafeClient(
             policy, FetchLimits(total_timeout_s=10)

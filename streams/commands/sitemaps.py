@@ -4,10 +4,9 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import contextlib
 import json
-import signal
 
+from streams.commands._signals import stop_event
 from streams.commands.fetch import add_egress_args, policy_from_args
 
 
@@ -44,11 +43,7 @@ def run(args: argparse.Namespace) -> int:
                     failed += r.status in ("refused", "error")
                     print(json.dumps(r.__dict__))
             else:
-                stop = asyncio.Event()
-                loop = asyncio.get_running_loop()
-                for sig in (signal.SIGINT, signal.SIGTERM):
-                    with contextlib.suppress(NotImplementedError):
-                        loop.add_signal_handler(sig, stop.set)
+                stop = stop_event()
                 await poller.run(args.urls, args.interval, stop)
                 print(json.dumps(dict(poller.stats)))
         await client.aclose()

@@ -6,8 +6,9 @@ import argparse
 import asyncio
 import contextlib
 import json
-import signal
 import time
+
+from streams.commands._signals import stop_event
 
 
 def add_world_args(p: argparse.ArgumentParser) -> None:
@@ -57,11 +58,7 @@ def run(args: argparse.Namespace) -> int:
             f.write(world.dumps())
 
     async def main() -> None:
-        stop = asyncio.Event()
-        loop = asyncio.get_running_loop()
-        for sig in (signal.SIGINT, signal.SIGTERM):
-            with contextlib.suppress(NotImplementedError):
-                loop.add_signal_handler(sig, stop.set)
+        stop = stop_event()
         web = TestWeb(world, port=args.port, indexnow_endpoint=args.indexnow)
         for item in args.robots or []:
             host, _, path = item.partition("=")

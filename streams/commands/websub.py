@@ -9,10 +9,10 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import contextlib
 import json
-import signal
 import sys
+
+from streams.commands._signals import stop_event
 
 
 def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
@@ -85,11 +85,7 @@ def serve(args: argparse.Namespace) -> int:
     s = load_settings()
 
     async def main() -> None:
-        stop = asyncio.Event()
-        loop = asyncio.get_running_loop()
-        for sig in (signal.SIGINT, signal.SIGTERM):
-            with contextlib.suppress(NotImplementedError):
-                loop.add_signal_handler(sig, stop.set)
+        stop = stop_event()
         client = connect_redis(s.redis_url)
         async with PingProducer(s) as producer:
             sub = WebSubSubscriber(producer, client, s.key_prefix, args.public_url)
