@@ -15,20 +15,13 @@ import time
 from pathlib import Path
 
 from infra.proc import spawn
+from streams.demo.workers import settings_env
 from streams.settings import Settings
+
+__all__ = ["IN_CI", "REPO", "Worker", "settings_env"]
 
 IN_CI = os.environ.get("CI", "").lower() in ("1", "true", "yes")
 REPO = Path(__file__).resolve().parent.parent
-
-
-def settings_env(s: Settings) -> dict[str, str]:
-    """The environment that makes a ``recrawl`` subprocess use ``s``."""
-    env = {k: v for k, v in os.environ.items() if not k.startswith("RECRAWL_")}
-    for name, value in s.model_dump().items():
-        env[f"RECRAWL_{name.upper()}"] = str(value).lower() if isinstance(value, bool) else str(
-            value
-        )
-    return env
 
 
 class Worker:
