@@ -21,7 +21,7 @@ from dataclasses import dataclass
 import numpy as np
 import numpy.typing as npt
 
-from models.sim.events import Events
+from models.sim.events import ChangeCursor, Events
 from models.sim.policies import Policy
 from models.sim.world import World
 
@@ -97,9 +97,7 @@ def run(
     plan = getattr(policy, "plan", None)
     if plan is not None:  # Algorithm 1: batch value evaluation over upcoming slots
         plan(slots)
-    ct, cs = events.change_time, events.change_start
-    ptr = cs[:-1].copy()  # first change after the page's last crawl
-    end = cs[1:]
+    cursor = ChangeCursor(events)
     pa, pe, pp = events.ping_arrival, events.ping_emitted, events.ping_page
     n_pings = pa.size
     k = 0
@@ -111,7 +109,6 @@ def run(
     pages = np.empty(n_slots, dtype=np.int64)
     made = 0
     pa_l, pe_l, pp_l = pa.tolist(), pe.tolist(), pp.tolist()
-    ct_l = ct.tolist()
     on_pings = getattr(policy, "on_pings", None)
     # pings up to each slot, as one batch per slot when the policy takes batches
     upto = np.searchsorted(pa, slots, side="right").tolist() if on_pings is not None else []
@@ -135,13 +132,7 @@ def run(
             page = policy.choose(t, None)
         if page is None:
             continue
-        q = int(ptr[page])
-        e = int(end[page])
-        changed = q < e and ct_l[q] <= t
-        while q < e and ct_l[q] <= t:
-            q += 1
-        ptr[page] = q
-        last_mod = ct_l[q - 1] if q > int(cs[page]) else -math.inf
+        changed, last_mod = cursor.copy(page, t)
         policy.on_crawl(page, t, changed, last_mod)
         if limited:
             h = host[page]
@@ -175,9 +166,7 @@ def _run_steps(
     steps = slots[k - 1 :: k][:n_steps]
     # no plan(): a step's candidates are mostly crawled in that step, so values are
     # computed for the step only (a window of future steps would be wasted)
-    ct, cs = events.change_time, events.change_start
-    ptr = cs[:-1].copy()
-    end = cs[1:]
+    cursor = ChangeCursor(events)
     pa, pe, pp = events.ping_arrival, events.ping_emitted, events.ping_page
     upto = np.searchsorted(pa, steps, side="right").tolist()
     on_pings = getattr(policy, "on_pings", None)
@@ -190,7 +179,6 @@ def _run_steps(
     times: list[FloatArray] = []
     pages_out: list[IntArray] = []
     q0 = 0
-    ct_l = ct.tolist()
     for j, t in enumerate(steps.tolist()):
         q1 = upto[j]
         if q1 > q0:
@@ -208,14 +196,7 @@ def _run_steps(
             chg = np.zeros(got_pages.size, dtype=bool)
             lmod = np.full(got_pages.size, -math.inf)
             for n, page in enumerate(got_pages.tolist()):
-                q = int(ptr[page])
-                e = int(end[page])
-                chg[n] = q < e and ct_l[q] <= t
-                while q < e and ct_l[q] <= t:
-                    q += 1
-                ptr[page] = q
-                if q > int(cs[page]):
-                    lmod[n] = ct_l[q - 1]
+                chg[n], lmod[n] = cursor.copy(page, t)
             on_crawls(got_pages, t, chg, lmod)
             times.append(np.full(got_pages.size, t))
             pages_out.append(got_pages)
@@ -243,13 +224,7 @@ def _run_steps(
                     break
                 page = got
                 picked.append(page)
-            q = int(ptr[page])
-            e = int(end[page])
-            changed = q < e and ct_l[q] <= t
-            while q < e and ct_l[q] <= t:
-                q += 1
-            ptr[page] = q
-            last_mod = ct_l[q - 1] if q > int(cs[page]) else -math.inf
+            changed, last_mod = cursor.copy(page, t)
             policy.on_crawl(page, t, changed, last_mod)
             if limited:
                 host_next[host[page]] = t + gap[host[page]]

@@ -9,6 +9,7 @@ policy can apply the stricter rule of dropping pings that predate its last crawl
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 import numpy as np
@@ -16,7 +17,7 @@ import numpy.typing as npt
 
 from models.sim.world import World
 
-__all__ = ["Events", "simulate_events"]
+__all__ = ["ChangeCursor", "Events", "simulate_events"]
 
 FloatArray = npt.NDArray[np.float64]
 IntArray = npt.NDArray[np.int64]
@@ -57,6 +58,43 @@ class Events:
             self.change_time, self.change_start, empty, empty,
             np.zeros(0, dtype=np.int64), np.zeros(0, dtype=bool), self.horizon,
         )
+
+
+class ChangeCursor:
+    """What a copy of a page finds: each page's place in its sorted change times.
+
+    The one copy step of the simulator's loops (:func:`models.sim.engine.run`, its
+    batched form and :func:`models.sim.live.run_timed`): a copy at ``t`` moves the page
+    past its changes at or before ``t``; it is *changed* when it passed one (paper 004
+    Sec. 6.1: a crawl observes whether the page changed since the last crawl), and its
+    last modification is the latest change passed so far (``-inf`` for none).
+    ``last_crawl`` (per page) skips the changes at or before each page's copy time before
+    the run; default: none skipped.
+    """
+
+    def __init__(self, events: Events, last_crawl: FloatArray | None = None) -> None:
+        cs = events.change_start
+        self._ct: list[float] = events.change_time.tolist()
+        self._start: list[int] = cs[:-1].tolist()
+        self._end: list[int] = cs[1:].tolist()
+        if last_crawl is None:
+            self._ptr = list(self._start)
+        else:
+            self._ptr = [
+                int(cs[i] + np.searchsorted(events.changes_of(i), last_crawl[i], side="right"))
+                for i in range(cs.size - 1)
+            ]
+
+    def copy(self, page: int, t: float) -> tuple[bool, float]:
+        """Copy ``page`` at ``t``: ``(changed since the last copy, last modification)``."""
+        ct = self._ct
+        q = self._ptr[page]
+        e = self._end[page]
+        changed = q < e and ct[q] <= t
+        while q < e and ct[q] <= t:
+            q += 1
+        self._ptr[page] = q
+        return changed, (ct[q - 1] if q > self._start[page] else -math.inf)
 
 
 def _poisson_times(

@@ -30,7 +30,7 @@ import numpy as np
 import numpy.typing as npt
 
 from models.decision.pings import APPLIED, ping_verdict
-from models.sim.events import Events
+from models.sim.events import ChangeCursor, Events
 from models.sim.policies import Algorithm1
 
 __all__ = [
@@ -201,15 +201,7 @@ def run_timed(
     n = order_times.size
     flag = np.broadcast_to(np.asarray(fetch_lag, dtype=np.float64), (n,))
     olag = np.broadcast_to(np.asarray(outcome_lag, dtype=np.float64), (n,))
-    ct = events.change_time.tolist()
-    cs = events.change_start
-    end = cs[1:].tolist()
-    ptr = cs[:-1].copy()
-    if last_crawl is not None:
-        for i in range(m):
-            ptr[i] = cs[i] + np.searchsorted(events.changes_of(i), last_crawl[i], side="right")
-    ptr_l = ptr.tolist()
-    cs_l = cs.tolist()
+    cursor = ChangeCursor(events, last_crawl)
     pa, pe, pp = (events.ping_arrival.tolist(), events.ping_emitted.tolist(),
                   events.ping_page.tolist())  # fmt: skip
     k = 0
@@ -275,13 +267,7 @@ def run_timed(
             host_fl[h] += 1
         in_flight[page] = True
         tf = t + float(flag[j])
-        q = ptr_l[page]
-        e = end[page]
-        changed = q < e and ct[q] <= tf
-        while q < e and ct[q] <= tf:
-            q += 1
-        ptr_l[page] = q
-        last_mod = ct[q - 1] if q > cs_l[page] else -math.inf
+        changed, last_mod = cursor.copy(page, tf)
         heapq.heappush(pending, (t + max(float(olag[j]), float(flag[j])), j, page, tf, changed,
                                  last_mod))
         o_t.append(t)
