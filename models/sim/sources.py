@@ -4,11 +4,11 @@
 :func:`multi_source_value`, :class:`MultiSourceAlgorithm1`, :func:`source_policy`: each
 source ``s`` has its own recall ``lam_s``, false rate ``nu_s``, lag, and time-equivalent
 ``beta_s``.  Split out of :mod:`models.sim.variants` (issue 17), which re-exports every
-name.  This file is over 600 lines on purpose: the world, its events, the exact value and the
-two policies share one model (below) and read as one derivation.
+name.  Over 600 lines on purpose: the world, its events, the exact value and the two
+policies share the one model below and read as one derivation.
 
 The model
---------------------------
+---------
 Paper 004 treats one source and notes that "it is straightforward to extend the model to
 multiple independent sources of CI signals" (Sec. 3, footnote 2) without giving the
 formulas; the ones below are ours, derived the way the paper derives the one-source case.
