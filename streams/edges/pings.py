@@ -21,7 +21,7 @@ from typing import Any
 
 from aiokafka import AIOKafkaProducer
 
-from streams.records import check_url, host_of
+from streams.records import SOURCES, check_url, host_of
 from streams.settings import Settings
 
 __all__ = [
@@ -34,7 +34,8 @@ __all__ = [
     "publish_pings",
 ]
 
-PING_SOURCES = ("sitemap", "indexnow", "websub", "cdn", "other")
+#: the ping sources the worker knows (one list: :data:`streams.records.SOURCES`)
+PING_SOURCES = SOURCES
 
 
 @dataclass(frozen=True, slots=True)
