@@ -918,6 +918,8 @@ class Scheduler:
             "emitted_per_s": self.emitted_per_s(),
             "rate_window_s": RATE_WINDOW_S,
             "orders_total": self.orders_total,
+            # budget dropped by the pacer's cap (late wake-ups, nothing eligible), orders
+            "credit_clipped": self.pacer.clipped,
             "threshold": (math.exp(self.log_threshold)
                           if self.log_threshold is not None else None),
             "paused": self.control.paused,

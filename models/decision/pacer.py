@@ -18,6 +18,11 @@ The earlier cap ``max(1, R * tick_s)`` clipped the fractional credit left at eac
 when ``R * tick_s < 1`` (e.g. ``R = 40/s``, ``tick = 10 ms``, wake-ups every 5 ms: the
 credit went 0.8 -> 1.0 instead of 1.0 -> 1.0 + 0.2 carried), 10% below ``R``.
 
+``clipped`` totals the credit the cap dropped while the rate was positive: budget that a
+late wake-up or a lack of eligible pages left unspent.  The service shows it (``/stats``
+``credit_clipped``) so an operator sees why the emitted rate is below ``R`` on a loaded
+machine: catching up would break the no-spike bound.
+
 Time comes in as an argument (``now_s``, any monotonic clock): the pacer never reads a
 clock.
 """
@@ -32,7 +37,7 @@ __all__ = ["CreditPacer"]
 class CreditPacer:
     """Credit at ``rate_per_s``, capped at ``rate_per_s * tick_s + 1`` (module docstring)."""
 
-    __slots__ = ("credit", "last_s", "tick_s")
+    __slots__ = ("clipped", "credit", "last_s", "tick_s")
 
     def __init__(self, tick_s: float) -> None:
         if not (tick_s > 0.0 and math.isfinite(tick_s)):
@@ -40,6 +45,7 @@ class CreditPacer:
         self.tick_s = float(tick_s)
         self.credit = 0.0
         self.last_s: float | None = None
+        self.clipped = 0.0
 
     def cap(self, rate_per_s: float) -> float:
         return rate_per_s * self.tick_s + 1.0
@@ -54,7 +60,11 @@ class CreditPacer:
             self.credit = 0.0
             return 0
         dt = max(0.0, now_s - last) if last is not None else 0.0
-        self.credit = min(self.cap(rate_per_s), self.credit + rate_per_s * dt)
+        want = self.credit + rate_per_s * dt
+        cap = self.cap(rate_per_s)
+        if want > cap:
+            self.clipped += want - cap
+        self.credit = min(cap, want)
         return int(self.credit)
 
     def spend(self, n: int = 1) -> None:

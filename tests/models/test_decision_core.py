@@ -84,6 +84,27 @@ def test_pacer_never_spikes(rate: float, tick: float, gaps: list[float]) -> None
             assert j - i <= rate * (L + tick) + 1 + 1e-9
 
 
+@settings(max_examples=60, deadline=None)
+@given(rate=st.floats(0.1, 1e4), tick=st.floats(1e-3, 1.0),
+       gaps=st.lists(st.floats(0.0, 5.0), min_size=2, max_size=200))
+def test_pacer_accounts_for_every_credit(rate: float, tick: float, gaps: list[float]) -> None:
+    """Emitted + clipped + the credit left equals R times the time passed, whatever the
+    wake-ups; nothing is clipped while they come at least once per tick."""
+    wake = np.cumsum(np.asarray(gaps) * tick).tolist()
+    p = CreditPacer(tick)
+    emitted = 0
+    for t in wake:
+        n = p.advance(t, rate)
+        p.spend(n)
+        emitted += n
+    total = rate * (wake[-1] - wake[0])
+    assert emitted + p.clipped + p.credit == pytest.approx(total, rel=1e-9, abs=1e-6)
+    if max(gaps[1:]) <= 1.0:
+        assert p.clipped == pytest.approx(0.0, abs=1e-6 * max(1.0, total))
+    else:
+        assert p.clipped > 0.0 or rate * tick * max(gaps[1:]) <= rate * tick + 1
+
+
 def test_pacer_drops_credit_when_paused() -> None:
     p = CreditPacer(0.1)
     p.advance(0.0, 10.0)
