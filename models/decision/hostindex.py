@@ -463,112 +463,143 @@ class HostIndex:
         return c is not None and bool(self._parked[c])
 
     # ------------------------------------------------------------------ queries
-    def _host_top(self, c: int, now: float, want: int,
-                  eligible: Callable[[Hashable], bool] | None,
-                  floor: tuple[float, int] | None) -> list[tuple[float, int, int]]:
-        """Host ``c``'s exact top ``want`` active pages at ``now`` as ``(-value, seq,
-        slot)``, increasing; pages that cannot beat ``floor`` (``(-value, seq)`` of the
-        current ``k``-th pick) are not needed."""
-        seq, ver, act = self._seq, self._version, self._active
-        found: list[tuple[float, int, int]] = []
-        ex = self._extras[c]
-        if ex:
-            xs = np.fromiter(ex, dtype=np.int64, count=len(ex))
-            xs = xs[act[xs]]
-            if xs.size:
-                v = self._values(xs, now)
-                found.extend(zip((-v).tolist(), seq[xs].tolist(), xs.tolist(), strict=True))
-        order, oub, over = self._order[c], self._order_ub[c], self._order_ver[c]
-        assert order is not None and oub is not None and over is not None
+    def _first_block(self, c: int, step: int) -> tuple[list[int], int]:
+        """Host ``c``'s extras and the valid entries among the next ``step`` of its order
+        (the leading invalid ones are skipped for good: that tightens its bound).  Plain
+        Python: blocks are a few pages, where numpy's per-call cost dominates."""
+        order, over = self._order[c], self._order_ver[c]
+        assert order is not None and over is not None
+        ver, act = self._version, self._active
         n = order.size
         i = self._ptr[c]
-        # skip the leading entries that are no longer valid (taken, re-keyed): tightens
-        # the host's bound
         while i < n and (ver[order[i]] != over[i] or not act[order[i]]):
             i += 1
         self._ptr[c] = i
-        step = max(2, want + 1)
-        while True:
-            found.sort()
-            if eligible is not None:
-                good = [e for e in found if eligible(self._ids[e[2]])]
-            else:
-                good = found
-            nxt = -float(oub[i]) if i < n else math.inf  # -bound of the next entry
-            if len(good) >= want and good[want - 1][0] < nxt:
-                break
-            if floor is not None and nxt > floor[0]:
-                break  # nothing left can reach the k-th pick
-            if i >= n:
-                break
-            j = min(n, i + step)
+        sl, j = self._next_block(c, i, step)
+        ex = self._extras[c]
+        if ex:
+            sl = [s for s in ex if act[s]] + sl
+        return sl, j
+
+    def _next_block(self, c: int, i: int, step: int) -> tuple[list[int], int]:
+        order, over = self._order[c], self._order_ver[c]
+        assert order is not None and over is not None
+        j = min(order.size, i + step)
+        ver, act = self._version, self._active
+        if j - i > 16:
             sl = order[i:j]
-            valid = (ver[sl] == over[i:j]) & act[sl]
-            sl = sl[valid]
-            i = j
-            if sl.size:
-                v = self._values(sl, now)
-                found.extend(zip((-v).tolist(), seq[sl].tolist(), sl.tolist(), strict=True))
-            step *= 2
-        # the host's bound: its first valid entry or its extras (both still bounds)
-        ub = -math.inf
+            return sl[(ver[sl] == over[i:j]) & act[sl]].tolist(), j
+        out = []
+        for t in range(i, j):
+            s = int(order[t])
+            if ver[s] == over[t] and act[s]:
+                out.append(s)
+        return out, j
+
+    def _tighten(self, c: int) -> None:
+        """The host's bound from its first valid entry and its extras (still bounds)."""
+        oub = self._order_ub[c]
+        assert oub is not None
         p = self._ptr[c]
-        if p < n:
-            ub = float(oub[p])
-        for s, u in ex.items():
-            if act[s] and u > ub:
+        ub = float(oub[p]) if p < oub.size else -math.inf
+        act = self._active
+        for s, u in self._extras[c].items():
+            if u > ub and act[s]:
                 ub = u
         if ub < self._ub[c]:
             self._ub[c] = ub
-        return [e for e in good[:want] if e[0] < 0.0]
 
     def _walk(self, now: float, k: int, room: Callable[[Hashable], int],
               park: Callable[[Hashable], None] | None,
               eligible: Callable[[Hashable], bool] | None,
               hosts_desc: list[tuple[float, int, int]] | None
               ) -> list[tuple[Hashable, float]]:
-        top: list[tuple[float, int, int]] = []  # max-heap of (-value, seq) via negation
-        heap = self._heap if hosts_desc is None else hosts_desc
-        popped: list[int] = []
-        names = self._host_names
-        while heap:
-            negub, c, hv = heap[0]
-            if hosts_desc is None and (hv != self._hver[c] or self._parked[c]):
-                heapq.heappop(heap)
+        """Best first over hosts' bounds and pages' exact values: an exact value is taken
+        only when no bound left is above it (bounds first on ties), so the picks are the
+        greedy order; bounds at the top are evaluated together (one vectorised call)."""
+        src = self._heap if hosts_desc is None else hosts_desc
+        check = hosts_desc is None
+        hver, parked, order_ub = self._hver, self._parked, self._order_ub
+        names, ids, seq = self._host_names, self._ids, self._seq
+        qe: list[tuple[float, int, int, int]] = []  # exact: (-value, seq, slot, host)
+        qb: list[tuple[float, int, int, int]] = []  # bounds: (-bound, host, index, step)
+        used: dict[int, int] = {}
+        rooms: dict[int, int] = {}
+        touched: list[int] = []
+        out: list[tuple[Hashable, float]] = []
+        heappop, heappush = heapq.heappop, heapq.heappush
+        inf = math.inf
+        while len(out) < k:
+            if check:
+                while src and (src[0][2] != hver[src[0][1]] or parked[src[0][1]]):
+                    heappop(src)
+            top_b = min(src[0][0] if src else inf, qb[0][0] if qb else inf)
+            if qe and qe[0][0] < top_b:
+                nv, _sq, sl, c = heappop(qe)  # an exact value above every bound left
+                if used.get(c, 0) >= rooms[c]:
+                    continue
+                if eligible is not None and not eligible(ids[sl]):
+                    continue
+                used[c] = used.get(c, 0) + 1
+                out.append((ids[sl], -nv))
                 continue
-            floor = None
-            if len(top) == k:
-                w = top[0]
-                floor = (-w[0], -w[1])  # the k-th pick's (-value, seq)
-                if negub > floor[0]:  # the best bound left is below the k-th value
-                    break
-            heapq.heappop(heap)
-            self.stats.hosts_examined += 1
-            name = names[c]
-            r = room(None if name == _NO_HOST else name)
-            if r <= 0:
-                if park is not None and name != _NO_HOST:
-                    self._parked[c] = True
-                    self._hver[c] += 1
-                    park(name)
-                continue
-            if hosts_desc is None:
-                popped.append(c)
-            for e in self._host_top(c, now, min(r, k), eligible, floor):
-                item = (-e[0], -e[1], e[2])  # (value, -seq): the worst is the smallest
-                if len(top) < k:
-                    heapq.heappush(top, item)
-                elif item > top[0]:
-                    heapq.heapreplace(top, item)
+            if top_b == inf:
+                break
+            # the best bounds left (bounds first on ties): evaluate a batch of their
+            # blocks in one call (more than needed is harmless: exact values wait in qe)
+            want = k - len(out)
+            cap = min(256, max(8, 2 * want))
+            blocks: list[tuple[int, list[int], int, int]] = []
+            while len(blocks) < cap:
+                if check:
+                    while src and (src[0][2] != hver[src[0][1]] or parked[src[0][1]]):
+                        heappop(src)
+                if src and (not qb or src[0][0] <= qb[0][0]):
+                    _nb, c, _hv = heappop(src)
+                    self.stats.hosts_examined += 1
+                    name = names[c]
+                    r = room(None if name == _NO_HOST else name)
+                    if r <= 0:
+                        if park is not None and name != _NO_HOST:
+                            parked[c] = True
+                            hver[c] += 1
+                            park(name)
+                        continue
+                    if check:
+                        touched.append(c)
+                    rooms[c] = r
+                    step = max(2, min(r, want) + 1)
+                    sl, j = self._first_block(c, step)
+                    blocks.append((c, sl, j, 2 * step))
+                elif qb:
+                    _nb, c, i, step = heappop(qb)
+                    if used.get(c, 0) >= rooms[c]:
+                        continue
+                    sl, j = self._next_block(c, i, step)
+                    blocks.append((c, sl, j, 2 * step))
                 else:
                     break
-        for c in popped:
+            if not blocks:
+                continue
+            flat = [s for b in blocks for s in b[1]]
+            vals = self._values(np.array(flat, dtype=np.int64), now).tolist()
+            pos = 0
+            for c, sl, j, step in blocks:
+                m = len(sl)
+                for s, v in zip(sl, vals[pos:pos + m], strict=True):
+                    if v > 0.0:
+                        heappush(qe, (-v, int(seq[s]), s, c))
+                pos += m
+                oub = order_ub[c]
+                assert oub is not None
+                if j < oub.size:
+                    heappush(qb, (-float(oub[j]), c, j, step))
+        for c in touched:
+            self._tighten(c)
             self._push(c)
-        out = sorted(top, reverse=True)
-        res = [(self._ids[s], v) for v, _ns, s in out]
-        if res:
-            self._threshold = res[-1][1]
-        return res  # type: ignore[return-value]
+        if out:
+            self._threshold = out[-1][1]
+        return out
 
     def best_capped(self, now: float, k: int, room: Callable[[Hashable], int], *,
                     park: Callable[[Hashable], None] | None = None,
