@@ -33,8 +33,8 @@ import numpy.typing as npt
 
 from models.decision.floor import FloorQueue
 from models.decision.fresh import FreshPages
-from models.decision.hosts import HostBuckets
 from models.decision.hostindex import HostIndex
+from models.decision.hosts import HostBuckets
 from models.decision.table import PageTable
 
 __all__ = ["Pick", "ShardBook", "choose"]

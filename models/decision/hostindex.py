@@ -175,7 +175,7 @@ class HostIndex:
         return self._n_active
 
     def __contains__(self, page_id: object) -> bool:
-        s = self._slot.get(page_id)  # type: ignore[arg-type]
+        s = self._slot.get(page_id)
         return s is not None and bool(self._active[s])
 
     def __iter__(self) -> Iterator[Hashable]:
@@ -432,7 +432,7 @@ class HostIndex:
         exp = self._expiry
         while exp and exp[0][0] < now:
             T, c = heapq.heappop(exp)
-            if T == self._T[c] and not self._parked[c]:
+            if self._T[c] == T and not self._parked[c]:
                 self._mark_dirty(c)
         if self._dirty_hosts:
             todo = [c for c in self._dirty_hosts if self._dirty[c] and not self._parked[c]]
@@ -535,13 +535,13 @@ class HostIndex:
                     heappop(src)
             top_b = min(src[0][0] if src else inf, qb[0][0] if qb else inf)
             if qe and qe[0][0] < top_b:
-                nv, _sq, sl, c = heappop(qe)  # an exact value above every bound left
+                nv, _sq, slot, c = heappop(qe)  # an exact value above every bound left
                 if used.get(c, 0) >= rooms[c]:
                     continue
-                if eligible is not None and not eligible(ids[sl]):
+                if eligible is not None and not eligible(ids[slot]):
                     continue
                 used[c] = used.get(c, 0) + 1
-                out.append((ids[sl], -nv))
+                out.append((ids[slot], -nv))
                 continue
             if top_b == inf:
                 break
