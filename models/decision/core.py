@@ -1,7 +1,8 @@
 """The decision core: one shard's book of pages and the merged pick over shards.
 
 A :class:`ShardBook` holds what the scheduler decides with for one shard (a set of
-hosts): crawled pages in a crawl index (exact argmax of ``V(tau_eff)``, paper 004 App. F),
+hosts): crawled pages in a host x page index (:class:`~models.decision.hostindex.HostIndex`:
+exact greedy top of ``V(tau_eff)`` under the hosts' room, hosts without room parked),
 never-crawled pages (:class:`~models.decision.fresh.FreshPages`), the longest-interval
 floor (:class:`~models.decision.floor.FloorQueue`), the hosts' token buckets
 (:class:`~models.decision.hosts.HostBuckets`) and the pages with an order in flight
@@ -12,10 +13,11 @@ floor (:class:`~models.decision.floor.FloorQueue`), the hosts' token buckets
 between workers): first floor-due pages (earliest due first), then the highest crawl
 values among pages whose host has room, never more orders for a host than its room.
 The pick is exactly the greedy over all candidates in that order with per-host caps
-(tested against brute force): each source (floor, fresh pages, crawl index) returns its
+(tested against brute force): each source (floor, fresh pages, host index) returns its
 own greedy top ``n`` under the caps, and merging those lists with shared caps gives the
 union's greedy (a candidate missing from its source's list has ``n`` taken candidates
-above it).
+above it).  The floor's picks are left out of the other two sources: there they would
+hold their host's room (a page below them on the same host was then missed).
 
 Pure: time comes in as ``now_s``; nothing here reads a clock or does I/O.
 """
