@@ -53,10 +53,10 @@ from redis.exceptions import NoScriptError
 
 from models.decision.core import ShardBook, choose, level_of
 from models.decision.fresh import FreshPages
+from models.decision.hostindex import HostIndex
 from models.decision.hosts import HostBuckets
 from models.decision.pacer import CreditPacer
 from models.decision.table import PageTable
-from models.index import CrawlIndex
 from streams import budget
 from streams.decisions import DecisionRing
 from streams.estimation import Estimates, estimates_of
@@ -150,7 +150,7 @@ class Shard:
         return self.book.hosts
 
     @property
-    def index(self) -> CrawlIndex:
+    def index(self) -> HostIndex:
         return self.book.index
 
     @property

@@ -11,5 +11,7 @@ One implementation serves the simulator (:mod:`models.sim`) and the streaming se
   without a token;
 * :mod:`models.decision.floor` - the longest-interval floor queue;
 * :mod:`models.decision.fresh` - never-crawled pages (value ``mu/Delta``);
+* :mod:`models.decision.hostindex` - crawled pages by host: the exact greedy top under
+  the hosts' room (per-host bounds, hosts without room parked);
 * :mod:`models.decision.core` - the merged pick over shards.
 """

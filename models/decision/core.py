@@ -1,7 +1,8 @@
 """The decision core: one shard's book of pages and the merged pick over shards.
 
 A :class:`ShardBook` holds what the scheduler decides with for one shard (a set of
-hosts): crawled pages in a crawl index (exact argmax of ``V(tau_eff)``, paper 004 App. F),
+hosts): crawled pages in a host x page index (:class:`~models.decision.hostindex.HostIndex`:
+exact greedy top of ``V(tau_eff)`` under the hosts' room, hosts without room parked),
 never-crawled pages (:class:`~models.decision.fresh.FreshPages`), the longest-interval
 floor (:class:`~models.decision.floor.FloorQueue`), the hosts' token buckets
 (:class:`~models.decision.hosts.HostBuckets`) and the pages with an order in flight
@@ -12,10 +13,11 @@ floor (:class:`~models.decision.floor.FloorQueue`), the hosts' token buckets
 between workers): first floor-due pages (earliest due first), then the highest crawl
 values among pages whose host has room, never more orders for a host than its room.
 The pick is exactly the greedy over all candidates in that order with per-host caps
-(tested against brute force): each source (floor, fresh pages, crawl index) returns its
+(tested against brute force): each source (floor, fresh pages, host index) returns its
 own greedy top ``n`` under the caps, and merging those lists with shared caps gives the
 union's greedy (a candidate missing from its source's list has ``n`` taken candidates
-above it).
+above it).  The floor's picks are left out of the other two sources: there they would
+hold their host's room (a page below them on the same host was then missed).
 
 Pure: time comes in as ``now_s``; nothing here reads a clock or does I/O.
 """
@@ -33,9 +35,9 @@ import numpy.typing as npt
 
 from models.decision.floor import FloorQueue
 from models.decision.fresh import FreshPages
+from models.decision.hostindex import HostIndex
 from models.decision.hosts import HostBuckets
 from models.decision.table import PageTable
-from models.index import CrawlIndex
 
 __all__ = ["Pick", "ShardBook", "choose"]
 
@@ -55,7 +57,7 @@ class ShardBook:
 
     hosts: HostBuckets
     key: Hashable = None
-    index: CrawlIndex = field(default_factory=CrawlIndex)
+    index: HostIndex = field(default_factory=HostIndex)
     fresh: FreshPages = field(default_factory=FreshPages)
     floor: FloorQueue = field(default_factory=FloorQueue)
     #: per-page state as arrays (host, parameters, crawl times)
@@ -161,8 +163,7 @@ class ShardBook:
         self.table.remove(page)
         self.fresh.remove(page)
         self.floor.discard(page)
-        if page in self.index:
-            self.index.remove(page)
+        self.index.forget(page)
         if self.in_flight.pop(page, None) is not None and host is not None:
             self.hosts.add_in_flight(host, -1)
 
@@ -230,36 +231,17 @@ class _Caps:
         self.taken[host] = self.taken.get(host, 0) + 1
 
 
-def _index_best(book: ShardBook, caps: _Caps, now_s: float, k: int
-                ) -> list[tuple[Hashable, Hashable, float]]:
-    """The index's greedy top ``k`` under the hosts' room (no side effect on ``caps``).
-
-    The per-query counter lives here: ``eligible`` admits a page while its host has room
-    left *in this query*, and the host pre-filter looks at the room at the query's start
-    (an earlier version filtered hosts by the room left after the query's own picks, so
-    a tick wanting as many orders as there were hosts with room got none)."""
-    used: dict[Hashable, int] = {}
-    accepted: set[Hashable] = set()
+def _index_best(book: ShardBook, caps: _Caps, now_s: float, k: int,
+                exclude: set[Hashable]) -> list[tuple[Hashable, Hashable, float]]:
+    """The index's greedy top ``k`` under the hosts' room at the query's start (no side
+    effect on ``caps``), pages in ``exclude`` (the floor's picks) left out so that they
+    do not hold their host's room; hosts found without room are parked in the book's
+    timer heap (:meth:`HostBuckets.park`) until their next token."""
+    got = book.index.best_capped(now_s, k, caps.room,
+                                 park=functools.partial(_park, book.hosts, now_s),
+                                 eligible=None if not exclude else (lambda p: p not in exclude))
     host_of = book.table.host_of
-
-    def ok(page: Hashable) -> bool:
-        if page in accepted:
-            return True
-        host = host_of(page)
-        if host is None:
-            return False
-        u = used.get(host, 0)
-        if caps.room(host) - u < 1:
-            return False
-        used[host] = u + 1
-        accepted.add(page)
-        return True
-
-    def host_ok(host: Hashable) -> bool:
-        return caps.room(host) >= 1
-
-    got = book.index.best(now_s, eligible=ok, eligible_host=host_ok, k=k)
-    return [(pid, host_of(pid), v) for pid, v in got if v > 0.0]
+    return [(pid, host_of(pid), v) for pid, v in got]
 
 
 def _park(hosts: HostBuckets, now_s: float, host: Hashable) -> None:
@@ -278,6 +260,7 @@ def choose(books: Sequence[ShardBook], n: int, now_s: float, *,
     for b in books:  # hosts parked without room whose next token has come
         for h in b.hosts.unpark(now_s):
             b.fresh.unpark(h)
+            b.index.unpark(h)
     chosen: list[Pick] = []
     if floor:
         due: list[tuple[float, int, int, Hashable, Hashable]] = []
@@ -303,6 +286,8 @@ def choose(books: Sequence[ShardBook], n: int, now_s: float, *,
         for _d, i, _j, page, host in due[:n]:
             caps[i].take(host)
             chosen.append(Pick(books[i], page, host, "floor", books[i].value(page, now_s)))
+            # chosen: out of the never-crawled pages (it would hold its host's room there)
+            books[i].fresh.remove(page)
     want = n - len(chosen)
     if want <= 0:
         return chosen
@@ -310,12 +295,12 @@ def choose(books: Sequence[ShardBook], n: int, now_s: float, *,
     lists: list[list[tuple[float, int, int, Hashable, Hashable, bool]]] = []
     fresh_taken: list[list[tuple[Hashable, Hashable, float]]] = []
     for b, c in zip(books, caps, strict=True):
-        # pages the floor took are filtered below: ask for that many more
-        k = want + sum(1 for p in chosen if p.book is b)
+        k = want  # the floor's picks are out of both sources (above and _index_best)
         fresh = (b.fresh.take(k, c.room, park=functools.partial(_park, b.hosts, now_s))
                  if len(b.fresh) else [])
         fresh_taken.append(fresh)
-        crawled = _index_best(b, c, now_s, k) if len(b.index) else []
+        crawled = (_index_best(b, c, now_s, k, {p.page for p in chosen if p.book is b})
+                   if len(b.index) else [])
         cand = [(-v, 0, j, p, h, True) for j, (p, h, v) in enumerate(fresh)
                 if (id(b), p) not in floor_picked]
         cand += [(-v, 1, j, p, h, False) for j, (p, h, v) in enumerate(crawled)

@@ -400,3 +400,99 @@ def test_hosts_without_room_are_parked_not_revisited() -> None:
             orders += 1
     assert orders == 1000  # every tick found a host with room
     assert calls <= 5 * orders
+
+
+def _brute_tick(books: list[ShardBook], truth: dict[tuple[int, int], dict[str, float]],
+                n: int, now: float) -> list[tuple[str, int, int]]:
+    """One tick by brute force: floor-due pages first (earliest due first), then the
+    greedy by value over every page not in flight, both under the hosts' room."""
+    used: dict[tuple[int, object], int] = {}
+
+    def take(b: int, host: object) -> bool:
+        if used.get((b, host), 0) < books[b].hosts.room(host, now):  # type: ignore[arg-type]
+            used[(b, host)] = used.get((b, host), 0) + 1
+            return True
+        return False
+
+    out: list[tuple[str, int, int]] = []
+    due = sorted((p["due"], b, i) for (b, i), p in truth.items()
+                 if p["due"] <= now and i not in books[b].in_flight)
+    for _d, b, i in due:
+        if len(out) < n and take(b, truth[(b, i)]["host"]):
+            out.append(("floor", b, i))
+    taken = {(b, i) for _, b, i in out}
+    vals = []
+    for (b, i), p in truth.items():
+        if i in books[b].in_flight or (b, i) in taken:
+            continue
+        if p["crawled"]:
+            v = float(crawl_value(now - p["origin"], p["alpha"], p["beta"], p["gamma"],
+                                  p["mu"]))
+        else:
+            v = p["max_value"]
+        if v > 0.0:
+            vals.append((-v, b, i))
+    vals.sort()
+    for _nv, b, i in vals:
+        if len(out) < n and take(b, truth[(b, i)]["host"]):
+            out.append(("greedy", b, i))
+    return out
+
+
+@settings(max_examples=25, deadline=None)
+@given(seed=st.integers(0, 2**31 - 1), hosts=st.sampled_from([3, 20, 80]),
+       n=st.sampled_from([1, 4, 30, 400]), rate=st.sampled_from([0.3, 1.0, 5.0]))
+def test_ticks_equal_brute_force_with_parking_pings_and_outcomes(
+        seed: int, hosts: int, n: int, rate: float) -> None:
+    """Ticks over two books with hosts limited to ``rate`` crawls/s (burst 1-2): hosts run
+    out of tokens and are parked, come back at their refill; orders go in flight and come
+    back crawled (a new origin), pings move origins back, floor pages fall due, never-crawled
+    pages wait: every tick equals the brute force (the host index's bounds expire within the
+    run: window 0.5 s)."""
+    from models.decision.hostindex import HostIndex
+
+    rng = np.random.default_rng(seed)
+    books, truth = _world(rng, n_books=2, pages=150, hosts=hosts, burst=1.0)
+    for b, book in enumerate(books):
+        book.hosts = HostBuckets(default_rate_per_s=rate, burst=float(1 + b))
+        book.index = HostIndex(window_s=0.5)
+        for (bb, i), p in truth.items():
+            if bb != b:
+                continue
+            p["due"] = float(rng.uniform(0, 40)) if rng.random() < 0.1 else math.inf
+            book.set_page(i, p["host"], crawled=bool(p["crawled"]), origin=p["origin"],
+                          alpha=p["alpha"], beta=p["beta"], gamma=p["gamma"], mu=p["mu"],
+                          max_value=p["max_value"],
+                          floor_due_s=None if p["due"] == math.inf else p["due"])
+    now = 0.0
+    flights: list[tuple[int, int]] = []
+    for step in range(25):
+        now += float(rng.choice([0.05, 0.3, 1.0, 3.0]))
+        want = _brute_tick(books, truth, n, now)
+        picks = choose(books, n, now)
+        got = [(p.policy, books.index(p.book), int(p.page)) for p in picks]  # type: ignore[call-overload]
+        assert sorted(got) == sorted(want), step
+        for p in picks:
+            p.book.hosts.take(p.host, now)
+            p.book.start_flight(p.page, (f"o{step}", now))
+            flights.append((books.index(p.book), int(p.page)))  # type: ignore[arg-type]
+        rng.shuffle(flights)
+        back, flights = flights[: len(flights) // 2], flights[len(flights) // 2:]
+        for b, i in back:  # outcomes: crawled now
+            p = truth[(b, i)]
+            books[b].end_flight(i)
+            p["crawled"], p["origin"] = 1.0, now
+            p["due"] = now + float(rng.uniform(5, 60))
+            books[b].set_page(i, p["host"], crawled=True, origin=now, alpha=p["alpha"],
+                              beta=p["beta"], gamma=p["gamma"], mu=p["mu"],
+                              max_value=p["max_value"], floor_due_s=p["due"])
+        for _ in range(10):  # pings of crawled pages not in flight: the origin moves back
+            b = int(rng.integers(0, 2))
+            i = int(rng.integers(0, 150))
+            p = truth[(b, i)]
+            if p["crawled"] and i not in books[b].in_flight:
+                p["origin"] -= float(rng.uniform(0, 30))
+                books[b].set_page(i, p["host"], crawled=True, origin=p["origin"],
+                                  alpha=p["alpha"], beta=p["beta"], gamma=p["gamma"],
+                                  mu=p["mu"], max_value=p["max_value"],
+                                  floor_due_s=None if p["due"] == math.inf else p["due"])

@@ -369,3 +369,152 @@ def test_upsert_many_equals_upsert_one_at_a_time(dense: bool) -> None:
     assert len(one) == len(bulk) == n
     with pytest.raises(ValueError, match="alpha"):
         bulk.upsert_many(["x"], None, [0.0], [np.nan], [1.0], [0.0], [1.0])
+
+
+# -- the host x page index (models.decision.hostindex) ---------------------------------------
+
+def _capped_brute(pages: dict[int, list[float]], host: dict[int, str], rank: dict[int, int],
+                  now: float, k: int, room: dict[str, int]) -> list[tuple[int, float]]:
+    """Greedy top k under per-host caps over all pages, evaluated one by one."""
+    ids = list(pages)
+    arr = np.array([pages[i] for i in ids])
+    v = crawl_value(np.maximum(now - arr[:, 0], 0.0), arr[:, 1], arr[:, 2], arr[:, 3],
+                    arr[:, 4])
+    order = sorted(range(len(ids)), key=lambda j: (-v[j], rank[ids[j]]))
+    used: dict[str, int] = {}
+    out = []
+    for j in order:
+        p = ids[j]
+        h = host[p]
+        if v[j] > 0.0 and used.get(h, 0) < room.get(h, 0) and len(out) < k:
+            used[h] = used.get(h, 0) + 1
+            out.append((p, float(v[j])))
+    return out
+
+
+@pytest.mark.parametrize("seed", range(6))
+@pytest.mark.parametrize("window_s", [0.05, 3.0])
+def test_host_index_capped_pick_matches_brute_force(seed: int, window_s: float) -> None:
+    """Many hosts, tight caps (0-2), pages taken (in flight) and back with a new origin,
+    pings moving origins back, parameter changes, parked hosts coming back, time running
+    past the bounds' windows: every query equals the brute-force greedy."""
+    from models.decision.hostindex import HostIndex
+
+    rng = np.random.default_rng(100 + seed)
+    m, H = 300, 40
+    params = _random_params(rng, m)
+    idx = HostIndex(window_s=window_s)
+    pages: dict[int, list[float]] = {}
+    host = {i: f"h{int(rng.integers(0, H))}" for i in range(m)}
+    rank: dict[int, int] = {}
+    n_rank = 0
+    out_pages: dict[int, list[float]] = {}  # in flight: their parameters
+    for i in range(m):
+        o = float(rng.uniform(-30, 0))
+        idx.upsert(i, origin=o, alpha=params[i, 0], beta=params[i, 1], gamma=params[i, 2],
+                   mu=params[i, 3], host=host[i])
+        pages[i] = [o, *params[i]]
+        rank[i] = n_rank
+        n_rank += 1
+    parked: set[str] = set()
+    now = 0.0
+    for step in range(60):
+        now += float(rng.choice([0.01, 0.2, 1.0, 7.0]))
+        room = {h: int(rng.integers(0, 3)) for h in sorted(set(host.values()))}
+        for h in list(parked):  # a parked host comes back when it has room again
+            if room[h] > 0:
+                idx.unpark(h)
+                parked.discard(h)
+        k = int(rng.choice([1, 3, 10, 50]))
+        newly: list[str] = []
+
+        def park(h: object, newly: list[str] = newly) -> None:
+            newly.append(str(h))
+
+        got = idx.best_capped(now, k, lambda h, room=room: room.get(str(h), 0), park=park)
+        live = {p: v for p, v in pages.items() if host[p] not in parked}
+        want = _capped_brute(live, host, rank, now, k, room)
+        assert [p for p, _ in got] == [p for p, _ in want], step
+        np.testing.assert_allclose([v for _, v in got], [v for _, v in want], rtol=1e-12)
+        parked.update(newly)
+        assert all(room[h] == 0 for h in newly)
+        for p, _ in got[: int(rng.integers(0, len(got) + 1))]:  # orders leave
+            idx.remove(p)
+            out_pages[p] = pages.pop(p)[1:]
+        for p in list(out_pages):  # outcomes: back with a new origin
+            if rng.random() < 0.5:
+                a, b, g, mu = out_pages.pop(p)
+                idx.upsert(p, origin=now, alpha=a, beta=b, gamma=g, mu=mu)
+                pages[p] = [now, a, b, g, mu]
+                rank[p] = n_rank
+                n_rank += 1
+        for p in rng.choice(list(pages), size=min(len(pages), 8), replace=False).tolist():
+            if rng.random() < 0.7:  # a ping: the origin moves back
+                o = pages[p][0] - float(rng.uniform(0, 20))
+                idx.set_origin(p, o)
+                pages[p][0] = o
+            else:  # new estimates
+                a, b, g, mu = _random_params(rng, 1)[0]
+                idx.upsert(p, origin=pages[p][0], alpha=a, beta=b, gamma=g, mu=mu)
+                pages[p] = [pages[p][0], a, b, g, mu]
+        if step % 20 == 7:  # a page gone for good, a new page on a new host
+            p = int(rng.choice(list(pages)))
+            idx.forget(p)
+            del pages[p]
+            q = m + step
+            host[q] = f"new{step}"
+            idx.upsert(q, origin=now - 5.0, alpha=0.5, beta=1.0, gamma=0.3, mu=1.0,
+                       host=host[q])
+            pages[q] = [now - 5.0, 0.5, 1.0, 0.3, 1.0]
+            rank[q] = n_rank
+            n_rank += 1
+        assert len(idx) == len(pages)
+
+
+def test_host_index_best_includes_parked_hosts_and_filters() -> None:
+    from models.decision.hostindex import HostIndex
+
+    rng = np.random.default_rng(5)
+    m = 200
+    params = _random_params(rng, m)
+    idx = HostIndex(window_s=1.0)
+    bf = BruteForce()
+    for i in range(m):
+        o = float(rng.uniform(-20, 0))
+        idx.upsert(i, origin=o, alpha=params[i, 0], beta=params[i, 1], gamma=params[i, 2],
+                   mu=params[i, 3], host=f"h{i % 17}")
+        bf.upsert(i, o, *params[i])
+    # every host parked by a query that finds no room anywhere
+    assert idx.best_capped(1.0, 5, lambda h: 0, park=lambda h: None) == []
+    assert all(idx.is_parked(f"h{j}") for j in range(17))
+    for now in (1.0, 4.0, 30.0):
+        for k in (1, 7):
+            got = idx.best(now, k=k)
+            want = [(p, v) for p, v in bf.best(now, k=k) if v > 0]
+            assert [p for p, _ in got] == [p for p, _ in want]
+        ev = idx.best(now, k=5, eligible=lambda p: p % 2 == 0,
+                      eligible_host=lambda h: h != "h3")
+        want = [(p, v) for p, v in bf.best(now, k=m) if v > 0 and p % 2 == 0
+                and p % 17 != 3][:5]
+        assert [p for p, _ in ev] == [p for p, _ in want]
+
+
+def test_host_index_rejects_bad_input() -> None:
+    from models.decision.hostindex import HostIndex
+
+    idx = HostIndex()
+    with pytest.raises(ValueError, match="origin"):
+        idx.upsert(1, origin=math.nan, alpha=1, beta=1, gamma=1, mu=1, host="h")
+    with pytest.raises(ValueError, match="alpha"):
+        idx.upsert(1, origin=0.0, alpha=-1, beta=1, gamma=1, mu=1, host="h")
+    with pytest.raises(ValueError, match="window_s"):
+        HostIndex(window_s=0.0)
+    with pytest.raises(ValueError, match="k must be"):
+        idx.best_capped(0.0, 0, lambda h: 1)
+    idx.upsert(1, origin=0.0, alpha=1, beta=1, gamma=1, mu=1, host="h")
+    idx.remove(1)
+    assert 1 not in idx and len(idx) == 0
+    with pytest.raises(KeyError):
+        idx.remove(1)
+    idx.forget(1)
+    idx.forget(1)  # unknown: ignored
