@@ -43,16 +43,16 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-import numpy as np
-
 from models.decision.pooling import pooled_beta
 from models.estimators import (
-    BatchSignalState,
+    BatchEstimate,
     CrawlInterval,
     SignalEstimator,
     SignalState,
     batch_result,
     conservative_change_rate,
+    states_to_batch,
+    update_many,
 )
 from streams.records import SOURCES
 
@@ -177,69 +177,54 @@ class Estimation:
         self.estimator = SignalEstimator(N_GROUPS, half_life_s=half_life_s)
 
     def state_of(self, record: str | None) -> SignalState:
+        """The stored state, or the prior's if absent, unreadable, or of another shape (a
+        record written with other source groups or ring capacity starts again)."""
         if record:
             try:
-                return EstimatorRecord.decode(record).state
+                st = EstimatorRecord.decode(record).state
             except (ValueError, TypeError):
                 pass  # unreadable (or another version): start again from the prior
+            else:
+                if (st.n_sources == self.estimator.n_sources
+                        and len(st.ring) <= self.estimator.ring_capacity):
+                    return st
         return self.estimator.init()
 
     def observe(self, observations: Sequence[Observation]) -> list[str]:
-        """New records after one interval each (one vectorised MLE solve for them all)."""
+        """New records after one interval each: one vectorised update and one Newton solve
+        for them all (:func:`models.estimators.update_many`, equal to the scalar update page
+        by page).  Each observation is a different page (the outcomes agent's chunks)."""
         if not observations:
             return []
-        states = []
-        for o in observations:
-            st = self.state_of(o.record)
-            end = o.fetched_at_s if o.fetched_at_s >= st.end_s else None
-            obs = CrawlInterval(max(0.0, o.interval_s), o.changed, group_counts(o.signals),
-                                end_s=end)
-            states.append(self.estimator.update(st, obs))
+        states = [self.state_of(o.record) for o in observations]
+        intervals = [
+            CrawlInterval(max(0.0, o.interval_s), o.changed, group_counts(o.signals),
+                          end_s=o.fetched_at_s if o.fetched_at_s >= st.end_s else None)
+            for o, st in zip(observations, states, strict=True)
+        ]
+        new_states, r = update_many(self.estimator, states, intervals)
         return [EstimatorRecord(e, s).encode()
-                for e, s in zip(self.results(states), states, strict=True)]
+                for e, s in zip(_estimates_list(r, new_states), new_states, strict=True)]
 
     def results(self, states: Sequence[SignalState]) -> list[Estimates]:
         """Converged estimates of several states (``batch_result``: one Newton solve)."""
-        batch = _to_batch(states, self.estimator.ring_capacity)
-        r = batch_result(self.estimator, batch)
-        out = []
-        for i, st in enumerate(states):
-            out.append(Estimates(
-                float(r.alpha_per_s[i]), float(r.alpha_se_per_s[i]),
-                float(r.change_rate_per_s[i]), float(r.change_rate_se_per_s[i]),
-                _t(r.gamma_per_s[i]), _t(r.kappa[i]), _t(r.precision[i]),
-                _t(r.precision_se[i]), _t(r.recall[i]), _t(r.recall_se[i]), st.n_intervals,
-            ))
-        return out
+        if not states:
+            return []
+        batch = states_to_batch(states, self.estimator.ring_capacity, self.estimator.n_sources)
+        return _estimates_list(batch_result(self.estimator, batch), states)
 
 
-def _t(a: np.ndarray) -> tuple[float, ...]:
-    return tuple(float(x) for x in a)
-
-
-def _to_batch(states: Sequence[SignalState], capacity: int) -> BatchSignalState:
-    n, d = len(states), 1 + N_GROUPS
-    ring = np.zeros((n, capacity, d + 1))
-    quad_a = np.zeros((n, d, d))
-    iu = np.triu_indices(d)
-    for i, st in enumerate(states):
-        for j, e in enumerate(st.ring):
-            ring[i, j] = e
-        qa = np.zeros((d, d))
-        qa[iu] = st.quad_a
-        quad_a[i] = qa + np.triu(qa, 1).T
-    return BatchSignalState(
-        end_s=np.array([s.end_s for s in states], dtype=np.float64),
-        n_intervals=np.array([s.n_intervals for s in states], dtype=np.int64),
-        theta=np.array([s.theta for s in states], dtype=np.float64),
-        unchanged=np.array([s.unchanged for s in states], dtype=np.float64),
-        totals=np.array([s.totals for s in states], dtype=np.float64),
-        ring=ring,
-        ring_len=np.array([len(s.ring) for s in states], dtype=np.int64),
-        ring_pos=np.zeros(n, dtype=np.int64),
-        quad_b=np.array([s.quad_b for s in states], dtype=np.float64),
-        quad_a=quad_a,
-    )
+def _estimates_list(r: BatchEstimate, states: Sequence[SignalState]) -> list[Estimates]:
+    a, a_se = r.alpha_per_s.tolist(), r.alpha_se_per_s.tolist()
+    c, c_se = r.change_rate_per_s.tolist(), r.change_rate_se_per_s.tolist()
+    g, k = r.gamma_per_s.tolist(), r.kappa.tolist()
+    p, p_se, q, q_se = (r.precision.tolist(), r.precision_se.tolist(), r.recall.tolist(),
+                        r.recall_se.tolist())
+    return [
+        Estimates(a[i], a_se[i], c[i], c_se[i], tuple(g[i]), tuple(k[i]), tuple(p[i]),
+                  tuple(p_se[i]), tuple(q[i]), tuple(q_se[i]), st.n_intervals)
+        for i, st in enumerate(states)
+    ]
 
 
 def value_parameters(

@@ -1,15 +1,29 @@
 """Vectorised streaming estimator: the :class:`~models.estimators.signals.SignalEstimator`
-update and result over ``N`` pages at once, for the simulator.
+update and result over ``N`` pages at once, for the simulator and the service.
 
-The arithmetic is the scalar estimator's (same ring, same eviction rule, same Newton steps),
-so a page updated here and the same page updated with ``SignalEstimator.update`` agree to
-rounding (``tests/models`` check it).  The ring is circular here (``ring_pos`` = oldest).
-Unlike the scalar form, :func:`batch_update` updates the arrays in place, for speed.
+The model is paper 004 App. E (``P(no change) = exp(-alpha*tau - sum_s kappa_s*n_s)``); the
+streaming state and its eviction rule (the quadratic, Laplace-style summary of a changed
+interval leaving the ring, expanded at the running estimate after one Newton step, or
+``FIRST_EVICTION_STEPS`` at a page's first eviction) are :mod:`.signals`'s.  The arithmetic is
+the scalar estimator's (same ring, same eviction rule, same Newton steps), so a page updated
+here and the same page updated with ``SignalEstimator.update`` agree to rounding
+(``tests/models`` check it over randomised histories).  The ring is circular here
+(``ring_pos`` = oldest).  Unlike the scalar form, :func:`batch_update` updates the arrays in
+place, for speed.
+
+Two entry points:
+
+* arrays: :func:`batch_init` / :func:`states_to_batch`, then :func:`batch_update` and
+  :func:`batch_result` on a :class:`BatchSignalState` (no per-page Python objects);
+* objects: :func:`update_many` - ``SignalState`` objects and ``CrawlInterval`` observations in,
+  new states and a :class:`BatchEstimate` out; the same as ``SignalEstimator.update`` then
+  ``SignalEstimator.result`` page by page, in one vectorised pass.
 """
 
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -17,9 +31,25 @@ import numpy.typing as npt
 
 from . import _numeric as nm
 from ._prior import SignalPrior
-from .signals import FIRST_EVICTION_STEPS, SignalEstimator, SignalState, _estimates_from
+from .signals import (
+    FIRST_EVICTION_STEPS,
+    CrawlInterval,
+    SignalEstimator,
+    SignalState,
+    _check_interval,
+    _estimates_from,
+)
 
-__all__ = ["BatchEstimate", "BatchSignalState", "batch_init", "batch_result", "batch_update"]
+__all__ = [
+    "BatchEstimate",
+    "BatchSignalState",
+    "batch_init",
+    "batch_result",
+    "batch_to_states",
+    "batch_update",
+    "states_to_batch",
+    "update_many",
+]
 
 IntArray = npt.NDArray[np.int64]
 
@@ -170,7 +200,8 @@ def batch_update(
         raise ValueError(f"n_signals must be finite counts >= 0 of shape ({m}, {s})")
     if pages is not None and np.unique(np.asarray(idx)).size != m:
         raise ValueError("pages must not repeat a page")
-    prev = state.end_s[idx]
+    # a copy: with pages=None this would be a view, overwritten below before the decay uses it
+    prev = state.end_s[idx].copy()
     has_prev = prev > -np.inf
     if end_s is None:
         end = np.where(has_prev, prev + tau, tau)
@@ -284,3 +315,127 @@ def batch_result(
         nu_per_s=est["nu"],
         beta_s=est["beta"],
     )
+
+
+def states_to_batch(
+    states: Sequence[SignalState], ring_capacity: int, n_sources: int | None = None
+) -> BatchSignalState:
+    """Stack scalar states into a :class:`BatchSignalState` (rings chronological, ``ring_pos = 0``).
+
+    ``n_sources`` is required when ``states`` is empty (default: the first state's).
+    Raises ``ValueError`` naming ``states`` when they mix source counts or a ring is longer
+    than ``ring_capacity``.
+    """
+    n = len(states)
+    if n_sources is None:
+        if n == 0:
+            raise ValueError("states: empty; pass n_sources")
+        n_sources = states[0].n_sources
+    s = n_sources
+    d = 1 + s
+    k = ring_capacity
+    if any(st.n_sources != s for st in states):
+        raise ValueError(f"states: every state must have {s} sources")
+    lens = np.fromiter((len(st.ring) for st in states), dtype=np.int64, count=n)
+    if n and int(lens.max()) > k:
+        raise ValueError(f"states: a ring holds {int(lens.max())} intervals > capacity {k}")
+    ring = np.zeros((n, k, d + 1))
+    total = int(lens.sum())
+    if total:
+        flat = np.array([e for st in states for e in st.ring], dtype=np.float64)
+        rows = np.repeat(np.arange(n), lens)
+        starts = np.repeat(np.cumsum(lens) - lens, lens)
+        ring[rows, np.arange(total) - starts] = flat.reshape(total, d + 1)
+    iu = np.triu_indices(d)
+    quad_a = np.zeros((n, d, d))
+    if n:
+        upper = np.array([st.quad_a for st in states], dtype=np.float64).reshape(n, -1)
+        quad_a[:, iu[0], iu[1]] = upper
+        quad_a[:, iu[1], iu[0]] = upper
+
+    def rows_of(attr: str) -> nm.FloatArray:
+        out: nm.FloatArray = np.array([getattr(st, attr) for st in states], dtype=np.float64)
+        return out.reshape(n, d)
+
+    return BatchSignalState(
+        end_s=np.fromiter((st.end_s for st in states), dtype=np.float64, count=n),
+        n_intervals=np.fromiter((st.n_intervals for st in states), dtype=np.int64, count=n),
+        theta=rows_of("theta"),
+        unchanged=rows_of("unchanged"),
+        totals=rows_of("totals"),
+        ring=ring,
+        ring_len=lens,
+        ring_pos=np.zeros(n, dtype=np.int64),
+        quad_b=rows_of("quad_b"),
+        quad_a=quad_a,
+    )
+
+
+def batch_to_states(state: BatchSignalState, ring_capacity: int) -> list[SignalState]:
+    """Every page of ``state`` as a scalar :class:`SignalState` (as :meth:`page_state`)."""
+    n = state.n_pages
+    d = state.theta.shape[1]
+    k = state.ring.shape[1]
+    order = (state.ring_pos[:, None] + np.arange(k)[None, :]) % k
+    ring = np.take_along_axis(state.ring, order[:, :, None], axis=1).tolist()
+    iu = np.triu_indices(d)
+    quad_a = state.quad_a[:, iu[0], iu[1]].tolist()
+    lens = state.ring_len.tolist()
+    end_s = state.end_s.tolist()
+    n_int = state.n_intervals.tolist()
+    theta = state.theta.tolist()
+    unchanged = state.unchanged.tolist()
+    totals = state.totals.tolist()
+    quad_b = state.quad_b.tolist()
+    s = d - 1
+    return [
+        SignalState(
+            s, end_s[i], n_int[i], tuple(theta[i]), tuple(unchanged[i]), tuple(totals[i]),
+            tuple(map(tuple, ring[i][: lens[i]])), tuple(quad_b[i]), tuple(quad_a[i]),
+            ring_capacity,
+        )
+        for i in range(n)
+    ]
+
+
+def update_many(
+    estimator: SignalEstimator,
+    states: Sequence[SignalState],
+    intervals: Sequence[CrawlInterval],
+    *,
+    prior: SignalPrior | None = None,
+) -> tuple[list[SignalState], BatchEstimate]:
+    """``SignalEstimator.update`` then ``.result`` for many pages, in one vectorised pass.
+
+    ``states[i]`` takes ``intervals[i]``; the returned states and the estimate arrays are in
+    the same order (a page listed twice is two independent pages here: chain two calls to
+    add two intervals to one page).  Validation and messages are ``SignalEstimator.update``'s
+    (a ``ValueError`` names ``interval_s``, ``n_signals`` or ``end_s``).  ``prior`` overrides
+    the estimator's prior in the result only, as in ``SignalEstimator.result``.
+    """
+    if len(states) != len(intervals):
+        raise ValueError(f"intervals: {len(intervals)} for {len(states)} states")
+    s = estimator.n_sources
+    for st in states:
+        if st.n_sources != s:
+            raise ValueError(f"state has {st.n_sources} sources, estimator {s}")
+    for obs in intervals:
+        _check_interval(obs, s)
+    batch = states_to_batch(states, estimator.ring_capacity, s)
+    m = len(states)
+    tau = np.fromiter((float(o.interval_s) for o in intervals), dtype=np.float64, count=m)
+    changed = np.fromiter((bool(o.changed) for o in intervals), dtype=bool, count=m)
+    sig = np.array([o.n_signals for o in intervals], dtype=np.float64).reshape(m, s)
+    prev = batch.end_s
+    has_prev = prev > -np.inf
+    # end_s omitted: the previous crawl plus the interval (as SignalEstimator.update)
+    end = np.where(has_prev, prev + tau, tau)
+    for i, o in enumerate(intervals):
+        if o.end_s is not None:
+            e = float(o.end_s)
+            if has_prev[i] and e < prev[i]:
+                raise ValueError(f"end_s={e!r} is before the previous crawl at {prev[i]!r}")
+            end[i] = e
+    batch_update(estimator, batch, tau, changed, sig, end_s=end)
+    result = batch_result(estimator, batch, prior=prior)
+    return batch_to_states(batch, estimator.ring_capacity), result
