@@ -39,17 +39,24 @@ from __future__ import annotations
 
 import base64
 import binascii
+import contextlib
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+import numpy as np
+
 from models.decision.pooling import pooled_beta
 from models.estimators import (
     BatchEstimate,
+    BatchSignalState,
     CrawlInterval,
     SignalEstimator,
     SignalState,
+    batch_from_bytes,
     batch_result,
+    batch_to_bytes,
+    batch_update,
     conservative_change_rate,
     states_to_batch,
     update_many,
@@ -82,6 +89,11 @@ GROUP_OF: tuple[int, ...] = tuple(
     next(i for i, (_, members) in enumerate(GROUPS) if s in members) for s in SOURCES
 )
 N_GROUPS = len(GROUPS)
+#: ``signals (M, sources) @ _GROUP_SUM`` = per-group sums (:func:`group_counts` on arrays)
+_GROUP_SUM = np.array([[1.0 if GROUP_OF[s] == g else 0.0 for g in range(N_GROUPS)]
+                       for s in range(len(SOURCES))])
+#: :meth:`Estimates.encode`'s text: 4 + 6 per-group fields at 6 significant digits, the count
+_ESTIMATES_FORMAT = ",".join(["{:.6g}"] * (4 + 6 * N_GROUPS)) + ",{}"
 
 
 def group_counts(signals: Sequence[int]) -> tuple[float, ...]:
@@ -191,9 +203,55 @@ class Estimation:
         return self.estimator.init()
 
     def observe(self, observations: Sequence[Observation]) -> list[str]:
-        """New records after one interval each: one vectorised update and one Newton solve
-        for them all (:func:`models.estimators.update_many`, equal to the scalar update page
-        by page).  Each observation is a different page (the outcomes agent's chunks)."""
+        """New records after one interval each, every page at once: the stored states read
+        into arrays, one vectorised update (:func:`models.estimators.batch_update`, equal to
+        ``SignalEstimator.update`` page by page), one Newton solve for the estimates
+        (``batch_result``), the records written from the arrays.  No ``SignalState`` object
+        per page (``tests/streams/test_estimation.py`` checks the records against that path).
+        Each observation must be a different page (the outcomes agent's chunks)."""
+        if not observations:
+            return []
+        batch = self.states_of([o.record for o in observations])
+        m = len(observations)
+        tau = np.fromiter((max(0.0, o.interval_s) for o in observations), np.float64, m)
+        changed = np.fromiter((o.changed for o in observations), bool, m)
+        signals = np.array([o.signals for o in observations], dtype=np.float64)
+        fetched = np.fromiter((o.fetched_at_s for o in observations), np.float64, m)
+        # a fetch before the stored last crawl (a clock step): the interval follows it
+        prev = batch.end_s
+        end = np.where(fetched >= prev, fetched, prev + tau)
+        batch_update(self.estimator, batch, tau, changed, signals.reshape(m, -1) @ _GROUP_SUM,
+                     end_s=end)
+        return self.records_of(batch, batch_result(self.estimator, batch))
+
+    # -- the stored record <-> arrays (the storage encoding lives here and in EstimatorRecord)
+    def states_of(self, records: Sequence[str | None]) -> BatchSignalState:
+        """The stored states as arrays; absent or unreadable records (another version, other
+        source groups or ring capacity) start from the prior, as :meth:`state_of`."""
+        blobs: list[bytes | None] = []
+        for rec in records:
+            blob = None
+            if rec:
+                with contextlib.suppress(binascii.Error, ValueError):
+                    blob = base64.b64decode(rec.partition("|")[2], validate=True)
+            blobs.append(blob)
+        return batch_from_bytes(self.estimator, blobs)[0]
+
+    def records_of(self, batch: BatchSignalState, r: BatchEstimate) -> list[str]:
+        """:meth:`EstimatorRecord.encode` of every page of ``batch`` with its estimates."""
+        blobs = batch_to_bytes(batch, self.estimator.ring_capacity)
+        nums = np.column_stack([
+            r.alpha_per_s, r.alpha_se_per_s, r.change_rate_per_s, r.change_rate_se_per_s,
+            r.gamma_per_s, r.kappa, r.precision, r.precision_se, r.recall, r.recall_se,
+        ]).tolist()
+        fmt = _ESTIMATES_FORMAT
+        b64 = base64.b64encode
+        return [f"{fmt.format(*row, n)}|{b64(blob).decode()}"
+                for row, n, blob in zip(nums, batch.n_intervals.tolist(), blobs, strict=True)]
+
+    def observe_states(self, observations: Sequence[Observation]) -> list[str]:
+        """:meth:`observe` through ``SignalState`` objects (:func:`update_many`): the same
+        records, kept as the reference the array path is tested against."""
         if not observations:
             return []
         states = [self.state_of(o.record) for o in observations]

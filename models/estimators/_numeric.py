@@ -228,7 +228,7 @@ def derived_standard_errors(
 
     ``cov`` is the ``(N,d,d)`` covariance of ``(alpha, kappa)``; ``var_gamma (N,S)`` the
     variances of the (independent) signal rates.  Jacobians by central differences with
-    relative steps of 1e-6.
+    steps of 1e-6 of each parameter's magnitude or standard deviation, whichever is larger.
     """
     n, s = kappa.shape
     d = 1 + s
@@ -239,8 +239,12 @@ def derived_standard_errors(
         full_cov[:, d + j, d + j] = var_gamma[:, j]
     base = derive(alpha, kappa, gamma)
     jac: dict[str, list[FloatArray]] = {k: [] for k in base}
+    # steps relative to the parameter or, when larger, its standard deviation: a parameter
+    # at 0 (a source never heard from: gamma = 0) took a step of 1e-18 before, and the
+    # quotient was rounding noise (1e-3 of a recall's standard error from 1 ulp of input)
+    scale = np.maximum(np.abs(params), np.sqrt(np.maximum(np.einsum("npp->np", full_cov), 0.0)))
     for p in range(d + s):
-        h = 1e-6 * np.maximum(np.abs(params[:, p]), 1e-12)
+        h = 1e-6 * np.maximum(scale[:, p], 1e-12)
         up = params.copy()
         dn = params.copy()
         up[:, p] += h

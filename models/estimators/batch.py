@@ -15,6 +15,9 @@ Two entry points:
 
 * arrays: :func:`batch_init` / :func:`states_to_batch`, then :func:`batch_update` and
   :func:`batch_result` on a :class:`BatchSignalState` (no per-page Python objects);
+* bytes: :func:`batch_from_bytes` / :func:`batch_to_bytes` read and write many pages'
+  ``SignalState.to_bytes`` records at once (the same bytes), so a service can go from stored
+  states to stored states without a ``SignalState`` per page;
 * objects: :func:`update_many` - ``SignalState`` objects and ``CrawlInterval`` observations in,
   new states and a :class:`BatchEstimate` out; the same as ``SignalEstimator.update`` then
   ``SignalEstimator.result`` page by page, in one vectorised pass.
@@ -32,6 +35,7 @@ import numpy.typing as npt
 from . import _numeric as nm
 from ._prior import SignalPrior
 from .signals import (
+    _VERSION,
     FIRST_EVICTION_STEPS,
     CrawlInterval,
     SignalEstimator,
@@ -43,8 +47,10 @@ from .signals import (
 __all__ = [
     "BatchEstimate",
     "BatchSignalState",
+    "batch_from_bytes",
     "batch_init",
     "batch_result",
+    "batch_to_bytes",
     "batch_to_states",
     "batch_update",
     "states_to_batch",
@@ -439,3 +445,103 @@ def update_many(
     batch_update(estimator, batch, tau, changed, sig, end_s=end)
     result = batch_result(estimator, batch, prior=prior)
     return batch_to_states(batch, estimator.ring_capacity), result
+
+
+def _record_dtype(d: int, ring_len: int) -> np.dtype[np.void]:
+    """``SignalState.to_bytes``'s layout with ``ring_len`` ring entries, as a packed record."""
+    fields: list[tuple[str, str] | tuple[str, str, tuple[int, ...]]] = [
+        ("version", "u1"), ("n_sources", "u1"), ("capacity", "u1"), ("ring_len", "u1"),
+        ("end_s", "<f8"), ("n_intervals", "<u4"),
+        ("theta", "<f4", (d,)), ("unchanged", "<f8", (d,)), ("totals", "<f8", (d,)),
+    ]
+    if ring_len:
+        fields.append(("ring", "<f4", (ring_len, d + 1)))
+    fields += [("quad_b", "<f4", (d,)), ("quad_a", "<f4", (d * (d + 1) // 2,))]
+    return np.dtype(fields)
+
+
+def batch_from_bytes(
+    estimator: SignalEstimator, blobs: Sequence[bytes | None]
+) -> tuple[BatchSignalState, npt.NDArray[np.bool_]]:
+    """Many ``SignalState.to_bytes`` records as one :class:`BatchSignalState` (``numpy``
+    reads of each ring length's records at once; ``SignalState.from_bytes`` per page gives the
+    same numbers).
+
+    Returns the state and a mask of the records read; a page whose record is ``None``, empty,
+    malformed, of another version, another source count, or a ring longer than the
+    estimator's capacity is a page never crawled (``batch_init``) with mask ``False``.
+    """
+    n = len(blobs)
+    s = estimator.n_sources
+    d = 1 + s
+    k = estimator.ring_capacity
+    state = batch_init(estimator, n)
+    ok = np.zeros(n, dtype=bool)
+    base = _record_dtype(d, 0).itemsize
+    per_entry = 4 * (d + 1)
+    groups: dict[int, list[int]] = {}
+    for i, blob in enumerate(blobs):
+        if not blob:
+            continue
+        ring_len, rest = divmod(len(blob) - base, per_entry)
+        if rest == 0 and 0 <= ring_len <= k:
+            groups.setdefault(ring_len, []).append(i)
+    iu = np.triu_indices(d)
+    for ring_len, members in groups.items():
+        arr = np.frombuffer(b"".join(blobs[i] for i in members),  # type: ignore[misc]
+                            dtype=_record_dtype(d, ring_len))
+        good = ((arr["version"] == _VERSION) & (arr["n_sources"] == s)
+                & (arr["ring_len"] == ring_len))
+        rows = np.asarray(members, dtype=np.int64)[good]
+        arr = arr[good]
+        state.end_s[rows] = arr["end_s"]
+        state.n_intervals[rows] = arr["n_intervals"]
+        state.theta[rows] = arr["theta"]
+        state.unchanged[rows] = arr["unchanged"]
+        state.totals[rows] = arr["totals"]
+        if ring_len:
+            state.ring[rows, :ring_len] = arr["ring"]
+        state.ring_len[rows] = ring_len
+        state.quad_b[rows] = arr["quad_b"]
+        upper = arr["quad_a"].astype(np.float64)
+        qa = np.zeros((rows.size, d, d))
+        qa[:, iu[0], iu[1]] = upper
+        qa[:, iu[1], iu[0]] = upper
+        state.quad_a[rows] = qa
+        ok[rows] = True
+    return state, ok
+
+
+def batch_to_bytes(state: BatchSignalState, ring_capacity: int) -> list[bytes]:
+    """Every page's ``SignalState.to_bytes`` record (byte for byte), without the objects.
+
+    Floats are rounded to float32 where the layout says so, as ``struct`` does (a value beyond
+    float32's range becomes infinite here where ``struct`` raises ``OverflowError``).
+    """
+    n = state.n_pages
+    d = state.theta.shape[1]
+    k = state.ring.shape[1]
+    out: list[bytes] = [b""] * n
+    iu = np.triu_indices(d)
+    for ring_len in np.unique(state.ring_len).tolist():
+        rows = np.flatnonzero(state.ring_len == ring_len)
+        arr = np.zeros(rows.size, dtype=_record_dtype(d, ring_len))
+        arr["version"] = _VERSION
+        arr["n_sources"] = d - 1
+        arr["capacity"] = ring_capacity
+        arr["ring_len"] = ring_len
+        arr["end_s"] = state.end_s[rows]
+        arr["n_intervals"] = np.minimum(state.n_intervals[rows], 0xFFFFFFFF)
+        arr["theta"] = state.theta[rows]
+        arr["unchanged"] = state.unchanged[rows]
+        arr["totals"] = state.totals[rows]
+        if ring_len:
+            order = (state.ring_pos[rows, None] + np.arange(ring_len)[None, :]) % k
+            arr["ring"] = np.take_along_axis(state.ring[rows], order[:, :, None], axis=1)
+        arr["quad_b"] = state.quad_b[rows]
+        arr["quad_a"] = state.quad_a[rows][:, iu[0], iu[1]]
+        buf = arr.tobytes()
+        size = arr.dtype.itemsize
+        for j, r in enumerate(rows.tolist()):
+            out[r] = buf[j * size : (j + 1) * size]
+    return out

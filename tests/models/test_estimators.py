@@ -24,8 +24,10 @@ from models.estimators import (
     SignalEstimate,
     SignalEstimator,
     SignalState,
+    batch_from_bytes,
     batch_init,
     batch_result,
+    batch_to_bytes,
     batch_to_states,
     batch_update,
     cho_garcia_molina_mle,
@@ -488,6 +490,29 @@ def test_states_round_trip_through_arrays() -> None:
     assert batch_to_states(batch, est.ring_capacity) == states
     with pytest.raises(ValueError, match="capacity"):
         states_to_batch(states, 1)
+
+
+@pytest.mark.parametrize("n_sources", [0, 1, 2, 3])
+def test_bytes_of_many_states_are_to_bytes(n_sources: int) -> None:
+    """``batch_to_bytes`` writes ``SignalState.to_bytes`` byte for byte and
+    ``batch_from_bytes`` reads what ``from_bytes`` reads; bad records are new pages."""
+    rng = np.random.default_rng(11 + n_sources)
+    est = SignalEstimator(n_sources, half_life_s=100 * HOUR)
+    states = [est.init()]
+    for _ in range(60):  # every ring length, evictions, a never-crawled page
+        states.append(est.update(states[-1], random_interval(rng, states[-1], n_sources)))
+    blobs = batch_to_bytes(states_to_batch(states, est.ring_capacity), est.ring_capacity)
+    assert blobs == [s_.to_bytes() for s_ in states]
+    stored = [SignalState.from_bytes(b) for b in blobs]
+    other = SignalEstimator((n_sources + 1) % 4).init().to_bytes()
+    bad: list[bytes | None] = [None, b"", blobs[5][:-3], b"\x02" + blobs[5][1:], other]
+    batch, ok = batch_from_bytes(est, [*blobs, *bad])
+    assert ok.tolist() == [True] * len(blobs) + [False] * len(bad)
+    assert batch_to_states(batch, est.ring_capacity) == [*stored, *[est.init()] * len(bad)]
+    # a ring longer than this estimator keeps is not read either
+    small = SignalEstimator(n_sources, ring_capacity=1)
+    _, ok = batch_from_bytes(small, blobs)
+    assert ok.tolist() == [len(s_.ring) <= 1 for s_ in states]
 
 
 def test_batch_update_of_all_pages_forgets() -> None:
