@@ -3,13 +3,16 @@ offset-guarded, compare-and-set update against the real Redis."""
 
 from __future__ import annotations
 
+import json
 import math
 import random
 import time
+from dataclasses import dataclass
 
 import pytest
 from test_agents_unit import Harness, js
 
+import streams.agents as agents_module
 from models.estimators import CrawlInterval, fit_signal_mle
 from streams.estimation import (
     GROUP_OF,
@@ -234,3 +237,48 @@ async def test_a_write_that_lost_the_race_is_not_applied(redis_url: str) -> None
     )
     assert res[0] == "applied"
     assert (await h.store.get_pages(host, [url]))[url][2] == "x|y"
+
+
+@dataclass
+class _Msg:
+    value: bytes
+    key: bytes
+    topic: str
+    partition: int
+    offset: int
+    timestamp: float = 0.0
+
+
+@dataclass
+class _Ev:
+    message: _Msg
+
+
+async def test_a_chunk_of_several_slices_updates_every_page_once(
+    redis_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The outcomes agent updates a chunk's estimators in slices (the event loop runs in
+    between): every page of a chunk of three slices gets exactly its own interval, a url
+    repeated in the chunk its two intervals in order."""
+    monkeypatch.setattr(agents_module, "OBSERVE_SLICE", 4)
+    h = Harness(redis_url)
+    urls = [f"https://s{i % 3}.org/p{i}" for i in range(11)]
+    now = time.time()
+    await h.feed("pages", [js(url=u) for u in urls])
+    await h.feed("outcomes", [js(url=u, fetched_at=now - 3 * HOUR, changed=None) for u in urls])
+    bodies = [js(url=u, fetched_at=now - (1 + i % 2) * HOUR, changed=i % 3 == 0, status=200)
+              for i, u in enumerate(urls)]
+    bodies.append(js(url=urls[0], fetched_at=now, changed=False, status=200))
+    events = [_Ev(_Msg(b, json.loads(b)["url"].split("/")[2].encode(), "unit.outcomes", 0,
+                       10_000 + k)) for k, b in enumerate(bodies)]
+    await h.logic.on_outcomes(events)
+    assert h.rejects == []
+    for i, u in enumerate(urls):
+        record = (await h.store.get_pages(u.split("/")[2], [u]))[u][2]
+        st = EstimatorRecord.decode(record).state
+        interval = (3 - (1 + i % 2)) * HOUR
+        if i == 0:  # and then the repeat, an hour later, unchanged
+            assert st.n_intervals == 2 and st.totals[0] == pytest.approx(3 * HOUR, abs=0.01)
+        else:
+            assert st.n_intervals == 1 and st.totals[0] == pytest.approx(interval, abs=0.01)
+        assert len(st.ring) == (1 if i % 3 == 0 else 0)
