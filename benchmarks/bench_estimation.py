@@ -278,6 +278,10 @@ async def bench_outcomes(args: argparse.Namespace) -> None:
                     if key[2] in STAGES and ("streams" in key[0]):
                         print(f"    {key[2]:<18} {v[3]:7.2f}s  {v[3] / total:5.1%}  "
                               f"({key[0].split('/')[-1]}:{key[1]}, {v[1]} calls)")
+                print("  own time (tottime) of the top functions:")
+                for key, v in sorted(st.stats.items(), key=lambda kv: -kv[1][2])[:12]:  # type: ignore[attr-defined]
+                    print(f"    {v[2]:7.2f}s  {v[2] / total:5.1%}  {key[2]} "
+                          f"({'/'.join(key[0].split('/')[-2:])}:{key[1]})")
     finally:
         await store.delete_all()
         await store.close()
