@@ -85,6 +85,9 @@ log = logging.getLogger(__name__)
 RejectSink = Callable[[bytes | None, bytes], Awaitable[Any]]
 #: Compare-and-set rounds of an outcome before it is applied without its estimator update.
 MAX_CAS_ATTEMPTS = 5
+#: Outcomes per vectorised estimator update (``Estimation.observe``, ~70 us a page on this
+#: 2-core machine: a slice holds the event loop for ~35 ms at most).
+OBSERVE_SLICE = 512
 #: Error replies of a Redis that cannot write now but will (out of memory, a replica after
 #: a failover, loading, cluster resharding or failover, a busy script): the batch is
 #: retried, never rejected (rejecting would let the state diverge from the topics).
@@ -433,7 +436,7 @@ class Agents:
 
     async def _outcome_chunk(self, jobs: list[Job]) -> None:
         """Apply outcomes (each url once): read the page and its estimator record, add the
-        crawl interval to the estimator in Python (one batched MLE solve), then write it in
+        crawl interval to the estimator (vectorised: ``Estimation.observe``), then write it in
         the outcome's offset-guarded Lua step with a compare-and-set on what was read; the
         few that lose the race (a ping arrived in between) are read and computed again."""
         todo = jobs
@@ -469,8 +472,13 @@ class Agents:
         new_records: dict[int, str] = {}
         if observations:
             try:
-                new_records = dict(zip(observed, self.estimation.observe(observations),
-                                       strict=True))
+                # vectorised, in slices: the loop (the scheduler's ticks) runs in between
+                new: list[str] = []
+                for k in range(0, len(observations), OBSERVE_SLICE):
+                    if k:
+                        await asyncio.sleep(0)
+                    new += self.estimation.observe(observations[k : k + OBSERVE_SLICE])
+                new_records = dict(zip(observed, new, strict=True))
             except Exception:  # a numerical failure must not block the crawl bookkeeping
                 log.exception("estimator update failed; outcomes applied without it")
         plans: list[tuple[Job, str | None, str, str | None]] = []

@@ -39,6 +39,7 @@ from __future__ import annotations
 
 import base64
 import binascii
+import contextlib
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -47,12 +48,18 @@ import numpy as np
 
 from models.decision.pooling import pooled_beta
 from models.estimators import (
+    BatchEstimate,
     BatchSignalState,
     CrawlInterval,
     SignalEstimator,
     SignalState,
+    batch_from_bytes,
     batch_result,
+    batch_to_bytes,
+    batch_update,
     conservative_change_rate,
+    states_to_batch,
+    update_many,
 )
 from streams.records import SOURCES
 
@@ -82,6 +89,11 @@ GROUP_OF: tuple[int, ...] = tuple(
     next(i for i, (_, members) in enumerate(GROUPS) if s in members) for s in SOURCES
 )
 N_GROUPS = len(GROUPS)
+#: ``signals (M, sources) @ _GROUP_SUM`` = per-group sums (:func:`group_counts` on arrays)
+_GROUP_SUM = np.array([[1.0 if GROUP_OF[s] == g else 0.0 for g in range(N_GROUPS)]
+                       for s in range(len(SOURCES))])
+#: :meth:`Estimates.encode`'s text: 4 + 6 per-group fields at 6 significant digits, the count
+_ESTIMATES_FORMAT = ",".join(["{:.6g}"] * (4 + 6 * N_GROUPS)) + ",{}"
 
 
 def group_counts(signals: Sequence[int]) -> tuple[float, ...]:
@@ -177,69 +189,100 @@ class Estimation:
         self.estimator = SignalEstimator(N_GROUPS, half_life_s=half_life_s)
 
     def state_of(self, record: str | None) -> SignalState:
+        """The stored state, or the prior's if absent, unreadable, or of another shape (a
+        record written with other source groups or ring capacity starts again)."""
         if record:
             try:
-                return EstimatorRecord.decode(record).state
+                st = EstimatorRecord.decode(record).state
             except (ValueError, TypeError):
                 pass  # unreadable (or another version): start again from the prior
+            else:
+                if (st.n_sources == self.estimator.n_sources
+                        and len(st.ring) <= self.estimator.ring_capacity):
+                    return st
         return self.estimator.init()
 
     def observe(self, observations: Sequence[Observation]) -> list[str]:
-        """New records after one interval each (one vectorised MLE solve for them all)."""
+        """New records after one interval each, every page at once: the stored states read
+        into arrays, one vectorised update (:func:`models.estimators.batch_update`, equal to
+        ``SignalEstimator.update`` page by page), one Newton solve for the estimates
+        (``batch_result``), the records written from the arrays.  No ``SignalState`` object
+        per page (``tests/streams/test_estimation.py`` checks the records against that path).
+        Each observation must be a different page (the outcomes agent's chunks)."""
         if not observations:
             return []
-        states = []
-        for o in observations:
-            st = self.state_of(o.record)
-            end = o.fetched_at_s if o.fetched_at_s >= st.end_s else None
-            obs = CrawlInterval(max(0.0, o.interval_s), o.changed, group_counts(o.signals),
-                                end_s=end)
-            states.append(self.estimator.update(st, obs))
+        batch = self.states_of([o.record for o in observations])
+        m = len(observations)
+        tau = np.fromiter((max(0.0, o.interval_s) for o in observations), np.float64, m)
+        changed = np.fromiter((o.changed for o in observations), bool, m)
+        signals = np.array([o.signals for o in observations], dtype=np.float64)
+        fetched = np.fromiter((o.fetched_at_s for o in observations), np.float64, m)
+        # a fetch before the stored last crawl (a clock step): the interval follows it
+        prev = batch.end_s
+        end = np.where(fetched >= prev, fetched, prev + tau)
+        batch_update(self.estimator, batch, tau, changed, signals.reshape(m, -1) @ _GROUP_SUM,
+                     end_s=end)
+        return self.records_of(batch, batch_result(self.estimator, batch))
+
+    # -- the stored record <-> arrays (the storage encoding lives here and in EstimatorRecord)
+    def states_of(self, records: Sequence[str | None]) -> BatchSignalState:
+        """The stored states as arrays; absent or unreadable records (another version, other
+        source groups or ring capacity) start from the prior, as :meth:`state_of`."""
+        blobs: list[bytes | None] = []
+        for rec in records:
+            blob = None
+            if rec:
+                with contextlib.suppress(binascii.Error, ValueError):
+                    blob = base64.b64decode(rec.partition("|")[2], validate=True)
+            blobs.append(blob)
+        return batch_from_bytes(self.estimator, blobs)[0]
+
+    def records_of(self, batch: BatchSignalState, r: BatchEstimate) -> list[str]:
+        """:meth:`EstimatorRecord.encode` of every page of ``batch`` with its estimates."""
+        blobs = batch_to_bytes(batch, self.estimator.ring_capacity)
+        nums = np.column_stack([
+            r.alpha_per_s, r.alpha_se_per_s, r.change_rate_per_s, r.change_rate_se_per_s,
+            r.gamma_per_s, r.kappa, r.precision, r.precision_se, r.recall, r.recall_se,
+        ]).tolist()
+        fmt = _ESTIMATES_FORMAT
+        b64 = base64.b64encode
+        return [f"{fmt.format(*row, n)}|{b64(blob).decode()}"
+                for row, n, blob in zip(nums, batch.n_intervals.tolist(), blobs, strict=True)]
+
+    def observe_states(self, observations: Sequence[Observation]) -> list[str]:
+        """:meth:`observe` through ``SignalState`` objects (:func:`update_many`): the same
+        records, kept as the reference the array path is tested against."""
+        if not observations:
+            return []
+        states = [self.state_of(o.record) for o in observations]
+        intervals = [
+            CrawlInterval(max(0.0, o.interval_s), o.changed, group_counts(o.signals),
+                          end_s=o.fetched_at_s if o.fetched_at_s >= st.end_s else None)
+            for o, st in zip(observations, states, strict=True)
+        ]
+        new_states, r = update_many(self.estimator, states, intervals)
         return [EstimatorRecord(e, s).encode()
-                for e, s in zip(self.results(states), states, strict=True)]
+                for e, s in zip(_estimates_list(r, new_states), new_states, strict=True)]
 
     def results(self, states: Sequence[SignalState]) -> list[Estimates]:
         """Converged estimates of several states (``batch_result``: one Newton solve)."""
-        batch = _to_batch(states, self.estimator.ring_capacity)
-        r = batch_result(self.estimator, batch)
-        out = []
-        for i, st in enumerate(states):
-            out.append(Estimates(
-                float(r.alpha_per_s[i]), float(r.alpha_se_per_s[i]),
-                float(r.change_rate_per_s[i]), float(r.change_rate_se_per_s[i]),
-                _t(r.gamma_per_s[i]), _t(r.kappa[i]), _t(r.precision[i]),
-                _t(r.precision_se[i]), _t(r.recall[i]), _t(r.recall_se[i]), st.n_intervals,
-            ))
-        return out
+        if not states:
+            return []
+        batch = states_to_batch(states, self.estimator.ring_capacity, self.estimator.n_sources)
+        return _estimates_list(batch_result(self.estimator, batch), states)
 
 
-def _t(a: np.ndarray) -> tuple[float, ...]:
-    return tuple(float(x) for x in a)
-
-
-def _to_batch(states: Sequence[SignalState], capacity: int) -> BatchSignalState:
-    n, d = len(states), 1 + N_GROUPS
-    ring = np.zeros((n, capacity, d + 1))
-    quad_a = np.zeros((n, d, d))
-    iu = np.triu_indices(d)
-    for i, st in enumerate(states):
-        for j, e in enumerate(st.ring):
-            ring[i, j] = e
-        qa = np.zeros((d, d))
-        qa[iu] = st.quad_a
-        quad_a[i] = qa + np.triu(qa, 1).T
-    return BatchSignalState(
-        end_s=np.array([s.end_s for s in states], dtype=np.float64),
-        n_intervals=np.array([s.n_intervals for s in states], dtype=np.int64),
-        theta=np.array([s.theta for s in states], dtype=np.float64),
-        unchanged=np.array([s.unchanged for s in states], dtype=np.float64),
-        totals=np.array([s.totals for s in states], dtype=np.float64),
-        ring=ring,
-        ring_len=np.array([len(s.ring) for s in states], dtype=np.int64),
-        ring_pos=np.zeros(n, dtype=np.int64),
-        quad_b=np.array([s.quad_b for s in states], dtype=np.float64),
-        quad_a=quad_a,
-    )
+def _estimates_list(r: BatchEstimate, states: Sequence[SignalState]) -> list[Estimates]:
+    a, a_se = r.alpha_per_s.tolist(), r.alpha_se_per_s.tolist()
+    c, c_se = r.change_rate_per_s.tolist(), r.change_rate_se_per_s.tolist()
+    g, k = r.gamma_per_s.tolist(), r.kappa.tolist()
+    p, p_se, q, q_se = (r.precision.tolist(), r.precision_se.tolist(), r.recall.tolist(),
+                        r.recall_se.tolist())
+    return [
+        Estimates(a[i], a_se[i], c[i], c_se[i], tuple(g[i]), tuple(k[i]), tuple(p[i]),
+                  tuple(p_se[i]), tuple(q[i]), tuple(q_se[i]), st.n_intervals)
+        for i, st in enumerate(states)
+    ]
 
 
 def value_parameters(

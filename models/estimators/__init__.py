@@ -10,11 +10,23 @@ bytes; vectorised versions over many pages live in :mod:`.batch`.
   derived ``Delta``, ``nu_s``, precision, recall, ``beta_s``; the naive counting estimator.
 * :mod:`.sources` - per-host pooling of source quality as a prior for young pages.
 * :mod:`.importance` - ``mu`` from a score or from request counts.
-* :mod:`.batch` - structure-of-arrays versions for the simulator.
+* :mod:`.batch` - structure-of-arrays versions for the simulator and the service
+  (``update_many``: many pages' update and result in one vectorised pass).
 """
 
 from ._prior import PseudoDatapoints, SignalPrior
-from .batch import BatchEstimate, BatchSignalState, batch_init, batch_result, batch_update
+from .batch import (
+    BatchEstimate,
+    BatchSignalState,
+    batch_from_bytes,
+    batch_init,
+    batch_result,
+    batch_to_bytes,
+    batch_to_states,
+    batch_update,
+    states_to_batch,
+    update_many,
+)
 from .change_rate import (
     GRIMES_FORD,
     ChangeRateEstimate,
@@ -62,8 +74,11 @@ __all__ = [
     "SignalEstimator",
     "SignalPrior",
     "SignalState",
+    "batch_from_bytes",
     "batch_init",
     "batch_result",
+    "batch_to_bytes",
+    "batch_to_states",
     "batch_update",
     "cho_garcia_molina_mle",
     "conservative_change_rate",
@@ -74,4 +89,6 @@ __all__ = [
     "naive_precision_recall",
     "pseudo_datapoint_log_density",
     "state_size_bytes",
+    "states_to_batch",
+    "update_many",
 ]

@@ -69,7 +69,8 @@ def gradient_hessian(
     c1 *= w
     c2 *= w
     grad: FloatArray = lin - b + np.einsum("nde,ne->nd", a, theta) - np.einsum("nm,nmd->nd", c1, v)
-    hess: FloatArray = a + np.einsum("nm,nmd,nme->nde", c2, v, v)
+    # sum_m c2_m v_m v_m' as one stacked matrix product (10x a three-operand einsum)
+    hess: FloatArray = a + np.matmul(np.swapaxes(v * c2[:, :, None], 1, 2), v)
     return grad, hess
 
 
@@ -137,38 +138,46 @@ def newton_solve(
     """
     theta = np.array(theta0, dtype=np.float64, copy=True)
     theta = np.where(theta > 0.0, theta, 1e-12)
-    active = np.ones(theta.shape[0], dtype=bool)
     f_cur = objective(theta, lin, v, w, b, a)
+    # the problems still running, and their data: shrunk only when some finish (each
+    # problem's arithmetic is its own, so this is the same computation as indexing anew)
+    idx = np.arange(theta.shape[0])
+    li, vv, ww, bb, aa = lin, v, w, b, a
+    th, f0 = theta, f_cur
     for _ in range(max_iter):
-        if not active.any():
+        if idx.size == 0:
             break
-        idx = np.flatnonzero(active)
-        th, li, vv, ww, bb, aa = theta[idx], lin[idx], v[idx], w[idx], b[idx], a[idx]
         grad, hess = gradient_hessian(th, li, vv, ww, bb, aa)
         step = solve_spd(hess, grad)
         t = boundary_fraction(th, step)
-        f0 = f_cur[idx]
         slope = np.einsum("nd,nd->n", grad, step)
-        accepted = np.zeros(idx.size, dtype=bool)
-        new_th = th.copy()
-        new_f = f0.copy()
-        for _ in range(60):
-            todo = ~accepted
-            if not todo.any():
+        # Armijo backtracking: the first try (t from the boundary rule) is usually accepted
+        cand = th - t[:, None] * step
+        fc = objective(cand, li, vv, ww, bb, aa)
+        accepted = fc <= f0 - 1e-4 * t * slope + 1e-13 * np.abs(f0)
+        new_th = np.where(accepted[:, None], cand, th)
+        new_f = np.where(accepted, fc, f0)
+        for _ in range(59):
+            if accepted.all():
                 break
-            cand = th[todo] - t[todo, None] * step[todo]
-            fc = objective(cand, li[todo], vv[todo], ww[todo], bb[todo], aa[todo])
-            ok = fc <= f0[todo] - 1e-4 * t[todo] * slope[todo] + 1e-13 * np.abs(f0[todo])
-            sub = np.flatnonzero(todo)
+            t[~accepted] *= 0.5
+            sub = np.flatnonzero(~accepted)
+            cand = th[sub] - t[sub, None] * step[sub]
+            fc = objective(cand, li[sub], vv[sub], ww[sub], bb[sub], aa[sub])
+            ok = fc <= f0[sub] - 1e-4 * t[sub] * slope[sub] + 1e-13 * np.abs(f0[sub])
             new_th[sub[ok]] = cand[ok]
             new_f[sub[ok]] = fc[ok]
             accepted[sub[ok]] = True
-            t[sub[~ok]] *= 0.5
-        theta[idx] = new_th
-        f_cur[idx] = new_f
         moved = np.max(np.abs(new_th - th) / np.maximum(th, 1e-300), axis=1)
-        done = (moved <= rtol) | ~accepted
-        active[idx[done]] = False
+        theta[idx] = new_th  # (th may be a view of theta: measured first)
+        f_cur[idx] = new_f
+        keep = ~((moved <= rtol) | ~accepted)
+        if keep.all():
+            th, f0 = new_th, new_f
+            continue
+        idx = idx[keep]
+        th, f0 = new_th[keep], new_f[keep]
+        li, vv, ww, bb, aa = li[keep], vv[keep], ww[keep], bb[keep], aa[keep]
     _, hess = gradient_hessian(theta, lin, v, w, b, a)
     return theta, hess
 
@@ -219,7 +228,7 @@ def derived_standard_errors(
 
     ``cov`` is the ``(N,d,d)`` covariance of ``(alpha, kappa)``; ``var_gamma (N,S)`` the
     variances of the (independent) signal rates.  Jacobians by central differences with
-    relative steps of 1e-6.
+    steps of 1e-6 of each parameter's magnitude or standard deviation, whichever is larger.
     """
     n, s = kappa.shape
     d = 1 + s
@@ -230,8 +239,12 @@ def derived_standard_errors(
         full_cov[:, d + j, d + j] = var_gamma[:, j]
     base = derive(alpha, kappa, gamma)
     jac: dict[str, list[FloatArray]] = {k: [] for k in base}
+    # steps relative to the parameter or, when larger, its standard deviation: a parameter
+    # at 0 (a source never heard from: gamma = 0) took a step of 1e-18 before, and the
+    # quotient was rounding noise (1e-3 of a recall's standard error from 1 ulp of input)
+    scale = np.maximum(np.abs(params), np.sqrt(np.maximum(np.einsum("npp->np", full_cov), 0.0)))
     for p in range(d + s):
-        h = 1e-6 * np.maximum(np.abs(params[:, p]), 1e-12)
+        h = 1e-6 * np.maximum(scale[:, p], 1e-12)
         up = params.copy()
         dn = params.copy()
         up[:, p] += h

@@ -1,15 +1,32 @@
 """Vectorised streaming estimator: the :class:`~models.estimators.signals.SignalEstimator`
-update and result over ``N`` pages at once, for the simulator.
+update and result over ``N`` pages at once, for the simulator and the service.
 
-The arithmetic is the scalar estimator's (same ring, same eviction rule, same Newton steps),
-so a page updated here and the same page updated with ``SignalEstimator.update`` agree to
-rounding (``tests/models`` check it).  The ring is circular here (``ring_pos`` = oldest).
-Unlike the scalar form, :func:`batch_update` updates the arrays in place, for speed.
+The model is paper 004 App. E (``P(no change) = exp(-alpha*tau - sum_s kappa_s*n_s)``); the
+streaming state and its eviction rule (the quadratic, Laplace-style summary of a changed
+interval leaving the ring, expanded at the running estimate after one Newton step, or
+``FIRST_EVICTION_STEPS`` at a page's first eviction) are :mod:`.signals`'s.  The arithmetic is
+the scalar estimator's (same ring, same eviction rule, same Newton steps), so a page updated
+here and the same page updated with ``SignalEstimator.update`` agree to rounding
+(``tests/models`` check it over randomised histories).  The ring is circular here
+(``ring_pos`` = oldest).  Unlike the scalar form, :func:`batch_update` updates the arrays in
+place, for speed.
+
+Two entry points:
+
+* arrays: :func:`batch_init` / :func:`states_to_batch`, then :func:`batch_update` and
+  :func:`batch_result` on a :class:`BatchSignalState` (no per-page Python objects);
+* bytes: :func:`batch_from_bytes` / :func:`batch_to_bytes` read and write many pages'
+  ``SignalState.to_bytes`` records at once (the same bytes), so a service can go from stored
+  states to stored states without a ``SignalState`` per page;
+* objects: :func:`update_many` - ``SignalState`` objects and ``CrawlInterval`` observations in,
+  new states and a :class:`BatchEstimate` out; the same as ``SignalEstimator.update`` then
+  ``SignalEstimator.result`` page by page, in one vectorised pass.
 """
 
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -17,9 +34,28 @@ import numpy.typing as npt
 
 from . import _numeric as nm
 from ._prior import SignalPrior
-from .signals import FIRST_EVICTION_STEPS, SignalEstimator, SignalState, _estimates_from
+from .signals import (
+    _VERSION,
+    FIRST_EVICTION_STEPS,
+    CrawlInterval,
+    SignalEstimator,
+    SignalState,
+    _check_interval,
+    _estimates_from,
+)
 
-__all__ = ["BatchEstimate", "BatchSignalState", "batch_init", "batch_result", "batch_update"]
+__all__ = [
+    "BatchEstimate",
+    "BatchSignalState",
+    "batch_from_bytes",
+    "batch_init",
+    "batch_result",
+    "batch_to_bytes",
+    "batch_to_states",
+    "batch_update",
+    "states_to_batch",
+    "update_many",
+]
 
 IntArray = npt.NDArray[np.int64]
 
@@ -170,7 +206,8 @@ def batch_update(
         raise ValueError(f"n_signals must be finite counts >= 0 of shape ({m}, {s})")
     if pages is not None and np.unique(np.asarray(idx)).size != m:
         raise ValueError("pages must not repeat a page")
-    prev = state.end_s[idx]
+    # a copy: with pages=None this would be a view, overwritten below before the decay uses it
+    prev = state.end_s[idx].copy()
     has_prev = prev > -np.inf
     if end_s is None:
         end = np.where(has_prev, prev + tau, tau)
@@ -284,3 +321,227 @@ def batch_result(
         nu_per_s=est["nu"],
         beta_s=est["beta"],
     )
+
+
+def states_to_batch(
+    states: Sequence[SignalState], ring_capacity: int, n_sources: int | None = None
+) -> BatchSignalState:
+    """Stack scalar states into a :class:`BatchSignalState` (rings chronological, ``ring_pos = 0``).
+
+    ``n_sources`` is required when ``states`` is empty (default: the first state's).
+    Raises ``ValueError`` naming ``states`` when they mix source counts or a ring is longer
+    than ``ring_capacity``.
+    """
+    n = len(states)
+    if n_sources is None:
+        if n == 0:
+            raise ValueError("states: empty; pass n_sources")
+        n_sources = states[0].n_sources
+    s = n_sources
+    d = 1 + s
+    k = ring_capacity
+    if any(st.n_sources != s for st in states):
+        raise ValueError(f"states: every state must have {s} sources")
+    lens = np.fromiter((len(st.ring) for st in states), dtype=np.int64, count=n)
+    if n and int(lens.max()) > k:
+        raise ValueError(f"states: a ring holds {int(lens.max())} intervals > capacity {k}")
+    ring = np.zeros((n, k, d + 1))
+    total = int(lens.sum())
+    if total:
+        flat = np.array([e for st in states for e in st.ring], dtype=np.float64)
+        rows = np.repeat(np.arange(n), lens)
+        starts = np.repeat(np.cumsum(lens) - lens, lens)
+        ring[rows, np.arange(total) - starts] = flat.reshape(total, d + 1)
+    iu = np.triu_indices(d)
+    quad_a = np.zeros((n, d, d))
+    if n:
+        upper = np.array([st.quad_a for st in states], dtype=np.float64).reshape(n, -1)
+        quad_a[:, iu[0], iu[1]] = upper
+        quad_a[:, iu[1], iu[0]] = upper
+
+    def rows_of(attr: str) -> nm.FloatArray:
+        out: nm.FloatArray = np.array([getattr(st, attr) for st in states], dtype=np.float64)
+        return out.reshape(n, d)
+
+    return BatchSignalState(
+        end_s=np.fromiter((st.end_s for st in states), dtype=np.float64, count=n),
+        n_intervals=np.fromiter((st.n_intervals for st in states), dtype=np.int64, count=n),
+        theta=rows_of("theta"),
+        unchanged=rows_of("unchanged"),
+        totals=rows_of("totals"),
+        ring=ring,
+        ring_len=lens,
+        ring_pos=np.zeros(n, dtype=np.int64),
+        quad_b=rows_of("quad_b"),
+        quad_a=quad_a,
+    )
+
+
+def batch_to_states(state: BatchSignalState, ring_capacity: int) -> list[SignalState]:
+    """Every page of ``state`` as a scalar :class:`SignalState` (as :meth:`page_state`)."""
+    n = state.n_pages
+    d = state.theta.shape[1]
+    k = state.ring.shape[1]
+    order = (state.ring_pos[:, None] + np.arange(k)[None, :]) % k
+    ring = np.take_along_axis(state.ring, order[:, :, None], axis=1).tolist()
+    iu = np.triu_indices(d)
+    quad_a = state.quad_a[:, iu[0], iu[1]].tolist()
+    lens = state.ring_len.tolist()
+    end_s = state.end_s.tolist()
+    n_int = state.n_intervals.tolist()
+    theta = state.theta.tolist()
+    unchanged = state.unchanged.tolist()
+    totals = state.totals.tolist()
+    quad_b = state.quad_b.tolist()
+    s = d - 1
+    return [
+        SignalState(
+            s, end_s[i], n_int[i], tuple(theta[i]), tuple(unchanged[i]), tuple(totals[i]),
+            tuple(map(tuple, ring[i][: lens[i]])), tuple(quad_b[i]), tuple(quad_a[i]),
+            ring_capacity,
+        )
+        for i in range(n)
+    ]
+
+
+def update_many(
+    estimator: SignalEstimator,
+    states: Sequence[SignalState],
+    intervals: Sequence[CrawlInterval],
+    *,
+    prior: SignalPrior | None = None,
+) -> tuple[list[SignalState], BatchEstimate]:
+    """``SignalEstimator.update`` then ``.result`` for many pages, in one vectorised pass.
+
+    ``states[i]`` takes ``intervals[i]``; the returned states and the estimate arrays are in
+    the same order (a page listed twice is two independent pages here: chain two calls to
+    add two intervals to one page).  Validation and messages are ``SignalEstimator.update``'s
+    (a ``ValueError`` names ``interval_s``, ``n_signals`` or ``end_s``).  ``prior`` overrides
+    the estimator's prior in the result only, as in ``SignalEstimator.result``.
+    """
+    if len(states) != len(intervals):
+        raise ValueError(f"intervals: {len(intervals)} for {len(states)} states")
+    s = estimator.n_sources
+    for st in states:
+        if st.n_sources != s:
+            raise ValueError(f"state has {st.n_sources} sources, estimator {s}")
+    for obs in intervals:
+        _check_interval(obs, s)
+    batch = states_to_batch(states, estimator.ring_capacity, s)
+    m = len(states)
+    tau = np.fromiter((float(o.interval_s) for o in intervals), dtype=np.float64, count=m)
+    changed = np.fromiter((bool(o.changed) for o in intervals), dtype=bool, count=m)
+    sig = np.array([o.n_signals for o in intervals], dtype=np.float64).reshape(m, s)
+    prev = batch.end_s
+    has_prev = prev > -np.inf
+    # end_s omitted: the previous crawl plus the interval (as SignalEstimator.update)
+    end = np.where(has_prev, prev + tau, tau)
+    for i, o in enumerate(intervals):
+        if o.end_s is not None:
+            e = float(o.end_s)
+            if has_prev[i] and e < prev[i]:
+                raise ValueError(f"end_s={e!r} is before the previous crawl at {prev[i]!r}")
+            end[i] = e
+    batch_update(estimator, batch, tau, changed, sig, end_s=end)
+    result = batch_result(estimator, batch, prior=prior)
+    return batch_to_states(batch, estimator.ring_capacity), result
+
+
+def _record_dtype(d: int, ring_len: int) -> np.dtype[np.void]:
+    """``SignalState.to_bytes``'s layout with ``ring_len`` ring entries, as a packed record."""
+    fields: list[tuple[str, str] | tuple[str, str, tuple[int, ...]]] = [
+        ("version", "u1"), ("n_sources", "u1"), ("capacity", "u1"), ("ring_len", "u1"),
+        ("end_s", "<f8"), ("n_intervals", "<u4"),
+        ("theta", "<f4", (d,)), ("unchanged", "<f8", (d,)), ("totals", "<f8", (d,)),
+    ]
+    if ring_len:
+        fields.append(("ring", "<f4", (ring_len, d + 1)))
+    fields += [("quad_b", "<f4", (d,)), ("quad_a", "<f4", (d * (d + 1) // 2,))]
+    return np.dtype(fields)
+
+
+def batch_from_bytes(
+    estimator: SignalEstimator, blobs: Sequence[bytes | None]
+) -> tuple[BatchSignalState, npt.NDArray[np.bool_]]:
+    """Many ``SignalState.to_bytes`` records as one :class:`BatchSignalState` (``numpy``
+    reads of each ring length's records at once; ``SignalState.from_bytes`` per page gives the
+    same numbers).
+
+    Returns the state and a mask of the records read; a page whose record is ``None``, empty,
+    malformed, of another version, another source count, or a ring longer than the
+    estimator's capacity is a page never crawled (``batch_init``) with mask ``False``.
+    """
+    n = len(blobs)
+    s = estimator.n_sources
+    d = 1 + s
+    k = estimator.ring_capacity
+    state = batch_init(estimator, n)
+    ok = np.zeros(n, dtype=bool)
+    base = _record_dtype(d, 0).itemsize
+    per_entry = 4 * (d + 1)
+    groups: dict[int, list[int]] = {}
+    for i, blob in enumerate(blobs):
+        if not blob:
+            continue
+        ring_len, rest = divmod(len(blob) - base, per_entry)
+        if rest == 0 and 0 <= ring_len <= k:
+            groups.setdefault(ring_len, []).append(i)
+    iu = np.triu_indices(d)
+    for ring_len, members in groups.items():
+        arr = np.frombuffer(b"".join(blobs[i] for i in members),  # type: ignore[misc]
+                            dtype=_record_dtype(d, ring_len))
+        good = ((arr["version"] == _VERSION) & (arr["n_sources"] == s)
+                & (arr["ring_len"] == ring_len))
+        rows = np.asarray(members, dtype=np.int64)[good]
+        arr = arr[good]
+        state.end_s[rows] = arr["end_s"]
+        state.n_intervals[rows] = arr["n_intervals"]
+        state.theta[rows] = arr["theta"]
+        state.unchanged[rows] = arr["unchanged"]
+        state.totals[rows] = arr["totals"]
+        if ring_len:
+            state.ring[rows, :ring_len] = arr["ring"]
+        state.ring_len[rows] = ring_len
+        state.quad_b[rows] = arr["quad_b"]
+        upper = arr["quad_a"].astype(np.float64)
+        qa = np.zeros((rows.size, d, d))
+        qa[:, iu[0], iu[1]] = upper
+        qa[:, iu[1], iu[0]] = upper
+        state.quad_a[rows] = qa
+        ok[rows] = True
+    return state, ok
+
+
+def batch_to_bytes(state: BatchSignalState, ring_capacity: int) -> list[bytes]:
+    """Every page's ``SignalState.to_bytes`` record (byte for byte), without the objects.
+
+    Floats are rounded to float32 where the layout says so, as ``struct`` does (a value beyond
+    float32's range becomes infinite here where ``struct`` raises ``OverflowError``).
+    """
+    n = state.n_pages
+    d = state.theta.shape[1]
+    k = state.ring.shape[1]
+    out: list[bytes] = [b""] * n
+    iu = np.triu_indices(d)
+    for ring_len in np.unique(state.ring_len).tolist():
+        rows = np.flatnonzero(state.ring_len == ring_len)
+        arr = np.zeros(rows.size, dtype=_record_dtype(d, ring_len))
+        arr["version"] = _VERSION
+        arr["n_sources"] = d - 1
+        arr["capacity"] = ring_capacity
+        arr["ring_len"] = ring_len
+        arr["end_s"] = state.end_s[rows]
+        arr["n_intervals"] = np.minimum(state.n_intervals[rows], 0xFFFFFFFF)
+        arr["theta"] = state.theta[rows]
+        arr["unchanged"] = state.unchanged[rows]
+        arr["totals"] = state.totals[rows]
+        if ring_len:
+            order = (state.ring_pos[rows, None] + np.arange(ring_len)[None, :]) % k
+            arr["ring"] = np.take_along_axis(state.ring[rows], order[:, :, None], axis=1)
+        arr["quad_b"] = state.quad_b[rows]
+        arr["quad_a"] = state.quad_a[rows][:, iu[0], iu[1]]
+        buf = arr.tobytes()
+        size = arr.dtype.itemsize
+        for j, r in enumerate(rows.tolist()):
+            out[r] = buf[j * size : (j + 1) * size]
+    return out

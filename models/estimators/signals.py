@@ -319,12 +319,16 @@ class SignalEstimator:
         self.half_life_s = float(half_life_s)
         self.ring_capacity = cap
         self._prior_lin, self._prior_entries = self.prior.compiled(n_sources)
+        #: the prior's MAP, solved once (``init`` is called for every new page)
+        self._theta0: tuple[float, ...] | None = None
 
     # -- streaming interface -------------------------------------------------------------
     def init(self) -> SignalState:
         """State of a page never crawled: only the prior."""
         d = 1 + self.n_sources
-        theta = self._initial_theta()
+        if self._theta0 is None:
+            self._theta0 = self._initial_theta()
+        theta = self._theta0
         return SignalState(
             self.n_sources,
             -math.inf,

@@ -3,14 +3,17 @@ offset-guarded, compare-and-set update against the real Redis."""
 
 from __future__ import annotations
 
+import json
 import math
 import random
 import time
+from dataclasses import dataclass
 
 import pytest
 from test_agents_unit import Harness, js
 
-from models.estimators import fit_signal_mle
+import streams.agents as agents_module
+from models.estimators import CrawlInterval, fit_signal_mle
 from streams.estimation import (
     GROUP_OF,
     Estimates,
@@ -118,6 +121,68 @@ def test_records_round_trip_and_bad_ones_restart_from_the_prior() -> None:
     assert estimates_of("garbage") is None
 
 
+def scalar_observe(est: Estimation, observations: list[Observation]) -> list[str]:
+    """The service's path before the vectorised update: ``SignalEstimator.update`` per page."""
+    states = []
+    for o in observations:
+        st = est.state_of(o.record)
+        end = o.fetched_at_s if o.fetched_at_s >= st.end_s else None
+        states.append(est.estimator.update(st, CrawlInterval(
+            max(0.0, o.interval_s), o.changed, group_counts(o.signals), end_s=end)))
+    return [EstimatorRecord(e, s).encode()
+            for e, s in zip(est.results(states), states, strict=True)]
+
+
+def assert_records_close(a: str, b: str) -> None:
+    """Same state (float32 parts may round the other way after different summation orders)
+    and the same estimates to their 6 printed digits."""
+    ra, rb = EstimatorRecord.decode(a), EstimatorRecord.decode(b)
+    sa, sb = ra.state, rb.state
+    assert (sa.n_intervals, len(sa.ring), sa.end_s) == (sb.n_intervals, len(sb.ring), sb.end_s)
+    for name in ("theta", "unchanged", "totals", "quad_b", "quad_a"):
+        assert getattr(sa, name) == pytest.approx(getattr(sb, name), rel=1e-6), name
+    assert [x for e in sa.ring for x in e] == pytest.approx([x for e in sb.ring for x in e],
+                                                             rel=1e-6)
+    fa = [float(x) for x in a.partition("|")[0].split(",")]
+    fb = [float(x) for x in b.partition("|")[0].split(",")]
+    assert fa == pytest.approx(fb, rel=2e-5)
+
+
+def test_observe_on_arrays_equals_the_page_by_page_update() -> None:
+    """``observe`` (stored records -> arrays -> records, no SignalState per page) gives the
+    records of ``observe_states`` (update_many on objects) and of the scalar update page by
+    page, over pages with randomised histories: new pages, unreadable records, rings filling
+    and evicting, changed or not, 0..5 pings of any source, a fetch before the stored crawl."""
+    rng = random.Random(5)
+    est = Estimation(half_life_s=200 * HOUR)
+    n_pages = 60
+    records: list[str | None] = [None] * n_pages
+    clock = [1_000_000.0 + rng.uniform(0, HOUR) for _ in range(n_pages)]
+    exact = 0
+    for step in range(25):
+        observations = []
+        for i in range(n_pages):
+            tau = 0.0 if rng.random() < 0.05 else rng.expovariate(1 / (5 * HOUR))
+            clock[i] += tau
+            at = clock[i] - (HOUR if rng.random() < 0.05 else 0.0)  # sometimes before
+            record = records[i] if rng.random() > 0.03 else "garbage|%%%"
+            signals = tuple(rng.choice([0, 0, 0, 1, 2]) for _ in SOURCES)
+            observations.append(Observation(record, tau, signals, rng.random() < 0.5, at))
+        new = est.observe(observations)
+        for a, b, c in zip(new, est.observe_states(observations),
+                           scalar_observe(est, observations), strict=True):
+            assert_records_close(a, b)
+            assert_records_close(a, c)
+            exact += a == b
+        records = list(new)
+        if step == 0:
+            assert all(EstimatorRecord.decode(r).state.n_intervals <= 1 for r in records)
+    assert exact > 0.5 * 25 * n_pages  # most records are identical to the byte
+    rings = [len(EstimatorRecord.decode(r).state.ring) for r in records]
+    assert max(rings) == est.estimator.ring_capacity
+    assert est.observe([]) == est.observe_states([]) == []
+
+
 async def outcome(h: Harness, url: str, at: float, changed: bool | None,
                   offset: int | None = None) -> list:
     return await h.feed("outcomes", [js(url=url, fetched_at=at, changed=changed, status=200)],
@@ -172,3 +237,48 @@ async def test_a_write_that_lost_the_race_is_not_applied(redis_url: str) -> None
     )
     assert res[0] == "applied"
     assert (await h.store.get_pages(host, [url]))[url][2] == "x|y"
+
+
+@dataclass
+class _Msg:
+    value: bytes
+    key: bytes
+    topic: str
+    partition: int
+    offset: int
+    timestamp: float = 0.0
+
+
+@dataclass
+class _Ev:
+    message: _Msg
+
+
+async def test_a_chunk_of_several_slices_updates_every_page_once(
+    redis_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The outcomes agent updates a chunk's estimators in slices (the event loop runs in
+    between): every page of a chunk of three slices gets exactly its own interval, a url
+    repeated in the chunk its two intervals in order."""
+    monkeypatch.setattr(agents_module, "OBSERVE_SLICE", 4)
+    h = Harness(redis_url)
+    urls = [f"https://s{i % 3}.org/p{i}" for i in range(11)]
+    now = time.time()
+    await h.feed("pages", [js(url=u) for u in urls])
+    await h.feed("outcomes", [js(url=u, fetched_at=now - 3 * HOUR, changed=None) for u in urls])
+    bodies = [js(url=u, fetched_at=now - (1 + i % 2) * HOUR, changed=i % 3 == 0, status=200)
+              for i, u in enumerate(urls)]
+    bodies.append(js(url=urls[0], fetched_at=now, changed=False, status=200))
+    events = [_Ev(_Msg(b, json.loads(b)["url"].split("/")[2].encode(), "unit.outcomes", 0,
+                       10_000 + k)) for k, b in enumerate(bodies)]
+    await h.logic.on_outcomes(events)
+    assert h.rejects == []
+    for i, u in enumerate(urls):
+        record = (await h.store.get_pages(u.split("/")[2], [u]))[u][2]
+        st = EstimatorRecord.decode(record).state
+        interval = (3 - (1 + i % 2)) * HOUR
+        if i == 0:  # and then the repeat, an hour later, unchanged
+            assert st.n_intervals == 2 and st.totals[0] == pytest.approx(3 * HOUR, abs=0.01)
+        else:
+            assert st.n_intervals == 1 and st.totals[0] == pytest.approx(interval, abs=0.01)
+        assert len(st.ring) == (1 if i % 3 == 0 else 0)
