@@ -23,7 +23,7 @@ rate is ``S`` within one order (the pacer's docstring).  Decisions go to an in-m
 Budget
 ------
 ``R`` and the switches come from ``P:control`` (written by the control agent), read every
-0.25 s.  Every 0.5 s each worker publishes its shards' thresholds and weights to Redis and
+0.25 s.  Every 0.25 s each worker publishes its shards' thresholds and weights to Redis and
 re-reads everyone's; shares are ``R * w_p / sum w`` (:mod:`streams.budget`).  All shards of
 a worker publish the worker's threshold (an EWMA of the log-values it ordered), so their
 weights move together and the controller only splits R between workers.  A worker whose
@@ -75,6 +75,7 @@ __all__ = [
     "LOOP_HUNG_S",
     "NOT_IN_FLIGHT",
     "RATE_WINDOW_S",
+    "RESPLIT_S",
     "SHARD_ALIVE_S",
     "Control",
     "Heartbeat",
@@ -94,8 +95,10 @@ EWMA_S = 2.0
 #: worker (:class:`Heartbeat`) that the event loop's stalls (a shard rebuild, a large agent
 #: batch) do not hold, so a live worker is never this late, and a killed one's share goes
 #: to the others about 1 s after its death (it was 3 s when the entries were written by
-#: the loop every 0.5 s: 3.6% of R lost over the 25 s after a kill)
-SHARD_ALIVE_S = 1.0
+#: the loop every 0.5 s: 3.6% of R lost over the 25 s after a kill).  Four heartbeats.
+SHARD_ALIVE_S = 0.8
+#: how often a worker re-reads every shard's entry and re-splits R (and publishes its own)
+RESPLIT_S = 0.25
 #: how often the heartbeat thread re-stamps this worker's shard entries (Redis's ``TIME``)
 HEARTBEAT_S = 0.2
 #: a scheduler loop that made no progress for this long is hung: its heartbeat stops, and
@@ -334,6 +337,8 @@ class Scheduler:
         self._rate_samples: deque[tuple[float, int]] = deque()
         #: writes the shard entries while :meth:`run` runs (None: resplit writes them)
         self.heartbeat: Heartbeat | None = None
+        #: local shards published as ready at the last resplit (they may spend)
+        self._announced: set[int] = set()
 
     # -- events from the agents -------------------------------------------------------
     async def on_page(
@@ -668,6 +673,12 @@ class Scheduler:
         # worker) until it is ready, unless no shard is ready
         loading = {p for p, e in live.items() if e.get("ready") is False}
         loading |= {p for p, s in self.shards.items() if not s.ready}
+        # a shard that became ready since the last resplit spends from the next one: the
+        # others learn it is ready from the entries just published and shrink their shares
+        # first (else both would spend its share for up to one resplit: a burst)
+        ready_now = {p for p, s in self.shards.items() if s.ready}
+        loading |= ready_now - self._announced
+        self._announced = ready_now
         weights = budget.ready_weights(weights, loading)
         shares = budget.split(self.control.budget_per_s, weights)
         for p, s in self.shards.items():
@@ -717,8 +728,8 @@ class Scheduler:
                 if mono - last_ctl >= 0.25:
                     last_ctl = mono
                     await self.refresh_control()
-                if mono - last_split >= 0.5:
-                    dt = mono - last_split if last_split else 0.5
+                if mono - last_split >= RESPLIT_S:
+                    dt = mono - last_split if last_split else RESPLIT_S
                     last_split = mono
                     await self.resplit(min(dt, 2.0))
                 await self.tick_all([s for s in self.shards.values() if s.ready])

@@ -265,10 +265,14 @@ def test_a_stalled_loop_keeps_its_share_and_a_killed_worker_loses_it(redis_url: 
               "a takes all of R after b's death")
         took = time.monotonic() - t_kill
         entries = _entries(redis_url, prefix)
+        gaps = [w.sch.heartbeat.max_gap_s for w in (a, b) if w.sch.heartbeat is not None]
     finally:
         a.stop()
         b.stop()
-    print(f"a took b's share {took:.2f}s after b's death (SHARD_ALIVE_S = {SHARD_ALIVE_S})")
+    print(f"a took b's share {took:.2f}s after b's death (SHARD_ALIVE_S = {SHARD_ALIVE_S}); "
+          f"longest time between two heartbeats: {max(gaps):.3f}s (b's loop blocked 2.5 s)")
+    # the heartbeat thread was not held by b's blocked loop
+    assert max(gaps) < SHARD_ALIVE_S, gaps
     assert entries[0]["worker"] == a.sch.worker_id and entries[1]["worker"] == b.sch.worker_id
 
 
@@ -294,3 +298,44 @@ def test_a_hung_loop_stops_its_heartbeat(redis_url: str) -> None:
     finally:
         hb.stop()
     assert hb.failures == 0 and hb.beats >= 3
+
+
+# -- the protocol in the simulator (models.sim.scaleout, pure: no Redis) --------------------
+
+def _sim_kill(heartbeat: bool, alive_s: float) -> tuple[float, dict[float, int]]:
+    from models.sim.scaleout import SplitRule, Worker, simulate_split, worst_window
+    from streams import budget
+
+    rule = SplitRule(budget.live, budget.ready_weights, budget.split)
+    ws = [Worker(i, {2 * i: 0.0, 2 * i + 1: 0.0}, resplit_phase_s=0.17 * i,
+                 beat_phase_s=0.07 * i) for i in range(3)]
+    ws[2].dead_at = 20.0
+    r = simulate_split(rule, ws, 30.0, 80.0, heartbeat=heartbeat, alive_s=alive_s)
+    after = r.orders[round(5.0 / r.dt_s):]  # after the cold start
+    return r.rate(5.0, 65.0), {L: worst_window(after, r.dt_s, L) for L in (1.0, 5.0, 60.0)}
+
+
+def test_the_split_protocol_in_the_simulator_holds_r_through_a_kill() -> None:
+    """3 simulated workers, 6 partitions, R = 30, one killed at 20 s (its partitions move
+    after 10 s and rebuild 1 s), the real split rule and pacer: over the 60 s containing
+    the kill, R within 1% with the heartbeat and the 1 s window, no window above
+    R (L + tick) + 3; the entries written by the loop with 3 s to live lose more than 1%."""
+    rate, worst = _sim_kill(heartbeat=True, alive_s=SHARD_ALIVE_S)
+    assert 0.99 * 30.0 <= rate <= 1.01 * 30.0, rate
+    for length, most in worst.items():
+        assert most <= 30.0 * (length + 0.1) + 3, (length, most)
+    before, _ = _sim_kill(heartbeat=False, alive_s=3.0)
+    assert before < 0.99 * 30.0 < rate, (before, rate)
+
+
+def test_sizing_from_the_measured_figures() -> None:
+    from models.sim.scaleout import Measured, size
+
+    m = Measured()
+    small = size(1e7, 1e4, 2e4, m=m)
+    assert small.bound_by == "outcomes" and small.workers == 10  # 10^4 / 1,062 per worker
+    big = size(1e9, 1e3, 2e3, m=m)
+    assert big.bound_by == "memory (RSS)" and big.masters_bound_by == "memory"
+    assert big.masters == 45  # 717 GB in 16 GB masters
+    assert big.partitions == 4 * big.workers
+    assert big.breaks_first[0].startswith("shard table")  # one master's egress, > 1
