@@ -20,7 +20,13 @@ from typing import Any
 
 from models.sim.scaleout import SplitRule, Worker, simulate_split, size, worst_window
 from streams import budget
-from streams.scheduler import HEARTBEAT_S, LOOP_HUNG_S, RESPLIT_S, SHARD_ALIVE_S
+from streams.scheduler import (
+    HEARTBEAT_S,
+    LOOP_HUNG_S,
+    LOOP_STALL_S,
+    RESPLIT_S,
+    SHARD_ALIVE_S,
+)
 
 RULE = SplitRule(budget.live, budget.ready_weights, budget.split)
 TICK = 0.1
@@ -38,7 +44,8 @@ def scenario(name: str, *, workers: int, per: int, rate: float, duration: float,
              stall: tuple[int, float, float] | None = None,
              load: tuple[int, float, float] | None = None, heartbeat: bool = True,
              alive_s: float = SHARD_ALIVE_S, rebuild_s: float = 1.0,
-             announce: bool = True, resplit_s: float = RESPLIT_S) -> dict[str, Any]:
+             announce: bool = True, resplit_s: float = RESPLIT_S,
+             stall_s: float | None = LOOP_STALL_S) -> dict[str, Any]:
     ws = _workers(workers, per, resplit_s)
     if kill_at is not None:
         ws[-1].dead_at = kill_at
@@ -53,7 +60,7 @@ def scenario(name: str, *, workers: int, per: int, rate: float, duration: float,
     r = simulate_split(RULE, ws, rate, duration, tick_s=TICK, resplit_s=resplit_s,
                        heartbeat=heartbeat, heartbeat_s=HEARTBEAT_S,
                        alive_s=alive_s, hung_s=LOOP_HUNG_S, rebuild_s=rebuild_s,
-                       announce=announce)
+                       announce=announce, stall_s=stall_s)
     a, b = window
     # windows from `a` on: at t = 0 every worker starts at once and takes all of R until
     # it has read the others' entries (a cold start with R set; the tests set R later)
@@ -80,12 +87,16 @@ def protocol() -> list[dict[str, Any]]:
         out.append(scenario(f"kill at 20 s ({label})", workers=3, per=2, rate=30.0,
                             duration=80.0, window=(5.0, 65.0), kill_at=20.0, heartbeat=hb,
                             alive_s=alive, resplit_s=rs, announce=ann))
-    for hb, alive, rs, label in ((False, 3.0, 0.5, before),
-                                 (False, 1.0, 0.5, "entries by the loop, 1 s"),
-                                 (True, SHARD_ALIVE_S, RESPLIT_S, now)):
+    for hb, alive, rs, st, label in (
+            (False, 3.0, 0.5, None, before),
+            (False, 1.0, 0.5, None, "entries by the loop, 1 s"),
+            (True, SHARD_ALIVE_S, RESPLIT_S, None, now + ", share kept while stalled"),
+            (True, SHARD_ALIVE_S, RESPLIT_S, LOOP_STALL_S,
+             now + f", share handed over after {LOOP_STALL_S:g} s")):
         out.append(scenario(f"loop stalled 2.5 s at 30 s ({label})", workers=3, per=2,
                             rate=30.0, duration=80.0, window=(5.0, 65.0),
-                            stall=(1, 30.0, 2.5), heartbeat=hb, alive_s=alive, resplit_s=rs))
+                            stall=(1, 30.0, 2.5), heartbeat=hb, alive_s=alive, resplit_s=rs,
+                            stall_s=st))
     for ann, label in ((False, "spent at once when ready"),
                        (True, "spent from the next resplit")):
         out.append(scenario(f"a shard loading for 20 s ({label})", workers=3, per=2,

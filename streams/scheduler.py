@@ -73,6 +73,7 @@ __all__ = [
     "HEARTBEAT_S",
     "KEEP",
     "LOOP_HUNG_S",
+    "LOOP_STALL_S",
     "NOT_IN_FLIGHT",
     "RATE_WINDOW_S",
     "RESPLIT_S",
@@ -101,8 +102,12 @@ SHARD_ALIVE_S = 0.8
 RESPLIT_S = 0.25
 #: how often the heartbeat thread re-stamps this worker's shard entries (Redis's ``TIME``)
 HEARTBEAT_S = 0.2
-#: a scheduler loop that made no progress for this long is hung: its heartbeat stops, and
-#: its share goes to the others (a rebuild's stall of ~2 s at 10^6 pages stays alive)
+#: a scheduler loop that made no progress for this long is stalled (a rebuild or a large
+#: agent batch holding the event loop): the heartbeat publishes its shards as not ready, so
+#: the others spend its share meanwhile; once the loop runs again its shards spend from its
+#: second resplit (the others shrink first)
+LOOP_STALL_S = 0.5
+#: a loop that made no progress for this long is hung: its heartbeat stops (entries age)
 LOOP_HUNG_S = 10.0
 #: ``emitted_per_s`` in ``/stats``: orders sent over (about) the last this many seconds
 RATE_WINDOW_S = 10.0
@@ -142,16 +147,21 @@ class Heartbeat:
     own: every ``period_s`` (and at once after :meth:`publish`) the thread reads Redis's
     ``TIME`` and writes the entries the loop last published with that ``ts``.  The loop's
     stalls do not delay it (the thread needs only the GIL, which CPython hands over every
-    5 ms), so the liveness window can be short; a loop that made no progress for
-    ``hung_s`` (:meth:`loop_alive` not called) is hung, and its entries are left to age.
+    5 ms), so the liveness window can be short.  A loop that made no progress for
+    ``stall_s`` (:meth:`loop_alive` not called) is stalled: its entries are written with
+    ``ready`` false (weight 0: the others spend its share) and :attr:`stalled_flag` is set
+    for the loop to see; after ``hung_s`` it is hung, and its entries are left to age.
     The only writer of the entries while it runs (no older copy overwrites a newer)."""
 
     def __init__(self, redis_url: str, key: str, *, period_s: float = HEARTBEAT_S,
-                 hung_s: float = LOOP_HUNG_S) -> None:
+                 stall_s: float = LOOP_STALL_S, hung_s: float = LOOP_HUNG_S) -> None:
         self.redis_url = redis_url
         self.key = key
         self.period_s = period_s
+        self.stall_s = stall_s
         self.hung_s = hung_s
+        #: set when entries went out as stalled; the loop clears it (:meth:`take_stalled`)
+        self.stalled_flag = False
         self._entries: dict[int, dict[str, Any]] = {}
         self._wake = threading.Event()
         self._stop = threading.Event()
@@ -179,6 +189,11 @@ class Heartbeat:
     def loop_alive(self) -> None:
         self._loop_mono = time.monotonic()
 
+    def take_stalled(self) -> bool:
+        """Whether entries went out as stalled since the last call (then cleared)."""
+        was, self.stalled_flag = self.stalled_flag, False
+        return was
+
     def start(self) -> None:
         if self.running:
             return
@@ -204,8 +219,14 @@ class Heartbeat:
             if self._stop.is_set():
                 break
             entries = self._entries
-            if not entries or time.monotonic() - self._loop_mono > self.hung_s:
+            idle = time.monotonic() - self._loop_mono
+            if not entries or idle > self.hung_s:
                 continue
+            stalled = idle > self.stall_s
+            if stalled:
+                self.stalled_flag = True
+                entries = {p: {**e, "ready": False, "stalled": True}
+                           for p, e in entries.items()}
             try:
                 if r is None:
                     r = connect_sync(self.redis_url, decode_responses=True)
@@ -677,6 +698,10 @@ class Scheduler:
         # others learn it is ready from the entries just published and shrink their shares
         # first (else both would spend its share for up to one resplit: a burst)
         ready_now = {p for p, s in self.shards.items() if s.ready}
+        if self.heartbeat is not None and self.heartbeat.take_stalled():
+            # the others saw this worker's shards as not ready while its loop stalled
+            # (and spent their share): announce them again before spending
+            self._announced = set()
         loading |= ready_now - self._announced
         self._announced = ready_now
         weights = budget.ready_weights(weights, loading)

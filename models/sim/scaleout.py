@@ -197,6 +197,8 @@ class Worker:
     published: dict[int, dict[str, Any]] = field(default_factory=dict)
     #: shards published ready at the last resplit (``Scheduler._announced``)
     announced: set[int] = field(default_factory=set)
+    #: the heartbeat published its shards as stalled (``Heartbeat.stalled_flag``)
+    stalled_flag: bool = False
     pacer: CreditPacer | None = None
     next_resplit: float = 0.0
     next_beat: float = 0.0
@@ -234,6 +236,7 @@ def simulate_split(
     tick_s: float = 0.1, resplit_s: float = 0.5, heartbeat: bool = True,
     heartbeat_s: float = 0.2, alive_s: float = 1.0, hung_s: float = 10.0,
     session_timeout_s: float = 10.0, rebuild_s: float = 1.0, announce: bool = True,
+    stall_s: float | None = 0.5,
 ) -> SimResult:
     """Run the split protocol for ``duration_s`` in steps of ``tick_s / 2`` (the loop's
     wake-ups).  Every page is always available (the budget is the only limit), all shards'
@@ -244,7 +247,9 @@ def simulate_split(
     ``alive_s``), gives loading shards weight 0 (``rule.ready_weights``) and splits R
     (``rule.split``); it publishes its own entries.  With ``heartbeat`` they are written
     and re-stamped every ``heartbeat_s`` by a thread that stalls do not hold (unless
-    longer than ``hung_s``); without, only by the resplit.  A dead worker (``dead_at``)
+    longer than ``hung_s``; a loop stalled for more than ``stall_s`` has its shards
+    published as not ready, and announces them again when it runs; None: not done);
+    without, only by the resplit.  A dead worker (``dead_at``)
     stops at once; ``session_timeout_s`` later its partitions go round-robin to the live
     workers and rebuild there for ``rebuild_s``.  With ``announce`` (as
     ``Scheduler.resplit``) a shard that became ready spends from the worker's next resplit,
@@ -277,11 +282,13 @@ def simulate_split(
             stalled = w.stalled(t)
             if heartbeat and t >= w.next_beat:
                 w.next_beat += heartbeat_s
-                hung = any(a <= t and t - a > hung_s and t < b for a, b in w.stalls)
-                if not hung:
+                idle = max((t - a for a, b in w.stalls if a <= t < b), default=0.0)
+                if idle <= hung_s:
+                    stall = stall_s is not None and idle > stall_s
+                    w.stalled_flag = w.stalled_flag or stall
                     for p, e in w.published.items():
                         if p in w.shards:
-                            entries[p] = {**e, "ts": t}
+                            entries[p] = {**e, "ts": t, **({"ready": False} if stall else {})}
             if not stalled and t >= w.next_resplit:
                 w.next_resplit = t + resplit_s
                 live = {p: e for p, e in rule.live(entries, t, alive_s).items()
@@ -296,6 +303,9 @@ def simulate_split(
                 loading = {p for p, e in live.items() if e.get("ready") is False}
                 loading |= {p for p, e in own.items() if not e["ready"]}
                 ready_now = {p for p, e in own.items() if e["ready"]}
+                if w.stalled_flag:  # seen as not ready while stalled: announce again
+                    w.stalled_flag = False
+                    w.announced = set()
                 if announce:  # newly ready: spends from the next resplit
                     loading |= ready_now - w.announced
                 w.announced = ready_now
