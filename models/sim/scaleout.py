@@ -77,11 +77,12 @@ class Measured:
     #: *assumed*: the longest a shard may take to rebuild (its share goes unspent by it,
     #: to the ready shards, meanwhile): bounds the pages per partition
     max_rebuild_s: float = 30.0
-    #: the split's shard table (one hash, one master): bytes per entry (JSON, measured
-    #: ``HGET`` of an entry: ~330 B), reads per worker per second (resplit every 0.5 s),
-    #: heartbeat writes per shard per second (every 0.2 s)
-    shard_entry_bytes: float = 330.0
-    table_reads_per_worker_s: float = 2.0
+    #: the split's shard table (one hash, one master): bytes per entry (the JSON of an
+    #: entry with every field at full length: 284 B, plus the field name and framing),
+    #: reads per worker per second (``RESPLIT_S`` = 0.25 s), heartbeat writes per shard
+    #: per second (``HEARTBEAT_S`` = 0.2 s)
+    shard_entry_bytes: float = 300.0
+    table_reads_per_worker_s: float = 4.0
     table_writes_per_shard_s: float = 5.0
     #: *assumed*: what one master may send per second (10 GbE, a quarter of it)
     master_egress_bytes_per_s: float = 0.3125 * GB
