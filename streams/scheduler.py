@@ -229,7 +229,9 @@ class Heartbeat:
                            for p, e in entries.items()}
             try:
                 if r is None:
-                    r = connect_sync(self.redis_url, decode_responses=True)
+                    # a connection that hangs must not hold the beats: time out, retry
+                    r = connect_sync(self.redis_url, decode_responses=True,
+                                     socket_timeout=2.0, socket_connect_timeout=2.0)
                 sec, usec = r.time()
                 ts = float(sec) + float(usec) / 1e6
                 r.hset(self.key, mapping={str(p): json.dumps({**e, "ts": ts})

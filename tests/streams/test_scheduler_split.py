@@ -227,10 +227,11 @@ def test_a_loading_shards_share_goes_to_the_ready_worker(redis_url: str) -> None
     # while b loads its share is nothing: a's is all of R
     during = [sh for t, sh in samples if t0 <= t < t1]
     assert len(during) >= 10 and all(sh == pytest.approx(rate) for sh in during), during
-    # what they emitted meanwhile: R (the pacer's one order of slack either side; the
-    # bound R (L + tick) + 1)
+    # what they emitted meanwhile: R (never above the bound R (L + tick) + 1; below, the
+    # pacer's slack and a's loop waking late on a loaded machine: R/2, a's share without
+    # the rule, is far below 0.9 R)
     assert n_b == 0
-    assert rate * loading_s * 0.95 - 2 <= n_a <= rate * (loading_s + 0.1) + 1, (n_a, loading_s)
+    assert rate * loading_s * 0.9 - 3 <= n_a <= rate * (loading_s + 0.1) + 1, (n_a, loading_s)
     # once b is ready, they split R
     assert a_after and max(a_after) < rate * 0.9 and b_after > 0, (a_after, b_after)
 
