@@ -15,8 +15,10 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
+from typing import Any
 
-__all__ = ["MAX_WEIGHT", "MIN_WEIGHT", "mean_log", "split", "update_weight"]
+__all__ = ["MAX_WEIGHT", "MIN_WEIGHT", "live", "mean_log", "ready_weights", "split",
+           "update_weight"]
 
 MIN_WEIGHT = 1e-3
 MAX_WEIGHT = 1e3
@@ -58,3 +60,28 @@ def split(budget_per_s: float, weights: Mapping[int, float]) -> dict[int, float]
 def mean_log(values: Mapping[int, float | None]) -> float | None:
     logs = [v for v in values.values() if v is not None and math.isfinite(v)]
     return sum(logs) / len(logs) if logs else None
+
+
+def live(entries: Mapping[int, Mapping[str, Any]], now: float,
+         alive_s: float) -> dict[int, Mapping[str, Any]]:
+    """The shard entries whose ``ts`` (Redis's clock, re-stamped by their worker's
+    heartbeat) is less than ``alive_s`` old at ``now`` (Redis's clock too): the others are
+    a dead worker's, or a shard that was revoked and not yet taken, and get no share."""
+    out: dict[int, Mapping[str, Any]] = {}
+    for p, e in entries.items():
+        try:
+            ts = float(e.get("ts", 0.0))
+        except (TypeError, ValueError):
+            continue
+        if now - ts < alive_s:
+            out[p] = e
+    return out
+
+
+def ready_weights(weights: Mapping[int, float], loading: set[int]) -> dict[int, float]:
+    """A shard still loading cannot spend: weight 0, so its share goes to the ready shards
+    (of any worker) until it is ready, unless no shard is ready (then the weights stand,
+    and nothing is spent until one is)."""
+    if loading and len(set(weights) & loading) < len(weights):
+        return {p: (0.0 if p in loading else w) for p, w in weights.items()}
+    return dict(weights)

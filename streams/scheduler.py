@@ -23,7 +23,7 @@ rate is ``S`` within one order (the pacer's docstring).  Decisions go to an in-m
 Budget
 ------
 ``R`` and the switches come from ``P:control`` (written by the control agent), read every
-0.25 s.  Every 0.5 s each worker publishes its shards' thresholds and weights to Redis and
+0.25 s.  Every 0.25 s each worker publishes its shards' thresholds and weights to Redis and
 re-reads everyone's; shares are ``R * w_p / sum w`` (:mod:`streams.budget`).  All shards of
 a worker publish the worker's threshold (an EWMA of the log-values it ordered), so their
 weights move together and the controller only splits R between workers.  A worker whose
@@ -42,6 +42,7 @@ import json
 import logging
 import math
 import secrets
+import threading
 import time
 from collections import deque
 from collections.abc import Awaitable, Callable
@@ -63,16 +64,22 @@ from streams.estimation import Estimates, estimates_of
 from streams.metrics import Metrics
 from streams.params import PageParams, page_params, page_params_many
 from streams.records import SOURCES
+from streams.redis_conn import connect_sync
 from streams.settings import Settings
 from streams.state import HostDump, PageState, Store
 
 __all__ = [
     "EWMA_S",
+    "HEARTBEAT_S",
     "KEEP",
+    "LOOP_HUNG_S",
+    "LOOP_STALL_S",
     "NOT_IN_FLIGHT",
     "RATE_WINDOW_S",
+    "RESPLIT_S",
     "SHARD_ALIVE_S",
     "Control",
+    "Heartbeat",
     "OrderSink",
     "Scheduler",
     "Shard",
@@ -85,8 +92,23 @@ log = logging.getLogger(__name__)
 OrderSink = Callable[[bytes, bytes], Awaitable[Any]]
 EWMA_S = 2.0
 #: a shard entry older than this (on Redis's clock) is a dead worker's: its share is spent
-#: by the live shards
-SHARD_ALIVE_S = 3.0
+#: by the live shards.  Entries are re-stamped every ``HEARTBEAT_S`` by a thread of their
+#: worker (:class:`Heartbeat`) that the event loop's stalls (a shard rebuild, a large agent
+#: batch) do not hold, so a live worker is never this late, and a killed one's share goes
+#: to the others about 1 s after its death (it was 3 s when the entries were written by
+#: the loop every 0.5 s: 3.6% of R lost over the 25 s after a kill).  Four heartbeats.
+SHARD_ALIVE_S = 0.8
+#: how often a worker re-reads every shard's entry and re-splits R (and publishes its own)
+RESPLIT_S = 0.25
+#: how often the heartbeat thread re-stamps this worker's shard entries (Redis's ``TIME``)
+HEARTBEAT_S = 0.2
+#: a scheduler loop that made no progress for this long is stalled (a rebuild or a large
+#: agent batch holding the event loop): the heartbeat publishes its shards as not ready, so
+#: the others spend its share meanwhile; once the loop runs again its shards spend from its
+#: second resplit (the others shrink first)
+LOOP_STALL_S = 0.5
+#: a loop that made no progress for this long is hung: its heartbeat stops (entries age)
+LOOP_HUNG_S = 10.0
 #: ``emitted_per_s`` in ``/stats``: orders sent over (about) the last this many seconds
 RATE_WINDOW_S = 10.0
 
@@ -118,6 +140,115 @@ class Control:
 
 KEEP = object()
 NOT_IN_FLIGHT = object()
+
+
+class Heartbeat:
+    """This worker's shard entries in ``P:sched:shards``, written from a thread of their
+    own: every ``period_s`` (and at once after :meth:`publish`) the thread reads Redis's
+    ``TIME`` and writes the entries the loop last published with that ``ts``.  The loop's
+    stalls do not delay it (the thread needs only the GIL, which CPython hands over every
+    5 ms), so the liveness window can be short.  A loop that made no progress for
+    ``stall_s`` (:meth:`loop_alive` not called) is stalled: its entries are written with
+    ``ready`` false (weight 0: the others spend its share) and :attr:`stalled_flag` is set
+    for the loop to see; after ``hung_s`` it is hung, and its entries are left to age.
+    The only writer of the entries while it runs (no older copy overwrites a newer)."""
+
+    def __init__(self, redis_url: str, key: str, *, period_s: float = HEARTBEAT_S,
+                 stall_s: float = LOOP_STALL_S, hung_s: float = LOOP_HUNG_S) -> None:
+        self.redis_url = redis_url
+        self.key = key
+        self.period_s = period_s
+        self.stall_s = stall_s
+        self.hung_s = hung_s
+        #: set when entries went out as stalled; the loop clears it (:meth:`take_stalled`)
+        self.stalled_flag = False
+        self._entries: dict[int, dict[str, Any]] = {}
+        self._wake = threading.Event()
+        self._stop = threading.Event()
+        self._loop_mono = time.monotonic()
+        self._thread: threading.Thread | None = None
+        #: beats written, failed writes, and the longest time between two writes (s)
+        self.beats = 0
+        self.failures = 0
+        self.max_gap_s = 0.0
+
+    @property
+    def running(self) -> bool:
+        return self._thread is not None and self._thread.is_alive()
+
+    def publish(self, entries: dict[int, dict[str, Any]]) -> None:
+        """The entries to stamp from now on (a new dict: the thread reads it unlocked)."""
+        self._entries = dict(entries)
+        self._wake.set()
+
+    def drop(self, partitions: set[int]) -> None:
+        """Stop stamping these (revoked) shards' entries: they age and drop out."""
+        if partitions & set(self._entries):
+            self._entries = {p: e for p, e in self._entries.items() if p not in partitions}
+
+    def loop_alive(self) -> None:
+        self._loop_mono = time.monotonic()
+
+    def take_stalled(self) -> bool:
+        """Whether entries went out as stalled since the last call (then cleared)."""
+        was, self.stalled_flag = self.stalled_flag, False
+        return was
+
+    def start(self) -> None:
+        if self.running:
+            return
+        self._stop.clear()
+        self._thread = threading.Thread(target=self._run, name="recrawl-heartbeat",
+                                        daemon=True)
+        self._thread.start()
+
+    def stop(self, timeout_s: float = 2.0) -> None:
+        """Stop beating (a worker that stops: its entries age and its share moves)."""
+        self._stop.set()
+        self._wake.set()
+        if self._thread is not None:
+            self._thread.join(timeout_s)
+            self._thread = None
+
+    def _run(self) -> None:
+        r = None
+        last = time.monotonic()
+        while not self._stop.is_set():
+            self._wake.wait(self.period_s)
+            self._wake.clear()
+            if self._stop.is_set():
+                break
+            entries = self._entries
+            idle = time.monotonic() - self._loop_mono
+            if not entries or idle > self.hung_s:
+                continue
+            stalled = idle > self.stall_s
+            if stalled:
+                self.stalled_flag = True
+                entries = {p: {**e, "ready": False, "stalled": True}
+                           for p, e in entries.items()}
+            try:
+                if r is None:
+                    # a connection that hangs must not hold the beats: time out, retry
+                    r = connect_sync(self.redis_url, decode_responses=True,
+                                     socket_timeout=2.0, socket_connect_timeout=2.0)
+                sec, usec = r.time()
+                ts = float(sec) + float(usec) / 1e6
+                r.hset(self.key, mapping={str(p): json.dumps({**e, "ts": ts})
+                                          for p, e in entries.items()})
+            except Exception as exc:  # Redis away: try again (the entries age meanwhile)
+                self.failures += 1
+                log.warning("heartbeat failed (%r)", exc)
+                r = None
+                self._stop.wait(self.period_s)
+                continue
+            self.beats += 1
+            mono = time.monotonic()
+            self.max_gap_s = max(self.max_gap_s, mono - last)
+            last = mono
+        if r is not None:
+            with contextlib.suppress(Exception):
+                r.close()
 
 
 @dataclass(eq=False)
@@ -227,6 +358,10 @@ class Scheduler:
         #: each resplit over the last RATE_WINDOW_S (the emitted rate of /stats)
         self.orders_total = 0
         self._rate_samples: deque[tuple[float, int]] = deque()
+        #: writes the shard entries while :meth:`run` runs (None: resplit writes them)
+        self.heartbeat: Heartbeat | None = None
+        #: local shards published as ready at the last resplit (they may spend)
+        self._announced: set[int] = set()
 
     # -- events from the agents -------------------------------------------------------
     async def on_page(
@@ -485,6 +620,8 @@ class Scheduler:
             self._apply_or_skip(shard, host, url, PageState.decode(value), est, flight)
 
     def sync_assignment(self, partitions: set[int]) -> None:
+        if self.heartbeat is not None:
+            self.heartbeat.drop(set(self.shards) - partitions)
         for p in list(self.shards):
             if p not in partitions:
                 task = self._loaders.pop(p, None)
@@ -510,8 +647,8 @@ class Scheduler:
         # take all of R
         redis_now = await self.store.server_time()
         entries = await self.store.get_shards()
-        live = {p: e for p, e in entries.items()
-                if redis_now - float(e.get("ts", 0)) < SHARD_ALIVE_S and p not in self.shards}
+        live = {p: dict(e) for p, e in budget.live(entries, redis_now, SHARD_ALIVE_S).items()
+                if p not in self.shards}
         thresholds: dict[int, float | None] = {
             p: e.get("log_threshold") for p, e in live.items()
         }
@@ -549,15 +686,27 @@ class Scheduler:
                 "worker_emitted_per_s": emitted_per_s,
             }
             s.emitted = 0
-        await self.store.put_shards(own)
+        if self.heartbeat is not None and self.heartbeat.running:
+            self.heartbeat.publish(own)  # its thread writes them (and re-stamps them)
+        else:
+            await self.store.put_shards(own)
         weights = {p: float(e.get("weight", 1.0)) for p, e in live.items()}
         weights.update({p: s.weight for p, s in self.shards.items()})
         # a shard still loading cannot spend: its share goes to the ready ones (of any
         # worker) until it is ready, unless no shard is ready
         loading = {p for p, e in live.items() if e.get("ready") is False}
         loading |= {p for p, s in self.shards.items() if not s.ready}
-        if loading and len(loading) < len(weights):
-            weights = {p: (0.0 if p in loading else w) for p, w in weights.items()}
+        # a shard that became ready since the last resplit spends from the next one: the
+        # others learn it is ready from the entries just published and shrink their shares
+        # first (else both would spend its share for up to one resplit: a burst)
+        ready_now = {p for p, s in self.shards.items() if s.ready}
+        if self.heartbeat is not None and self.heartbeat.take_stalled():
+            # the others saw this worker's shards as not ready while its loop stalled
+            # (and spent their share): announce them again before spending
+            self._announced = set()
+        loading |= ready_now - self._announced
+        self._announced = ready_now
+        weights = budget.ready_weights(weights, loading)
         shares = budget.split(self.control.budget_per_s, weights)
         for p, s in self.shards.items():
             s.share_per_s = shares.get(p, 0.0)
@@ -574,7 +723,6 @@ class Scheduler:
 
     # -- the loop -------------------------------------------------------------------
     async def run(self) -> None:
-        tick = self.settings.tick_s
         while not self.stopping:
             try:
                 await self.store.load_scripts()
@@ -582,10 +730,24 @@ class Scheduler:
             except Exception as exc:
                 log.warning("redis unavailable (%r); retrying", exc)
                 await asyncio.sleep(0.5)
+        if self.heartbeat is None and hasattr(self.store, "shards_key"):
+            self.heartbeat = Heartbeat(self.settings.redis_url, self.store.shards_key)
+        if self.heartbeat is not None:
+            self.heartbeat.start()
+        try:
+            await self._loop()
+        finally:
+            if self.heartbeat is not None:
+                self.heartbeat.stop()  # waits at most for the thread's last write
+
+    async def _loop(self) -> None:
+        tick = self.settings.tick_s
         next_tick = time.monotonic()
         last_ctl = last_split = last_assign = 0.0
         while not self.stopping:
             mono = time.monotonic()
+            if self.heartbeat is not None:
+                self.heartbeat.loop_alive()
             try:
                 if self.assignment is not None and mono - last_assign >= 0.5:
                     last_assign = mono
@@ -593,8 +755,8 @@ class Scheduler:
                 if mono - last_ctl >= 0.25:
                     last_ctl = mono
                     await self.refresh_control()
-                if mono - last_split >= 0.5:
-                    dt = mono - last_split if last_split else 0.5
+                if mono - last_split >= RESPLIT_S:
+                    dt = mono - last_split if last_split else RESPLIT_S
                     last_split = mono
                     await self.resplit(min(dt, 2.0))
                 await self.tick_all([s for s in self.shards.values() if s.ready])

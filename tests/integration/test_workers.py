@@ -1,6 +1,8 @@
 """Several workers, one budget (issue 15): three ``recrawl worker`` processes share six
 partitions and R with their state on a real three-master Redis Cluster; one is killed
-(SIGKILL) and its partitions move to the others."""
+(SIGKILL) and its partitions move to the others.  R is held within 1% over the minutes
+that contain the kill: the workers' shard entries are re-stamped by a heartbeat thread
+every 0.2 s, so a dead worker's share moves after ~1 s (``SHARD_ALIVE_S``)."""
 
 from __future__ import annotations
 
@@ -38,7 +40,7 @@ def test_three_workers_share_one_budget_and_survive_a_kill(
     s = settings.model_copy(update={"partitions": 6, "topic_prefix": f"w{tag}",
                                     "app_id": f"appw{tag}", "redis_url": redis_cluster_url})
     asyncio.run(create_topics(s.kafka_bootstrap, s.topic_names(), s.partitions))
-    pages = [(f"w{i % 60}.org", {"url": f"https://w{i % 60}.org/{i}"}) for i in range(3000)]
+    pages = [(f"w{i % 60}.org", {"url": f"https://w{i % 60}.org/{i}"}) for i in range(4000)]
     produce_json(s, "pages", pages)
     env = {"RECRAWL_BUDGET_PER_S": "0", "RECRAWL_TICK_S": str(TICK),
            "RECRAWL_DEFAULT_HOST_CRAWLS_PER_S": "1000"}
@@ -67,26 +69,38 @@ def test_three_workers_share_one_budget_and_survive_a_kill(
 
     killer = threading.Thread(target=kill_later)
     killer.start()
-    orders = consume(s, "orders", None, timeout_s=58)
+    orders = consume(s, "orders", None, timeout_s=80)
     killer.join()
+    # counted by the orders' own issued_at (the workers' clocks, on this machine): a slow
+    # consumer or a late kill moves no order from one window to another
     times = sorted(o["issued_at"] for o in orders)
     assert len({o["url"] for o in orders}) == len(orders)  # never a page twice in flight
     assert len({o["order_id"] for o in orders}) == len(orders)
 
-    def count(a: float, b: float) -> int:
-        return sum(1 for t in times if a <= t < b)
+    def rate(a: float, b: float) -> float:
+        return sum(1 for t in times if a <= t < b) / (b - a)
 
-    steady = count(t_start + 5, t_start + 15) / 10.0
-    after = count(killed_at[0] + 25, killed_at[0] + 35) / 10.0
-    gap = count(killed_at[0], killed_at[0] + 25) / 25.0
+    kill = killed_at[0]
+    steady = rate(t_start + 5, t_start + 15)
+    gap = rate(kill, kill + 25)
+    after = rate(kill + 25, kill + 45)
+    # two 60 s windows that contain the kill, its detection (~1 s) and the rebalance that
+    # moves the dead worker's partitions (after the 10 s session timeout)
+    minutes = [rate(kill - 15, kill + 45), rate(kill - 8, kill + 52)]
+    worst = {length: _worst(times, length) for length in (1.0, 5.0, 60.0)}
     print(f"3 workers: {steady:.2f}/s; after the kill {gap:.2f}/s for 25 s, then "
-          f"{after:.2f}/s (R = {RATE})")
+          f"{after:.2f}/s; 60 s windows containing the kill: "
+          f"{', '.join(f'{m:.2f}/s' for m in minutes)} (R = {RATE}); most orders in a "
+          f"window of 1/5/60 s: {worst[1.0]}/{worst[5.0]}/{worst[60.0]}")
     # the shares of the three workers add up to R: no worker takes all of it, none is lost
     assert 0.8 * RATE <= steady <= 1.05 * RATE, steady
-    # the killed worker's partitions move to the two others, which spend all of R again
+    # the killed worker's share is spent by the two others: R within 1% over each minute
+    # that contains the kill (issue 15)
+    for m in minutes:
+        assert 0.99 * RATE <= m <= 1.01 * RATE, minutes
     assert 0.8 * RATE <= after <= 1.05 * RATE, after
-    # no window holds more than its budget (plus each worker's one-order credit slack)
-    for length in (1.0, 5.0):
-        worst = _worst(times, length)
-        assert worst <= RATE * (length + TICK) * 1.05 + 3, (length, worst)
+    # no window holds more than its budget: R (L + tick), plus one order of credit slack
+    # for each worker's pacer
+    for length, most in worst.items():
+        assert most <= RATE * (length + TICK) + 3, (length, most)
     assert all_ready(2)  # six ready shards, on the two workers left

@@ -1,0 +1,325 @@
+"""Scale-out on paper and in a simulator (issue 15).
+
+Two pure parts, no clock, no I/O:
+
+* :func:`size` -- how many workers, partitions and Redis masters a catalogue of ``pages`` at
+  ``orders_per_s`` (and a ping rate) needs, from measured per-worker and per-page figures
+  (:class:`Measured`; the defaults are docs/benchmarks.md "Streaming worker", 2026-11-23,
+  and move when issue 13's work lands), and which resource binds.  Each count is
+  ``ceil(demand / capacity of one unit)``; the binding resource is the one that needs the
+  most units.  Nothing here is fitted: it is arithmetic on the measured figures plus the
+  assumptions named in :class:`Measured` (a master's memory, its command rate, a worker's
+  memory limit).
+* :func:`simulate_split` -- the budget split protocol itself: several simulated workers
+  with shards, each with the real credit pacer (:class:`models.decision.pacer.CreditPacer`)
+  and a resplit every ``resplit_s`` that applies the real split rule (passed in as
+  :class:`SplitRule`: ``streams.budget.live``, ``ready_weights``, ``split``; ``models``
+  does not import ``streams``), entries re-stamped by a heartbeat (or, ``heartbeat=False``,
+  only by the loop's resplit, as before issue 15's fix), and events: a worker killed (its
+  partitions move to the survivors after the session timeout and rebuild there), a loop
+  stalled (a rebuild on the event loop), a shard loading.  It returns the orders per step,
+  so a caller can count any window.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from models.decision.pacer import CreditPacer
+
+__all__ = [
+    "Measured",
+    "SimResult",
+    "Sizing",
+    "SplitRule",
+    "Worker",
+    "simulate_split",
+    "size",
+    "worst_window",
+]
+
+MiB = 1024.0 * 1024.0
+GB = 1e9
+
+
+@dataclass(frozen=True, slots=True)
+class Measured:
+    """Per-unit figures.  Defaults: docs/benchmarks.md "Streaming worker" (2-core machine,
+    2026-11-23) unless marked *assumed*."""
+
+    #: orders/s per worker process once every page has been crawled (in process,
+    #: ``bench_streaming.py --pages 1000000 --crawled``): the pick over crawled pages
+    orders_per_s: float = 1226.0
+    #: pings applied per second per worker, end to end (``bench_e2e.py throughput``)
+    pings_per_s: float = 5461.0
+    #: outcomes/s per worker with an observed interval (the estimator update per page)
+    outcomes_per_s: float = 1062.0
+    #: Redis bytes per page crawled and pinged, with estimator state (``INFO memory``)
+    redis_bytes_per_page: float = 717.0
+    #: seconds to rebuild a shard, per 10^6 estimated pages (``bench_rebuild.py``)
+    rebuild_s_per_mpage: float = 17.3
+    #: worker RSS per 10^6 pages (``bench_e2e.py throughput``: 1,084 MiB)
+    rss_bytes_per_mpage: float = 1084.0 * MiB
+    #: *assumed*: a worker process's memory limit (container), so pages per worker
+    worker_memory_bytes: float = 2.0 * 1024 * MiB
+    #: *assumed*: memory a Redis master may fill (of 32 GB: half for fork/AOF rewrite)
+    master_memory_bytes: float = 16.0 * GB
+    #: Redis commands/s per master: the same-run reference, redis-py pipelined ``SET``
+    #: (106,108/s); a store script call runs 7-9 commands, counted as ``cmds_per_call``
+    master_cmds_per_s: float = 106_108.0
+    #: *assumed*: commands inside one order/ping/outcome script call (issue 13: 7-9)
+    cmds_per_call: float = 8.0
+    #: partitions per worker: a rebalance moves about a quarter of a worker at a time
+    partitions_per_worker: int = 4
+    #: *assumed*: the longest a shard may take to rebuild (its share goes unspent by it,
+    #: to the ready shards, meanwhile): bounds the pages per partition
+    max_rebuild_s: float = 30.0
+    #: the split's shard table (one hash, one master): bytes per entry (the JSON of an
+    #: entry with every field at full length: 284 B, plus the field name and framing),
+    #: reads per worker per second (``RESPLIT_S`` = 0.25 s), heartbeat writes per shard
+    #: per second (``HEARTBEAT_S`` = 0.2 s)
+    shard_entry_bytes: float = 300.0
+    table_reads_per_worker_s: float = 4.0
+    table_writes_per_shard_s: float = 5.0
+    #: *assumed*: what one master may send per second (10 GbE, a quarter of it)
+    master_egress_bytes_per_s: float = 0.3125 * GB
+
+
+@dataclass(frozen=True, slots=True)
+class Sizing:
+    pages: float
+    orders_per_s: float
+    pings_per_s: float
+    outcomes_per_s: float
+    #: workers each resource needs, and the most of them (``workers``) and which binds
+    workers_by: dict[str, int]
+    workers: int
+    bound_by: str
+    partitions: int
+    pages_per_partition: float
+    rebuild_s: float
+    masters_by: dict[str, int]
+    masters: int
+    masters_bound_by: str
+    redis_bytes: float
+    #: the shard table's egress from its one master, as a fraction of
+    #: ``master_egress_bytes_per_s`` (above 1: it breaks)
+    table_load: float
+    #: resources in the order they break as the catalogue grows (ratio demand/capacity of
+    #: the deployment sized by the other resources, largest first)
+    breaks_first: list[str] = field(default_factory=list)
+
+
+def size(pages: float, orders_per_s: float, pings_per_s: float, *,
+         outcomes_per_s: float | None = None, m: Measured | None = None,
+         cluster_min_masters: int = 3) -> Sizing:
+    """Workers, partitions and Redis masters for ``pages`` at ``orders_per_s``.
+
+    Outcomes come back at the order rate unless given.  Workers: the most of
+    ``pages * rss / worker memory``, ``orders / per-worker orders``, ``pings / per-worker
+    pings``, ``outcomes / per-worker outcomes`` (each ``ceil``).  Partitions:
+    ``partitions_per_worker`` per worker, more if a partition would take longer than
+    ``max_rebuild_s`` to rebuild.  Masters: the most of memory (``pages * bytes per
+    page / master memory``) and commands (``(orders + pings + outcomes) * cmds_per_call /
+    master commands/s``), at least ``cluster_min_masters`` (a Redis Cluster needs 3).
+    """
+    m = m or Measured()
+    outcomes = orders_per_s if outcomes_per_s is None else outcomes_per_s
+    pages_per_worker = m.worker_memory_bytes / (m.rss_bytes_per_mpage / 1e6)
+    workers_by = {
+        "memory (RSS)": math.ceil(pages / pages_per_worker),
+        "orders": math.ceil(orders_per_s / m.orders_per_s),
+        "pings": math.ceil(pings_per_s / m.pings_per_s),
+        "outcomes": math.ceil(outcomes / m.outcomes_per_s),
+    }
+    bound_by = max(workers_by, key=lambda k: workers_by[k])
+    workers = max(1, workers_by[bound_by])
+    rebuild_per_page = m.rebuild_s_per_mpage / 1e6
+    partitions = max(workers * m.partitions_per_worker,
+                     math.ceil(pages * rebuild_per_page / m.max_rebuild_s))
+    per_partition = pages / partitions
+    redis_bytes = pages * m.redis_bytes_per_page
+    calls = orders_per_s + pings_per_s + outcomes
+    masters_by = {
+        "memory": math.ceil(redis_bytes / m.master_memory_bytes),
+        "commands": math.ceil(calls * m.cmds_per_call / m.master_cmds_per_s),
+        "cluster minimum": cluster_min_masters,
+    }
+    masters_bound_by = max(masters_by, key=lambda k: masters_by[k])
+    masters = masters_by[masters_bound_by]
+    table_bytes_s = (workers * m.table_reads_per_worker_s * partitions * m.shard_entry_bytes
+                     + partitions * m.table_writes_per_shard_s * m.shard_entry_bytes)
+    table_load = table_bytes_s / m.master_egress_bytes_per_s
+    # how close each resource of the sized deployment is to its limit: the fractional
+    # demand of the binding resources is 1 by construction; the rest break later
+    ratios = {
+        "worker memory": pages / pages_per_worker / workers,
+        "orders per worker": orders_per_s / m.orders_per_s / workers,
+        "pings per worker": pings_per_s / m.pings_per_s / workers,
+        "outcomes per worker": outcomes / m.outcomes_per_s / workers,
+        "Redis memory": redis_bytes / m.master_memory_bytes / masters,
+        "Redis commands": calls * m.cmds_per_call / m.master_cmds_per_s / masters,
+        "shard table (one master)": table_load,
+        "rebuild per partition": per_partition * rebuild_per_page / m.max_rebuild_s,
+    }
+    order = sorted(ratios, key=lambda k: -ratios[k])
+    return Sizing(pages, orders_per_s, pings_per_s, outcomes, workers_by, workers, bound_by,
+                  partitions, per_partition, per_partition * rebuild_per_page, masters_by,
+                  masters, masters_bound_by, redis_bytes, table_load,
+                  [f"{k} {ratios[k]:.2f}" for k in order])
+
+
+# -- the split protocol ------------------------------------------------------------------
+
+@dataclass(frozen=True, slots=True)
+class SplitRule:
+    """The split rule under test (``streams.budget``'s functions)."""
+
+    live: Callable[[Mapping[int, Mapping[str, Any]], float, float],
+                   Mapping[int, Mapping[str, Any]]]
+    ready_weights: Callable[[Mapping[int, float], set[int]], Mapping[int, float]]
+    split: Callable[[float, Mapping[int, float]], Mapping[int, float]]
+
+
+@dataclass(slots=True)
+class Worker:
+    name: int
+    #: partition -> time it is ready (loaded)
+    shards: dict[int, float]
+    resplit_phase_s: float = 0.0
+    beat_phase_s: float = 0.0
+    dead_at: float = math.inf
+    #: (start, end) intervals when the loop does not run (a rebuild on the loop)
+    stalls: list[tuple[float, float]] = field(default_factory=list)
+    shares: dict[int, float] = field(default_factory=dict)
+    published: dict[int, dict[str, Any]] = field(default_factory=dict)
+    #: shards published ready at the last resplit (``Scheduler._announced``)
+    announced: set[int] = field(default_factory=set)
+    #: the heartbeat published its shards as stalled (``Heartbeat.stalled_flag``)
+    stalled_flag: bool = False
+    pacer: CreditPacer | None = None
+    next_resplit: float = 0.0
+    next_beat: float = 0.0
+
+    def stalled(self, t: float) -> bool:
+        return any(a <= t < b for a, b in self.stalls)
+
+
+@dataclass(slots=True)
+class SimResult:
+    dt_s: float
+    #: orders emitted in each step (all workers)
+    orders: list[int]
+    #: (t, sum over live workers of their shares) at every resplit
+    shares: list[tuple[float, float]]
+
+    def rate(self, a: float, b: float) -> float:
+        i, j = round(a / self.dt_s), round(b / self.dt_s)
+        return sum(self.orders[i:j]) / (b - a)
+
+
+def worst_window(orders: list[int], dt_s: float, length_s: float) -> int:
+    """The most orders in any window of ``length_s`` (steps of ``dt_s``)."""
+    k = max(1, round(length_s / dt_s))
+    s = sum(orders[:k])
+    worst = s
+    for i in range(k, len(orders)):
+        s += orders[i] - orders[i - k]
+        worst = max(worst, s)
+    return worst
+
+
+def simulate_split(
+    rule: SplitRule, workers: list[Worker], budget_per_s: float, duration_s: float, *,
+    tick_s: float = 0.1, resplit_s: float = 0.5, heartbeat: bool = True,
+    heartbeat_s: float = 0.2, alive_s: float = 1.0, hung_s: float = 10.0,
+    session_timeout_s: float = 10.0, rebuild_s: float = 1.0, announce: bool = True,
+    stall_s: float | None = 0.5,
+) -> SimResult:
+    """Run the split protocol for ``duration_s`` in steps of ``tick_s / 2`` (the loop's
+    wake-ups).  Every page is always available (the budget is the only limit), all shards'
+    thresholds are equal (the weights stay where they are), and Redis answers at once.
+
+    A worker's resplit (every ``resplit_s``, from ``resplit_phase_s``; skipped while its
+    loop is stalled) reads every entry, keeps the live ones (``rule.live`` at
+    ``alive_s``), gives loading shards weight 0 (``rule.ready_weights``) and splits R
+    (``rule.split``); it publishes its own entries.  With ``heartbeat`` they are written
+    and re-stamped every ``heartbeat_s`` by a thread that stalls do not hold (unless
+    longer than ``hung_s``; a loop stalled for more than ``stall_s`` has its shards
+    published as not ready, and announces them again when it runs; None: not done);
+    without, only by the resplit.  A dead worker (``dead_at``)
+    stops at once; ``session_timeout_s`` later its partitions go round-robin to the live
+    workers and rebuild there for ``rebuild_s``.  With ``announce`` (as
+    ``Scheduler.resplit``) a shard that became ready spends from the worker's next resplit,
+    after publishing itself ready, so that the others shrink first."""
+    dt = tick_s / 2
+    steps = round(duration_s / dt)
+    entries: dict[int, dict[str, Any]] = {}
+    orders = [0] * steps
+    shares_log: list[tuple[float, float]] = []
+    for w in workers:
+        w.pacer = CreditPacer(tick_s)
+        w.next_resplit = w.resplit_phase_s
+        w.next_beat = w.beat_phase_s
+    moved: set[int] = set()
+    for i in range(steps):
+        t = i * dt
+        # partitions of workers dead for longer than the session timeout move
+        for w in workers:
+            if w.name in moved or t < w.dead_at + session_timeout_s:
+                continue
+            moved.add(w.name)
+            live_ws = [v for v in workers if v.dead_at > t]
+            for k, p in enumerate(sorted(w.shards)):
+                if live_ws:
+                    live_ws[k % len(live_ws)].shards[p] = t + rebuild_s
+            w.shards = {}
+        for w in workers:
+            if w.dead_at <= t:
+                continue
+            stalled = w.stalled(t)
+            if heartbeat and t >= w.next_beat:
+                w.next_beat += heartbeat_s
+                idle = max((t - a for a, b in w.stalls if a <= t < b), default=0.0)
+                if idle <= hung_s:
+                    stall = stall_s is not None and idle > stall_s
+                    w.stalled_flag = w.stalled_flag or stall
+                    for p, e in w.published.items():
+                        if p in w.shards:
+                            entries[p] = {**e, "ts": t, **({"ready": False} if stall else {})}
+            if not stalled and t >= w.next_resplit:
+                w.next_resplit = t + resplit_s
+                live = {p: e for p, e in rule.live(entries, t, alive_s).items()
+                        if p not in w.shards}
+                own = {p: {"weight": 1.0, "ready": t >= ready, "worker": w.name, "ts": t}
+                       for p, ready in w.shards.items()}
+                w.published = own
+                for p, e in own.items():
+                    entries[p] = e
+                weights = {p: float(e.get("weight", 1.0)) for p, e in live.items()}
+                weights.update({p: 1.0 for p in own})
+                loading = {p for p, e in live.items() if e.get("ready") is False}
+                loading |= {p for p, e in own.items() if not e["ready"]}
+                ready_now = {p for p, e in own.items() if e["ready"]}
+                if w.stalled_flag:  # seen as not ready while stalled: announce again
+                    w.stalled_flag = False
+                    w.announced = set()
+                if announce:  # newly ready: spends from the next resplit
+                    loading |= ready_now - w.announced
+                w.announced = ready_now
+                shares = rule.split(budget_per_s, rule.ready_weights(weights, loading))
+                w.shares = {p: shares.get(p, 0.0) for p in own}
+            if not stalled:
+                assert w.pacer is not None
+                s = sum(v for p, v in w.shares.items() if p in w.shards and t >= w.shards[p])
+                n = w.pacer.advance(t, s)
+                if n >= 1:
+                    w.pacer.spend(n)
+                    orders[i] += n
+        if i % round(resplit_s / dt) == 0:
+            shares_log.append((t, sum(sum(w.shares.values()) for w in workers
+                                      if w.dead_at > t)))
+    return SimResult(dt, orders, shares_log)
