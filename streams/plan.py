@@ -25,7 +25,6 @@ else ``settings.budget_per_s``.
 from __future__ import annotations
 
 import math
-import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -68,7 +67,8 @@ async def load_inputs(store: Store, settings: Settings, *, chunk: int = 50) -> P
     raw_control = await store.get_control()
     control = Control.from_redis(raw_control, settings)
     shards = await store.get_shards()
-    live = [e for e in shards.values() if time.time() - float(e.get("ts", 0)) < LIVE_S]
+    now = await store.server_time()  # the entries' ts is Redis's clock (the heartbeat's)
+    live = [e for e in shards.values() if now - float(e.get("ts", 0)) < LIVE_S]
     if "budget_per_s" in raw_control:
         budget, source = control.budget_per_s, "control (recrawl.control)"
     elif any("budget_per_s" in e for e in live):  # the R the workers split (their settings)
