@@ -1,9 +1,32 @@
 """Per-page estimators in the stream: crawl intervals in, ``(alpha, beta_s, gamma)`` out.
 
-Each page with at least one observed crawl interval has an :class:`EstimatorRecord` in
-``P:{host}:est``: helper B's :class:`models.estimators.SignalEstimator` state (<= 256 bytes,
-base64) plus the estimates it gives, so the scheduler rebuilds a shard without re-solving
-any MLE.  Only the outcomes agent writes it, in the outcome's offset-guarded Lua step with a
+Each page with at least one observed crawl interval has an :class:`EstimatorRecord` appended
+to its page record in ``P:{host}:pages`` (``streams/state.py``): helper B's
+:class:`models.estimators.SignalEstimator` state plus the converged ``alpha``, its standard
+error and ``kappa`` (what the crawl value needs that only the MLE solve gives), so the
+scheduler rebuilds a shard without re-solving any MLE (``batch_result`` over 10^6 pages
+takes 24-55 s here, ``docs/bench/records.md``).
+
+Estimator record (version 1, little-endian, :data:`RECORD_HEAD` + ring): a first byte
+``0xB0 + ring length`` (``0xB0``-``0xBF``, never the first byte of a text record nor of a page
+record); ``n_intervals`` uint32; float32 ``alpha``, ``alpha_se``, ``kappa[3]`` (the estimates),
+``theta[4]``, ``unchanged[4]``, ``totals[4]``, ``quad_b[4]``, ``quad_a[10]`` (the state),
+then the ring, ``ring length x 5`` float32; 129 + 20 x ring length bytes.  float32 for all:
+these are estimates whose standard errors are far above float32's 6e-8 relative rounding
+(``SignalState.to_bytes`` already keeps theta, the ring and the quadratic in float32; the
+float64 ``unchanged`` and ``totals`` sums lose at most 6e-8 relative, a crawl interval of a
+second in 190 days of observed time).  Not stored, derived when read (vectorised on a
+rebuild): ``gamma_g = totals_g / max(1 s, totals_0)`` (as ``_estimates_from``),
+``Delta``, precision and recall (``models.estimators._numeric.derive``, paper 004 Sec. 3);
+``end_s`` is the page's ``last_crawl`` (the outcome script writes both at once).  The
+other standard errors are only shown by ``recrawl explain``, which solves that one page's
+state again (:func:`full_estimates`).  The stream's ring holds :data:`STREAM_RING` changed
+intervals (the model's default for 3 sources is 5; older ones are in the quadratic
+expansion, as with any capacity: ``tests/streams/test_estimation.py`` compares the two).
+The old text record ``"<estimates>|<base64 SignalState>"`` (kept in ``P:{host}:est`` before
+version 1) is still read.
+
+Only the outcomes agent writes a record, in the outcome's offset-guarded Lua step with a
 compare-and-set on the page value and the old record (``streams/state.py``), so redelivery
 never applies an observation twice.
 
@@ -40,10 +63,12 @@ from __future__ import annotations
 import base64
 import binascii
 import math
+import struct
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
+import numpy.typing as npt
 
 from models.decision.pooling import pooled_beta
 from models.estimators import (
@@ -54,6 +79,7 @@ from models.estimators import (
     batch_result,
     conservative_change_rate,
 )
+from models.estimators import _numeric as nm
 from streams.records import SOURCES
 
 __all__ = [
@@ -61,11 +87,15 @@ __all__ = [
     "GROUP_NAMES",
     "GROUP_OF",
     "N_GROUPS",
+    "RECORD_HEAD",
+    "STREAM_RING",
     "Estimates",
     "Estimation",
     "EstimatorRecord",
     "Observation",
     "estimates_of",
+    "full_estimates",
+    "gamma_from_totals",
     "group_counts",
     "value_parameters",
 ]
@@ -82,6 +112,16 @@ GROUP_OF: tuple[int, ...] = tuple(
     next(i for i, (_, members) in enumerate(GROUPS) if s in members) for s in SOURCES
 )
 N_GROUPS = len(GROUPS)
+_D = 1 + N_GROUPS
+_NQ = _D * (_D + 1) // 2
+
+#: changed intervals the stream's estimator keeps exactly (module docstring)
+STREAM_RING = 2
+#: first byte (0xB0 + ring length), n_intervals, alpha, alpha_se, kappa, theta, unchanged,
+#: totals, quad_b, quad_a (the ring follows: ring length x (d + 1) float32)
+RECORD_HEAD = struct.Struct(f"<BI{2 + N_GROUPS}f{4 * _D + _NQ}f")
+_RING_ENTRY = 4 * (_D + 1)
+_TAG = 0xB0
 
 
 def group_counts(signals: Sequence[int]) -> tuple[float, ...]:
@@ -129,18 +169,50 @@ class Estimates:
                    int(v[-1]))
 
 
+def _is_binary(record: str | bytes) -> bool:
+    first = record[:1]
+    if isinstance(first, str):
+        return first != "" and 0xDCB0 <= ord(first) <= 0xDCBF  # a surrogate-escaped byte
+    return first != b"" and _TAG <= first[0] <= _TAG + 15
+
+
+def _raw(record: str | bytes) -> bytes:
+    return record if isinstance(record, bytes) else record.encode("utf-8", "surrogateescape")
+
+
 @dataclass(frozen=True, slots=True)
 class EstimatorRecord:
-    """``P:{host}:est`` value: ``<estimates>|<base64 SignalState>``."""
+    """A page's estimator record (module docstring): binary, or the old text form."""
 
     estimates: Estimates
     state: SignalState
 
     def encode(self) -> str:
+        """Binary (version 1) as a ``str`` of surrogate-escaped bytes (what a
+        ``surrogateescape`` Redis client reads and writes back unchanged)."""
+        return self.to_bytes().decode("utf-8", "surrogateescape")
+
+    def to_bytes(self) -> bytes:
+        st, e = self.state, self.estimates
+        ring = st.ring[-15:]
+        flat = [x for entry in ring for x in entry]
+        return RECORD_HEAD.pack(
+            _TAG + len(ring), min(st.n_intervals, 0xFFFFFFFF), e.alpha_per_s, e.alpha_se_per_s,
+            *e.kappa, *st.theta, *st.unchanged, *st.totals, *st.quad_b, *st.quad_a,
+        ) + struct.pack(f"<{len(flat)}f", *flat)
+
+    def encode_text(self) -> str:
+        """The old text record (``<estimates>|<base64 SignalState>``; tests of the upgrade)."""
         return f"{self.estimates.encode()}|{base64.b64encode(self.state.to_bytes()).decode()}"
 
     @classmethod
-    def decode(cls, text: str) -> EstimatorRecord:
+    def decode(cls, text: str | bytes, end_s: float = -math.inf,
+               ring_capacity: int = STREAM_RING) -> EstimatorRecord:
+        """``end_s``: the page's last crawl (a binary record does not keep it)."""
+        if _is_binary(text):
+            return _decode_binary(_raw(text), end_s, ring_capacity)
+        if isinstance(text, bytes):
+            text = text.decode("utf-8", "replace")
         est, _, b64 = text.partition("|")
         try:
             raw = base64.b64decode(b64, validate=True)
@@ -149,14 +221,74 @@ class EstimatorRecord:
         return cls(Estimates.decode(est), SignalState.from_bytes(raw))
 
 
-def estimates_of(text: str | None) -> Estimates | None:
-    """The estimates part of a stored record (cheap: no state decoding); None if absent/bad."""
+def _decode_binary(raw: bytes, end_s: float, ring_capacity: int) -> EstimatorRecord:
+    n_ring = raw[0] - _TAG
+    if len(raw) != RECORD_HEAD.size + n_ring * _RING_ENTRY:
+        raise ValueError(f"estimator record of {len(raw)} bytes, expected "
+                         f"{RECORD_HEAD.size + n_ring * _RING_ENTRY}")
+    v = RECORD_HEAD.unpack_from(raw)
+    g, d = N_GROUPS, _D
+    alpha, alpha_se, kappa = v[2], v[3], v[4 : 4 + g]
+    i = 4 + g
+    theta, unchanged, totals = v[i : i + d], v[i + d : i + 2 * d], v[i + 2 * d : i + 3 * d]
+    quad_b, quad_a = v[i + 3 * d : i + 4 * d], v[i + 4 * d : i + 4 * d + _NQ]
+    flat = struct.unpack_from(f"<{n_ring * (d + 1)}f", raw, RECORD_HEAD.size)
+    ring = tuple(tuple(flat[j * (d + 1) : (j + 1) * (d + 1)]) for j in range(n_ring))
+    state = SignalState(g, end_s if math.isfinite(end_s) else -math.inf, v[1], theta,
+                        unchanged, totals, ring, quad_b, quad_a,
+                        max(ring_capacity, n_ring))
+    return EstimatorRecord(_derived(alpha, alpha_se, kappa, totals, v[1]), state)
+
+
+def _derived(alpha: float, alpha_se: float, kappa: Sequence[float], totals: Sequence[float],
+             n_intervals: int) -> Estimates:
+    """The estimates of a binary record (module docstring: gamma, Delta, precision and
+    recall derived; standard errors other than alpha's not kept: NaN)."""
+    nan = (math.nan,) * N_GROUPS
+    a = np.array([alpha], dtype=np.float64)
+    k = np.array([kappa], dtype=np.float64)
+    gam = gamma_from_totals(np.array([totals], dtype=np.float64))
+    der = nm.derive(a, k, gam)
+    return Estimates(alpha, alpha_se, float(der["change_rate"][0]), math.nan, _t(gam[0]),
+                     tuple(float(x) for x in kappa), _t(der["precision"][0]), nan,
+                     _t(der["recall"][0]), nan, n_intervals)
+
+
+def gamma_from_totals(totals: npt.NDArray[np.float64]) -> npt.NDArray[np.float64]:
+    """Signal rates per group from the state's totals ``(N, d)``: signals over observed time
+    (under a second counts as a second), as ``models.estimators.signals._estimates_from``."""
+    t = totals[:, 0]
+    with np.errstate(invalid="ignore", divide="ignore"):
+        return np.where((t > 0.0)[:, None], totals[:, 1:] / np.maximum(t, 1.0)[:, None], 0.0)
+
+
+def estimates_of(text: str | bytes | None) -> Estimates | None:
+    """The estimates of a stored record (cheap: no solve); None if absent/bad."""
     if not text:
         return None
     try:
+        if _is_binary(text):
+            return _decode_binary(_raw(text), -math.inf, STREAM_RING).estimates
+        if isinstance(text, bytes):
+            text = text.decode("utf-8", "replace")
         return Estimates.decode(text.partition("|")[0])
-    except ValueError:
+    except (ValueError, struct.error):
         return None
+
+
+def full_estimates(text: str | bytes | None) -> Estimates | None:
+    """The estimates of a stored record with every standard error (one Newton solve of its
+    state: ``recrawl explain``); None if absent/bad."""
+    if not text:
+        return None
+    try:
+        rec = EstimatorRecord.decode(text)
+    except (ValueError, struct.error):
+        return None
+    if not _is_binary(text):
+        return rec.estimates
+    (full,) = Estimation().results([rec.state])
+    return full
 
 
 @dataclass(frozen=True, slots=True)
@@ -173,15 +305,23 @@ class Observation:
 class Estimation:
     """The estimator of every page (one :class:`SignalEstimator` over the source groups)."""
 
-    def __init__(self, half_life_s: float = math.inf) -> None:
-        self.estimator = SignalEstimator(N_GROUPS, half_life_s=half_life_s)
+    def __init__(self, half_life_s: float = math.inf, ring_capacity: int = STREAM_RING) -> None:
+        self.estimator = SignalEstimator(N_GROUPS, half_life_s=half_life_s,
+                                         ring_capacity=ring_capacity)
 
-    def state_of(self, record: str | None) -> SignalState:
+    def state_of(self, record: str | None, end_s: float = -math.inf) -> SignalState:
+        """``end_s``: the page's last crawl (a binary record does not keep it)."""
         if record:
             try:
-                return EstimatorRecord.decode(record).state
-            except (ValueError, TypeError):
+                st = EstimatorRecord.decode(record, end_s, self.estimator.ring_capacity).state
+            except (ValueError, TypeError, struct.error):
                 pass  # unreadable (or another version): start again from the prior
+            else:
+                if st.ring_capacity != self.estimator.ring_capacity:
+                    # an old record with a longer ring: its oldest intervals leave it at the
+                    # next update (models.estimators' eviction), nothing is lost before
+                    st = replace(st, ring_capacity=self.estimator.ring_capacity)
+                return st
         return self.estimator.init()
 
     def observe(self, observations: Sequence[Observation]) -> list[str]:
@@ -190,7 +330,7 @@ class Estimation:
             return []
         states = []
         for o in observations:
-            st = self.state_of(o.record)
+            st = self.state_of(o.record, o.fetched_at_s - o.interval_s)
             end = o.fetched_at_s if o.fetched_at_s >= st.end_s else None
             obs = CrawlInterval(max(0.0, o.interval_s), o.changed, group_counts(o.signals),
                                 end_s=end)
@@ -219,6 +359,7 @@ def _t(a: np.ndarray) -> tuple[float, ...]:
 
 def _to_batch(states: Sequence[SignalState], capacity: int) -> BatchSignalState:
     n, d = len(states), 1 + N_GROUPS
+    capacity = max([capacity, *(len(s.ring) for s in states)])  # an old record's longer ring
     ring = np.zeros((n, capacity, d + 1))
     quad_a = np.zeros((n, d, d))
     iu = np.triu_indices(d)

@@ -28,11 +28,20 @@ import numpy as np
 import numpy.typing as npt
 
 from models.decision.pooling import pooled_params
+from models.estimators import _numeric as nm
 from models.estimators import conservative_change_rate
-from streams.estimation import GROUP_OF, GROUPS, Estimates, estimates_of, value_parameters
+from streams.estimation import (
+    GROUP_OF,
+    GROUPS,
+    RECORD_HEAD,
+    Estimates,
+    estimates_of,
+    gamma_from_totals,
+    value_parameters,
+)
 from streams.records import SOURCES
 from streams.settings import Settings
-from streams.state import PageState
+from streams.state import PAGE_DTYPE, PAGE_STRUCT, PAGE_VERSION, PageState, record_bytes
 
 __all__ = ["PageParams", "ParamsMany", "page_params", "page_params_many"]
 
@@ -120,23 +129,19 @@ class ParamsMany:
     max_value: npt.NDArray[np.float64]
 
 
-def page_params_many(values: Sequence[str], estimators: Sequence[str | None],
+def page_params_many(values: Sequence[str | bytes], estimators: Sequence[str | bytes | None],
                      settings: Settings) -> ParamsMany | None:
     """:func:`page_params` of many stored pages at once (their ``P:{host}:pages`` values
-    and ``P:{host}:est`` records, None for none): the same formulas on arrays, so a
-    shard of 10^6 pages is rebuilt without 10^6 Python calls.  None if a stored value does
-    not parse (the caller then goes page by page, which counts the bad ones);
-    ``tests/streams/test_params_many.py`` checks it equals :func:`page_params`."""
+    and estimator records, None for none): the same formulas on arrays, so a shard of 10^6
+    pages is rebuilt without 10^6 Python calls (binary records: ``numpy.frombuffer``).
+    None if a stored value does not parse (the caller then goes page by page, which counts
+    the bad ones); ``tests/streams/test_params_many.py`` checks it equals
+    :func:`page_params`."""
     n, n_src = len(values), len(SOURCES)
-    try:
-        parts = [v.split("|") for v in values]
-        imp = np.array([p[0] for p in parts], dtype=np.float64)
-        prior = np.array([p[1] or "nan" for p in parts], dtype=np.float64)
-        last = np.array([p[2] for p in parts], dtype=np.float64)
-        sig = np.array(",".join(p[3] for p in parts).split(","), dtype=np.float64)
-        sig = sig.reshape(n, n_src)
-    except (ValueError, IndexError):
+    pages = _pages_many(values)
+    if pages is None:
         return None
+    imp, prior, last, sig = pages
     crawled = last > 0.0
     # priors (before any observed interval): Greedy's alpha = Delta, gamma = 0
     delta = np.where(np.isfinite(prior) & (prior > 0.0), prior,
@@ -179,19 +184,106 @@ def page_params_many(values: Sequence[str], estimators: Sequence[str | None],
                       estimated, max_value)
 
 
+_PSIZE = PAGE_STRUCT.size
+_PTAG = bytes((PAGE_VERSION,))
+#: :data:`streams.estimation.RECORD_HEAD` as a numpy dtype
+_EST_DTYPE = np.dtype([("tag", "u1"), ("n", "<u4"), ("alpha", "<f4"), ("alpha_se", "<f4"),
+                       ("kappa", "<f4", (len(GROUPS),)), ("theta", "<f4", (1 + len(GROUPS),)),
+                       ("unchanged", "<f4", (1 + len(GROUPS),)),
+                       ("totals", "<f4", (1 + len(GROUPS),)),
+                       ("rest", "V", RECORD_HEAD.size - 1 - 4 - 4 * (2 + len(GROUPS))
+                        - 12 * (1 + len(GROUPS)))])
+assert _EST_DTYPE.itemsize == RECORD_HEAD.size
+
+
+def _pages_many(values: Sequence[str | bytes]) -> tuple[
+        npt.NDArray[np.float64], npt.NDArray[np.float64], npt.NDArray[np.float64],
+        npt.NDArray[np.float64]] | None:
+    """importance, prior (NaN: none), last crawl, signals ``(n, sources)`` of stored page
+    values: binary ones in one ``frombuffer``, old text ones parsed."""
+    n, n_src = len(values), len(SOURCES)
+    raw = [record_bytes(v) for v in values]
+    binary = np.fromiter((r[:1] == _PTAG and len(r) >= _PSIZE for r in raw), bool, n)
+    imp = np.empty(n)
+    prior = np.empty(n)
+    last = np.empty(n)
+    sig = np.empty((n, n_src))
+    rows = np.flatnonzero(binary)
+    if rows.size:
+        a = np.frombuffer(b"".join([raw[i][:_PSIZE] for i in rows.tolist()]), PAGE_DTYPE)
+        imp[rows], prior[rows], last[rows] = a["importance"], a["prior"], a["last_crawl"]
+        sig[rows] = a["signals"]
+    text = np.flatnonzero(~binary)
+    if text.size:
+        try:
+            parts = [raw[i].decode().split("|") for i in text.tolist()]
+            imp[text] = np.array([p[0] for p in parts], dtype=np.float64)
+            prior[text] = np.array([p[1] or "nan" for p in parts], dtype=np.float64)
+            last[text] = np.array([p[2] for p in parts], dtype=np.float64)
+            sig[text] = np.array(",".join(p[3] for p in parts).split(","),
+                                 dtype=np.float64).reshape(len(parts), n_src)
+        except (ValueError, IndexError, UnicodeDecodeError):
+            return None
+    return imp, prior, last, sig
+
+
 def _estimates_many(
-    records: Sequence[str | None],
+    records: Sequence[str | bytes | None],
 ) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.float64]] | None:
-    """Rows with a readable record and their numbers (``Estimates.encode`` order); a
-    record that does not parse counts as none, as :func:`estimates_of` reads it."""
+    """Rows with a readable record and their numbers (``Estimates.encode`` order: alpha,
+    alpha_se, Delta, -, gamma, kappa, then only n_intervals is filled); a record that does
+    not parse counts as none, as :func:`estimates_of` reads it.  Binary records: one
+    ``frombuffer`` of their fixed heads, ``gamma`` and ``Delta`` derived as
+    :func:`streams.estimation.estimates_of` derives them."""
     rows: list[int] = []
     texts: list[str] = []
-    for i, r in enumerate(records):
+    brows: list[int] = []
+    heads: list[bytes] = []
+    for i, r0 in enumerate(records):
+        if not r0:
+            continue
+        r = record_bytes(r0)
+        if 0xB0 <= r[0] <= 0xBF:
+            if len(r) >= RECORD_HEAD.size and (len(r) - RECORD_HEAD.size) == (r[0] - 0xB0) * 4 * (
+                    2 + len(GROUPS)):
+                brows.append(i)
+                heads.append(r[: RECORD_HEAD.size])
+            continue
         if r:
-            head = r.partition("|")[0]
+            head = r.decode("utf-8", "replace").partition("|")[0]
             if head.count(",") == _N_EST - 1:
                 rows.append(i)
                 texts.append(head)
+    out_rows: list[npt.NDArray[np.int64]] = []
+    out_e: list[npt.NDArray[np.float64]] = []
+    if brows:
+        h = np.frombuffer(b"".join(heads), _EST_DTYPE)
+        g = len(GROUPS)
+        e = np.full((len(brows), _N_EST), np.nan)
+        alpha = h["alpha"].astype(np.float64)
+        kappa = h["kappa"].astype(np.float64)
+        gam = gamma_from_totals(h["totals"].astype(np.float64))
+        e[:, 0], e[:, 1] = alpha, h["alpha_se"]
+        e[:, 2] = nm.derive(alpha, kappa, gam)["change_rate"]
+        e[:, _GAMMA], e[:, _KAPPA] = gam, kappa
+        e[:, -1] = h["n"]
+        assert _GAMMA.stop - _GAMMA.start == g
+        out_rows.append(np.array(brows, dtype=np.int64))
+        out_e.append(e)
+    text = _text_estimates_many(rows, texts)
+    if text is not None:
+        out_rows.append(text[0])
+        out_e.append(text[1])
+    if not out_rows:
+        return None
+    if len(out_rows) == 1:
+        return out_rows[0], out_e[0]
+    return np.concatenate(out_rows), np.concatenate(out_e)
+
+
+def _text_estimates_many(
+    rows: list[int], texts: list[str]
+) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.float64]] | None:
     if not rows:
         return None
     try:

@@ -8,7 +8,7 @@ import random
 import numpy as np
 import pytest
 
-from streams.estimation import Estimation, Observation
+from streams.estimation import Estimation, EstimatorRecord, Observation, full_estimates
 from streams.params import page_params, page_params_many
 from streams.records import SOURCES
 from streams.settings import Settings
@@ -30,7 +30,11 @@ def test_vectorised_parameters_equal_page_params(quantile: float) -> None:
     settings = Settings(estimate_quantile=quantile)
     rng = random.Random(7)
     recs = _records()
-    values, ests, states = [], [], []
+    old = [EstimatorRecord(full_estimates(r), EstimatorRecord.decode(r).state).encode_text()
+           for r in recs[:5]]  # records written before version 1
+    values: list[str | bytes] = []
+    ests: list[str | None] = []
+    states: list[PageState] = []
     for _ in range(600):
         crawled = rng.random() < 0.7
         st = PageState(
@@ -39,9 +43,11 @@ def test_vectorised_parameters_equal_page_params(quantile: float) -> None:
             last_crawl_s=1.7e9 + rng.random() * 1e5 if crawled else 0.0,
             signals=tuple(rng.choice([0, 0, 1, 3]) for _ in SOURCES),
         )
-        est = rng.choice([None, None, *recs, "garbage", "1,2,3|xx", ""])
-        states.append(st)
-        values.append(st.encode())
+        est = rng.choice([None, None, *recs, *old, "garbage", "1,2,3|xx", ""])
+        # as stored (float32 importance and prior); every 5th page in the old text form
+        text = len(values) % 5 == 4
+        values.append(st.encode_text() if text else st.encode())
+        states.append(PageState.decode(values[-1]))
         ests.append(est)
     many = page_params_many(values, ests, settings)
     assert many is not None
