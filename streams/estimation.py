@@ -79,7 +79,6 @@ from models.estimators import (
     batch_result,
     conservative_change_rate,
 )
-from models.estimators import _numeric as nm
 from streams.records import SOURCES
 
 __all__ = [
@@ -245,13 +244,16 @@ def _derived(alpha: float, alpha_se: float, kappa: Sequence[float], totals: Sequ
     """The estimates of a binary record (module docstring: gamma, Delta, precision and
     recall derived; standard errors other than alpha's not kept: NaN)."""
     nan = (math.nan,) * N_GROUPS
-    a = np.array([alpha], dtype=np.float64)
-    k = np.array([kappa], dtype=np.float64)
-    gam = gamma_from_totals(np.array([totals], dtype=np.float64))
-    der = nm.derive(a, k, gam)
-    return Estimates(alpha, alpha_se, float(der["change_rate"][0]), math.nan, _t(gam[0]),
-                     tuple(float(x) for x in kappa), _t(der["precision"][0]), nan,
-                     _t(der["recall"][0]), nan, n_intervals)
+    # scalar twins of gamma_from_totals and models.estimators._numeric.derive (one page:
+    # numpy's per-call cost would be most of it)
+    t = totals[0]
+    gam = tuple(x / max(t, 1.0) for x in totals[1:]) if t > 0.0 else (0.0,) * N_GROUPS
+    precision = tuple(-math.expm1(-k) for k in kappa)
+    signalled = [g * p for g, p in zip(gam, precision, strict=True)]
+    delta = alpha + sum(signalled)
+    recall = tuple(x / delta if delta > 0.0 else 0.0 for x in signalled)
+    return Estimates(alpha, alpha_se, delta, math.nan, gam, tuple(kappa), precision, nan,
+                     recall, nan, n_intervals)
 
 
 def gamma_from_totals(totals: npt.NDArray[np.float64]) -> npt.NDArray[np.float64]:

@@ -23,6 +23,7 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 import numpy.typing as npt
@@ -138,10 +139,11 @@ def page_params_many(values: Sequence[str | bytes], estimators: Sequence[str | b
     the bad ones); ``tests/streams/test_params_many.py`` checks it equals
     :func:`page_params`."""
     n, n_src = len(values), len(SOURCES)
-    pages = _pages_many(values)
+    raw = [record_bytes(v) for v in values]
+    pages = _pages_many(raw, estimators)
     if pages is None:
         return None
-    imp, prior, last, sig = pages
+    imp, prior, last, sig, est = pages
     crawled = last > 0.0
     # priors (before any observed interval): Greedy's alpha = Delta, gamma = 0
     delta = np.where(np.isfinite(prior) & (prior > 0.0), prior,
@@ -152,7 +154,6 @@ def page_params_many(values: Sequence[str | bytes], estimators: Sequence[str | b
         beta = -math.log(1.0 - settings.default_source_precision) / alpha
     src_beta = np.repeat(beta[:, None], n_src, axis=1)
     estimated = np.zeros(n, dtype=bool)
-    est = _estimates_many(estimators)
     if est is not None:
         rows, e = est
         use = e[:, -1] > 0  # n_intervals
@@ -185,7 +186,6 @@ def page_params_many(values: Sequence[str | bytes], estimators: Sequence[str | b
 
 
 _PSIZE = PAGE_STRUCT.size
-_PTAG = bytes((PAGE_VERSION,))
 #: :data:`streams.estimation.RECORD_HEAD` as a numpy dtype
 _EST_DTYPE = np.dtype([("tag", "u1"), ("n", "<u4"), ("alpha", "<f4"), ("alpha_se", "<f4"),
                        ("kappa", "<f4", (len(GROUPS),)), ("theta", "<f4", (1 + len(GROUPS),)),
@@ -196,24 +196,59 @@ _EST_DTYPE = np.dtype([("tag", "u1"), ("n", "<u4"), ("alpha", "<f4"), ("alpha_se
 assert _EST_DTYPE.itemsize == RECORD_HEAD.size
 
 
-def _pages_many(values: Sequence[str | bytes]) -> tuple[
-        npt.NDArray[np.float64], npt.NDArray[np.float64], npt.NDArray[np.float64],
-        npt.NDArray[np.float64]] | None:
+_EST_TAG = 0xB0
+_RING_ENTRY = 4 * (2 + len(GROUPS))
+
+
+def _record_dtype(size: int) -> np.dtype[Any] | None:
+    """The dtype of a binary page value of ``size`` bytes: the page record, then none or an
+    estimator record (its head, then its ring as opaque bytes); None if no such layout."""
+    if size == _PSIZE:
+        return PAGE_DTYPE
+    ring = size - _PSIZE - RECORD_HEAD.size
+    if ring < 0 or ring % _RING_ENTRY or ring // _RING_ENTRY > 15:
+        return None
+    fields: list[tuple[Any, ...]] = [("page", PAGE_DTYPE), ("est", _EST_DTYPE)]
+    if ring:
+        fields.append(("ring", "V", ring))
+    return np.dtype(fields)
+
+
+_Arr = npt.NDArray[np.float64]
+
+
+def _pages_many(raw: list[bytes], estimators: Sequence[str | bytes | None]) -> tuple[
+        _Arr, _Arr, _Arr, _Arr, tuple[npt.NDArray[np.int64], _Arr] | None] | None:
     """importance, prior (NaN: none), last crawl, signals ``(n, sources)`` of stored page
-    values: binary ones in one ``frombuffer``, old text ones parsed."""
-    n, n_src = len(values), len(SOURCES)
-    raw = [record_bytes(v) for v in values]
-    binary = np.fromiter((r[:1] == _PTAG and len(r) >= _PSIZE for r in raw), bool, n)
+    values and their estimates (:func:`_estimates_many`): binary values grouped by length,
+    each group one ``numpy.frombuffer`` (page and estimator record together); old text
+    values parsed; an estimator record not in its page value taken from ``estimators``."""
+    n, n_src = len(raw), len(SOURCES)
     imp = np.empty(n)
     prior = np.empty(n)
     last = np.empty(n)
     sig = np.empty((n, n_src))
-    rows = np.flatnonzero(binary)
-    if rows.size:
-        a = np.frombuffer(b"".join([raw[i][:_PSIZE] for i in rows.tolist()]), PAGE_DTYPE)
-        imp[rows], prior[rows], last[rows] = a["importance"], a["prior"], a["last_crawl"]
-        sig[rows] = a["signals"]
-    text = np.flatnonzero(~binary)
+    lens = np.fromiter(map(len, raw), np.int64, n)
+    first = np.fromiter((r[0] if r else 0 for r in raw), np.int64, n)
+    binary = (first == PAGE_VERSION) & (lens >= _PSIZE)
+    est_rows: list[npt.NDArray[np.int64]] = []
+    est_heads: list[npt.NDArray[Any]] = []
+    other = ~binary
+    for size in np.unique(lens[binary]).tolist():
+        rows = np.flatnonzero(binary & (lens == size))
+        dt = _record_dtype(size)
+        if dt is None:  # a tail that is not an estimator record: page by page
+            other[rows] = True
+            continue
+        a = np.frombuffer(b"".join([raw[i] for i in rows.tolist()]), dt)
+        p = a if size == _PSIZE else a["page"]
+        imp[rows], prior[rows], last[rows] = p["importance"], p["prior"], p["last_crawl"]
+        sig[rows] = p["signals"]
+        if size > _PSIZE:
+            ok = (a["est"]["tag"] - _EST_TAG) * _RING_ENTRY == size - _PSIZE - RECORD_HEAD.size
+            est_rows.append(rows[ok])
+            est_heads.append(a["est"][ok])
+    text = np.flatnonzero(other)
     if text.size:
         try:
             parts = [raw[i].decode().split("|") for i in text.tolist()]
@@ -224,42 +259,48 @@ def _pages_many(values: Sequence[str | bytes]) -> tuple[
                                  dtype=np.float64).reshape(len(parts), n_src)
         except (ValueError, IndexError, UnicodeDecodeError):
             return None
-    return imp, prior, last, sig
+    # estimator records outside the page values (old est hash): only rows without one inside
+    inside = np.zeros(n, dtype=bool)
+    for r in est_rows:
+        inside[r] = True
+    legacy = [(i, e) for i, e in enumerate(estimators) if e and not inside[i]]
+    est = _estimates_many(legacy, est_rows, est_heads)
+    return imp, prior, last, sig, est
 
 
 def _estimates_many(
-    records: Sequence[str | bytes | None],
+    records: list[tuple[int, str | bytes]], head_rows: list[npt.NDArray[np.int64]],
+    heads: list[npt.NDArray[Any]],
 ) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.float64]] | None:
     """Rows with a readable record and their numbers (``Estimates.encode`` order: alpha,
     alpha_se, Delta, -, gamma, kappa, then only n_intervals is filled); a record that does
-    not parse counts as none, as :func:`estimates_of` reads it.  Binary records: one
-    ``frombuffer`` of their fixed heads, ``gamma`` and ``Delta`` derived as
-    :func:`streams.estimation.estimates_of` derives them."""
+    not parse counts as none, as :func:`estimates_of` reads it.  Binary records (``heads``
+    from the page values, or standalone in ``records``): their fixed heads as arrays,
+    ``gamma`` and ``Delta`` derived as :func:`streams.estimation.estimates_of` derives
+    them."""
     rows: list[int] = []
     texts: list[str] = []
     brows: list[int] = []
-    heads: list[bytes] = []
-    for i, r0 in enumerate(records):
-        if not r0:
-            continue
+    bheads: list[bytes] = []
+    for i, r0 in records:
         r = record_bytes(r0)
-        if 0xB0 <= r[0] <= 0xBF:
-            if len(r) >= RECORD_HEAD.size and (len(r) - RECORD_HEAD.size) == (r[0] - 0xB0) * 4 * (
-                    2 + len(GROUPS)):
+        if _EST_TAG <= r[0] <= _EST_TAG + 15:
+            if len(r) == RECORD_HEAD.size + (r[0] - _EST_TAG) * _RING_ENTRY:
                 brows.append(i)
-                heads.append(r[: RECORD_HEAD.size])
+                bheads.append(r[: RECORD_HEAD.size])
             continue
-        if r:
-            head = r.decode("utf-8", "replace").partition("|")[0]
-            if head.count(",") == _N_EST - 1:
-                rows.append(i)
-                texts.append(head)
+        head = r.decode("utf-8", "replace").partition("|")[0]
+        if head.count(",") == _N_EST - 1:
+            rows.append(i)
+            texts.append(head)
+    if brows:
+        head_rows = [*head_rows, np.array(brows, dtype=np.int64)]
+        heads = [*heads, np.frombuffer(b"".join(bheads), _EST_DTYPE)]
     out_rows: list[npt.NDArray[np.int64]] = []
     out_e: list[npt.NDArray[np.float64]] = []
-    if brows:
-        h = np.frombuffer(b"".join(heads), _EST_DTYPE)
-        g = len(GROUPS)
-        e = np.full((len(brows), _N_EST), np.nan)
+    if head_rows:
+        h = np.concatenate(heads)
+        e = np.full((len(h), _N_EST), np.nan)
         alpha = h["alpha"].astype(np.float64)
         kappa = h["kappa"].astype(np.float64)
         gam = gamma_from_totals(h["totals"].astype(np.float64))
@@ -267,8 +308,7 @@ def _estimates_many(
         e[:, 2] = nm.derive(alpha, kappa, gam)["change_rate"]
         e[:, _GAMMA], e[:, _KAPPA] = gam, kappa
         e[:, -1] = h["n"]
-        assert _GAMMA.stop - _GAMMA.start == g
-        out_rows.append(np.array(brows, dtype=np.int64))
+        out_rows.append(np.concatenate(head_rows))
         out_e.append(e)
     text = _text_estimates_many(rows, texts)
     if text is not None:

@@ -52,6 +52,22 @@ the next script that changes the page: no upgrade step).  Binary values reach Py
 a client decoding with ``surrogateescape`` (:meth:`Store.from_url`), so they stay ``str``
 and round-trip byte for byte; :func:`record_bytes` gives the bytes back.
 
+Ping dedup (``streams/lua/apply_pings.lua``): a ping whose fingerprint equals the page
+record's fingerprint for its source is a duplicate.  It catches a ping re-sent or produced
+twice (another offset) however late, as long as no other ping of that page and source was
+accepted in between; a redelivered event is caught before, by its offset.  It no longer
+catches: a repeat after another ping of the same page and source (A, B, A: the second A
+counts), nor the same ping id sent for two different pages (the old per-host set, kept
+7 days and at most ``ping_dedup_max_per_host`` entries, caught both within its window); two
+distinct pings of one page and source collide in 16 bits with probability 1/65,536 (the
+second is then taken for a duplicate).
+
+Redis configuration: a crawled page's value (page and estimator record) is ~200 bytes;
+above ``hash-max-listpack-value`` (Redis's default 64) a host's hash is a hashtable
+(~300 B per page instead of ~250 B at 10^6 pages, ``docs/bench/records.md``): run Redis
+with ``hash-max-listpack-value 256`` (hosts up to ``hash-max-listpack-entries``, 128 by
+default, pages stay listpack-encoded; a larger host is a hashtable, as before).
+
 Each event's change is one Lua script that first compares the event's offset with the last
 applied offset of its (host, topic, partition) and records it, so a redelivered event
 (Faust is at-least-once) changes nothing.  ``recrawl explain`` shows a page's record
@@ -238,12 +254,22 @@ class HostDump:
     """Everything about one host that a shard needs to schedule it."""
 
     host: str
-    pages: dict[str, str]  #: url -> stored value (PageState.encode), decoded by the caller
+    #: url -> stored value (page record, then its estimator record), decoded by the caller
+    #: (bytes when read through :attr:`Store.raw`)
+    pages: dict[str, str | bytes]
     in_flight: dict[str, tuple[str, float]]
+    #: url -> estimator record still in the old ``est`` hash (state written before record
+    #: version 1); the current ones are in the page values: :meth:`estimator`
     estimators: dict[str, str]
     info: HostInfo
     #: urls its robots.txt disallows
     blocked: set[str] = field(default_factory=set)
+
+    def estimator(self, url: str) -> str | None:
+        """The page's estimator record (its value's tail, else an old one)."""
+        v = self.pages.get(url)
+        return estimator_of(v if v is None or isinstance(v, str) else
+                            v.decode("utf-8", "surrogateescape"), self.estimators.get(url))
 
 
 def _host_info(raw: dict[str, str]) -> HostInfo:
@@ -263,6 +289,10 @@ def _host_info(raw: dict[str, str]) -> HostInfo:
     return HostInfo(rate if rate is None or rate > 0 else None,
                     None if mif is None else max(0, int(mif)), f("tokens", 1e18), f("ts", 1e18),
                     limits, raw.get("robots"))
+
+
+def _text(x: str | bytes) -> str:
+    return x if isinstance(x, str) else x.decode("utf-8", "surrogateescape")
 
 
 def _in_flight(value: str) -> tuple[str, float]:
@@ -300,8 +330,11 @@ async def put_truth(
 class Store:
     """Async access to the state; every mutation is one Lua script (see module docstring)."""
 
-    def __init__(self, client: AsyncRedis, prefix: str) -> None:
+    def __init__(self, client: AsyncRedis, prefix: str, raw: AsyncRedis | None = None) -> None:
         self.redis = client
+        #: a client that returns bytes (the rebuild's bulk reads: no text decoding of the
+        #: records); None: ``client`` is used
+        self.raw = raw
         self.prefix = prefix
         #: the epoch of an input partition's log (streams.logs.LogEpochs sets it)
         self.epoch_of: Callable[[str, int], int] = lambda _topic, _partition: 0
@@ -326,10 +359,12 @@ class Store:
         replies decoded with ``surrogateescape``, so a binary record is a ``str`` that
         encodes back to the same bytes (:func:`record_bytes`)."""
         return cls(connect(url, decode_responses=True, encoding_errors="surrogateescape"),
-                   prefix)
+                   prefix, raw=connect(url, decode_responses=False))
 
     async def close(self) -> None:
         await self.redis.aclose()
+        if self.raw is not None:
+            await self.raw.aclose()
 
     # -- keys ----------------------------------------------------------------------------
     def key(self, host: str, kind: str) -> str:
@@ -509,7 +544,9 @@ class Store:
         return sorted(members)
 
     async def dump_hosts(self, hosts: Sequence[str]) -> list[HostDump]:
-        pipe = self.redis.pipeline(transaction=False)
+        """Everything of ``hosts`` a shard needs, in one pipeline (through :attr:`raw` when
+        there is one: page values stay bytes, for ``numpy.frombuffer``)."""
+        pipe = (self.raw or self.redis).pipeline(transaction=False)
         for h in hosts:
             pipe.hgetall(self.key(h, "pages"))
             pipe.hgetall(self.key(h, "inflight"))
@@ -523,11 +560,11 @@ class Store:
             out.append(
                 HostDump(
                     h,
-                    dict(pages),
-                    {u: _in_flight(v) for u, v in fl.items()},
-                    {u: e for u, v in pages.items() if (e := estimator_of(v, est.get(u)))},
-                    _host_info(info),
-                    set(blocked),
+                    {_text(u): v for u, v in pages.items()},
+                    {_text(u): _in_flight(_text(v)) for u, v in fl.items()},
+                    {_text(u): _text(v) for u, v in est.items()},
+                    _host_info({_text(k): _text(v) for k, v in info.items()}),
+                    {_text(u) for u in blocked},
                 )
             )
         return out

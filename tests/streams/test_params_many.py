@@ -83,7 +83,7 @@ def test_a_bulk_rebuild_equals_a_page_by_page_one(redis_url: str) -> None:
     from models.decision.core import choose
     from streams.metrics import Metrics
     from streams.scheduler import NOT_IN_FLIGHT, Scheduler
-    from streams.state import Store
+    from streams.state import Store, record_bytes
 
     async def go() -> None:
         prefix = f"pm{uuid.uuid4().hex[:8]}"
@@ -92,6 +92,8 @@ def test_a_bulk_rebuild_equals_a_page_by_page_one(redis_url: str) -> None:
         store = Store.from_url(redis_url, prefix)
         rng = random.Random(3)
         recs = _records()
+        old = [EstimatorRecord(full_estimates(r), EstimatorRecord.decode(r).state).encode_text()
+               for r in recs[:5]]
         now = 1.8e9
         data: dict[str, dict[str, dict[str, str]]] = {}
         for h in range(12):
@@ -104,15 +106,25 @@ def test_a_bulk_rebuild_equals_a_page_by_page_one(redis_url: str) -> None:
                                      rng.choice([None, 1e-4]),
                                      now - rng.random() * 9e4 if crawled else 0.0,
                                      tuple(rng.choice([0, 1, 2]) for _ in SOURCES)).encode()
-                if rng.random() < 0.6:
-                    ests[u] = rng.choice(recs)
+                r = rng.random()
+                if r < 0.4:  # the estimator record after the page record, as written now
+                    rec = rng.choice(recs)
+                    ests[u] = rec
+                    pages[u] = (pages[u] + record_bytes(rec)).decode("utf-8", "surrogateescape")
+                elif r < 0.5:  # alone in the old est hash (written before version 1)
+                    ests[u] = rng.choice(old)
+                    pages[u] = PageState.decode(pages[u]).encode_text()
+                elif r < 0.6:
+                    ests[u] = rng.choice(old)
                 if rng.random() < 0.1:
                     fl[u] = f"o{h}-{j}|{now - 5}"
             if h == 3:
                 pages[f"https://{host}/bad"] = "not|a|page"  # unreadable: left out, counted
             data[host] = {"pages": pages, "est": ests, "inflight": fl}
             pipe = store.redis.pipeline(transaction=False)
-            for kind, mapping in data[host].items():
+            stored = {"pages": pages, "inflight": fl,
+                      "est": {u: e for u, e in ests.items() if e in old}}
+            for kind, mapping in stored.items():
                 if mapping:
                     pipe.hset(store.key(host, kind), mapping=mapping)
             pipe.sadd(store.shard_key(0), host)
