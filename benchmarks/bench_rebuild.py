@@ -33,7 +33,7 @@ from streams.estimation import Estimation, EstimatorRecord, Observation, full_es
 from streams.metrics import Metrics
 from streams.scheduler import NOT_IN_FLIGHT, Scheduler
 from streams.settings import Settings
-from streams.state import PageState, Store, ping_fingerprint, record_bytes
+from streams.state import N_SEEN, PageState, Store, ping_fingerprint, record_bytes
 
 
 def records(fmt: str) -> list[bytes | str]:
@@ -64,7 +64,7 @@ async def fill(store: Store, n: int, hosts: int, now: float, fmt: str) -> None:
             k = h * per + j
             u = f"https://{host}/page/{k:08d}"
             st = PageState(1.0 + j % 5, None, now - 10 - k % 86400, (j % 2, 0, 0, 0, 0),
-                           seen=(ping_fingerprint(f"ping{k}"), 0, 0, 0, 0))
+                           seen=(ping_fingerprint(f"ping{k}"),) + (0,) * (N_SEEN - 1))
             if fmt == "binary":
                 pages[u] = st.encode() + recs[k % len(recs)]  # type: ignore[operator]
             else:

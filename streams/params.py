@@ -229,7 +229,12 @@ def _pages_many(raw: list[bytes], estimators: Sequence[str | bytes | None]) -> t
     last = np.empty(n)
     sig = np.empty((n, n_src))
     lens = np.fromiter(map(len, raw), np.int64, n)
-    first = np.fromiter((r[0] if r else 0 for r in raw), np.int64, n)
+    # every value's first byte: one join, no Python call per value
+    first = np.zeros(n, dtype=np.uint8)
+    if n:
+        starts = np.cumsum(lens) - lens
+        nonempty = lens > 0
+        first[nonempty] = np.frombuffer(b"".join(raw), np.uint8)[starts[nonempty]]
     binary = (first == PAGE_VERSION) & (lens >= _PSIZE)
     est_rows: list[npt.NDArray[np.int64]] = []
     est_heads: list[npt.NDArray[Any]] = []

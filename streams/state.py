@@ -36,14 +36,14 @@ same code runs on one Redis node and on a Redis Cluster, :mod:`streams.redis_con
                               writes it every second with a 10 s expiry); ``/stats`` and
                               ``/dashboard`` show it only while it exists
 
-Page record (version 1, little-endian, ``PAGE_FORMAT`` = ``<Bffd5H5H``, 37 bytes): a
+Page record (version 1, little-endian, ``PAGE_FORMAT`` = ``<Bffd5H8H``, 43 bytes): a
 version byte ``0xA1``; ``importance`` float32 (a weight: 7 digits are plenty, and a value
 beyond float32's range reads as infinite, i.e. unusable, as before); ``prior`` change rate
 float32 (NaN = none; a rate is an estimate, 7 digits suffice, smallest normal 1e-38/s);
 ``last_crawl`` float64 (0 = never; a Unix time to the microsecond needs 16 digits);
-five per-source signal counts since the last crawl, uint16 (saturating at 65535); five
-per-source ping fingerprints, uint16 (the 16-bit digest of the last ping of that source
-that was not a duplicate, 0 = none: ping dedup without a per-ping set, see
+five per-source signal counts since the last crawl, uint16 (saturating at 65535); eight
+ping fingerprints, uint16 (16-bit digests of the page's last 8 pings that were not
+duplicates, any source, newest first, 0 = none: ping dedup without a per-ping set, see
 ``streams/lua/apply_pings.lua``).  The Lua scripts pack and unpack it with Redis's built-in
 ``struct``; Python with :data:`PAGE_STRUCT` / :data:`PAGE_DTYPE` (numpy, for the rebuild).
 A value whose first byte is not ``0xA1`` is the old text record
@@ -52,15 +52,15 @@ the next script that changes the page: no upgrade step).  Binary values reach Py
 a client decoding with ``surrogateescape`` (:meth:`Store.from_url`), so they stay ``str``
 and round-trip byte for byte; :func:`record_bytes` gives the bytes back.
 
-Ping dedup (``streams/lua/apply_pings.lua``): a ping whose fingerprint equals the page
-record's fingerprint for its source is a duplicate.  It catches a ping re-sent or produced
-twice (another offset) however late, as long as no other ping of that page and source was
-accepted in between; a redelivered event is caught before, by its offset.  It no longer
-catches: a repeat after another ping of the same page and source (A, B, A: the second A
-counts), nor the same ping id sent for two different pages (the old per-host set, kept
-7 days and at most ``ping_dedup_max_per_host`` entries, caught both within its window); two
-distinct pings of one page and source collide in 16 bits with probability 1/65,536 (the
-second is then taken for a duplicate).
+Ping dedup (``streams/lua/apply_pings.lua``): a ping whose fingerprint (its id and source,
+``PingEvent.fingerprint``) is among the page record's last 8 is a duplicate.  It catches a
+ping re-sent or produced twice (another offset) however late, as long as fewer than 8 other
+pings of that page came in between; a redelivered event is caught before, by its offset.
+It no longer catches: a repeat after 8 or more other pings of the same page, nor the same
+ping id sent for two different pages (the old per-host set, kept 7 days and at most
+``ping_dedup_max_per_host`` entries per host, caught both within its window).  Fingerprints
+are 16 bits: a new ping is taken for a duplicate with probability at most 8/65,536 = 1.2e-4
+(a collision with one of the 8 kept).
 
 Redis configuration: a crawled page's value (page and estimator record) is ~200 bytes;
 above ``hash-max-listpack-value`` (Redis's default 64) a host's hash is a hashtable
@@ -95,6 +95,7 @@ from streams.records import MAX_IN_FLIGHT, MAX_RATE_PER_S, SOURCES
 from streams.redis_conn import AsyncRedis, connect
 
 __all__ = [
+    "N_SEEN",
     "N_SOURCES",
     "PAGE_DTYPE",
     "PAGE_FORMAT",
@@ -117,13 +118,15 @@ N_SOURCES = len(SOURCES)
 
 #: the page record's first byte (module docstring); not a byte any text record starts with
 PAGE_VERSION = 0xA1
+#: ping fingerprints a page record keeps (its last distinct pings, any source: the dedup)
+N_SEEN = 8
 #: version, importance, prior (NaN = none), last crawl, counts per source, fingerprints
-PAGE_FORMAT = f"<Bffd{N_SOURCES}H{N_SOURCES}H"
+PAGE_FORMAT = f"<Bffd{N_SOURCES}H{N_SEEN}H"
 PAGE_STRUCT = struct.Struct(PAGE_FORMAT)
 #: the same layout as a numpy structured dtype (a shard's records in one ``frombuffer``)
 PAGE_DTYPE = np.dtype([("version", "u1"), ("importance", "<f4"), ("prior", "<f4"),
                        ("last_crawl", "<f8"), ("signals", "<u2", (N_SOURCES,)),
-                       ("seen", "<u2", (N_SOURCES,))])
+                       ("seen", "<u2", (N_SEEN,))])
 assert PAGE_DTYPE.itemsize == PAGE_STRUCT.size
 _U16 = 0xFFFF
 
@@ -164,9 +167,10 @@ class PageState:
     prior_change_rate_per_s: float | None = None
     last_crawl_s: float = 0.0
     signals: tuple[int, ...] = (0,) * N_SOURCES
-    #: per source, the 16-bit fingerprint of its last ping that was not a duplicate (0 =
-    #: none); bookkeeping of the ping dedup, not part of the page's state for equality
-    seen: tuple[int, ...] = field(default=(0,) * N_SOURCES, compare=False)
+    #: the 16-bit fingerprints of the page's last N_SEEN pings that were not duplicates,
+    #: newest first (0 = none); bookkeeping of the ping dedup, not part of the page's state
+    #: for equality
+    seen: tuple[int, ...] = field(default=(0,) * N_SEEN, compare=False)
 
     @property
     def crawled(self) -> bool:
@@ -199,7 +203,7 @@ class PageState:
                 raise ValueError(f"page record of {len(raw)} bytes: {exc}") from None
             n = N_SOURCES
             prior = None if math.isnan(v[2]) else v[2]
-            return cls(v[1], prior, v[3], tuple(v[4 : 4 + n]), tuple(v[4 + n : 4 + 2 * n]))
+            return cls(v[1], prior, v[3], tuple(v[4 : 4 + n]), tuple(v[4 + n : 4 + n + N_SEEN]))
         try:
             text = raw.decode()
             imp, prior_s, last, counts = text.split("|")
@@ -216,11 +220,13 @@ class PageState:
 # one starts with lib.lua's helpers; ``__N`` is the number of ping sources, ``__PFMT`` the
 # page record's struct format, ``__PVER`` its version byte.
 # (Redis's struct takes no repeat counts: "5H" is written "HHHHH")
-_LIB = (_lua("lib.lua").replace("__PFMT", "<Bffd" + "H" * (2 * N_SOURCES))
+_LIB = (_lua("lib.lua").replace("__PFMT", "<Bffd" + "H" * (N_SOURCES + N_SEEN))
+        .replace("__SEEN", str(N_SEEN))
         .replace("__PVER", str(PAGE_VERSION)).replace("__PSIZE", str(PAGE_STRUCT.size))
         .replace("__N", str(N_SOURCES)))
-_APPLY_PAGE = _LIB + _lua("apply_page.lua").replace("__N", str(N_SOURCES))
-_APPLY_PINGS = _LIB + _lua("apply_pings.lua")
+_APPLY_PAGE = (_LIB + _lua("apply_page.lua").replace("__N", str(N_SOURCES))
+               .replace("__SEEN", str(N_SEEN)))
+_APPLY_PINGS = _LIB + _lua("apply_pings.lua").replace("__SEEN", str(N_SEEN))
 _APPLY_OUTCOME = _LIB + _lua("apply_outcome.lua").replace("__N", str(N_SOURCES))
 _APPLY_HOST = _LIB + _lua("apply_host.lua")
 _APPLY_CONTROL = _LIB + _lua("apply_control.lua")
@@ -560,7 +566,8 @@ class Store:
             out.append(
                 HostDump(
                     h,
-                    {_text(u): v for u, v in pages.items()},
+                    {(u if isinstance(u, str) else u.decode("utf-8", "surrogateescape")): v
+                     for u, v in pages.items()},
                     {_text(u): _in_flight(_text(v)) for u, v in fl.items()},
                     {_text(u): _text(v) for u, v in est.items()},
                     _host_info({_text(k): _text(v) for k, v in info.items()}),

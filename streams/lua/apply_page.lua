@@ -17,7 +17,8 @@ if cur then
   t = load(cur)
 else
   t = {last = 0, c = {}, fp = {}, rest = ''}
-  for i = 1, __N do t.c[i] = 0; t.fp[i] = 0 end
+  for i = 1, __N do t.c[i] = 0 end
+  for i = 1, __SEEN do t.fp[i] = 0 end
 end
 t.imp = tonumber(ARGV[5])
 if ARGV[6] ~= '' then t.prior = tonumber(ARGV[6]) end

@@ -5,11 +5,11 @@
 -- fingerprints kept), then per ping 6 values: offset, url, source index (1-based),
 -- changed_at ('' = unknown), received_at, fingerprint (1..65535)
 -- Returns code, page value per ping.  The rule is models.decision.pings' "live"
--- (tests/streams/test_ping_rule_lua.py).  Duplicates: the page record keeps, per source,
--- the fingerprint of the last ping of that source that was not a duplicate; a ping with
--- that fingerprint is 'duplicate' (a re-sent ping, however late, while no other ping of
--- that source and page came in between).  A non-duplicate ping records its fingerprint
--- whatever its verdict (as the old per-host set did).
+-- (tests/streams/test_ping_rule_lua.py).  Duplicates: the page record keeps the
+-- fingerprints of its last __SEEN pings that were not duplicates (any source, newest
+-- first); a ping with one of them is 'duplicate' (a re-sent ping, however late, while
+-- fewer than __SEEN other pings of the page came in between).  A non-duplicate ping
+-- records its fingerprint whatever its verdict (as the old per-host set did).
 local stored = redis.call('HGET', KEYS[2], ARGV[1])
 local done = stored and tonumber(stored) or -1
 local top, top_s = done, nil
@@ -28,10 +28,13 @@ for i = 5, #ARGV, 6 do
     else
       local t = load(cur)
       local n, fp = tonumber(ARGV[i + 2]), tonumber(ARGV[i + 5])
-      if t.fp[n] == fp then
+      local dup = false
+      for k = 1, __SEEN do if t.fp[k] == fp then dup = true end end
+      if dup then
         code = 'duplicate'
       else
-        t.fp[n] = fp
+        for k = __SEEN, 2, -1 do t.fp[k] = t.fp[k - 1] end
+        t.fp[1] = fp
         local received = tonumber(ARGV[i + 4])
         local last = t.last
         local changed = tonumber(ARGV[i + 3])

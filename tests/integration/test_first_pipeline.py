@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import asyncio
 import json
+import math
+import struct
 import time
 
 import pytest
@@ -11,6 +13,7 @@ from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
 
 from streams.redis_conn import connect_sync as connect_redis_sync
 from streams.settings import Settings
+from streams.state import PageState
 
 pytestmark = pytest.mark.integration
 
@@ -47,13 +50,16 @@ def test_page_event_reaches_redis_through_a_worker(settings: Settings, start_wor
     event = {"url": "https://example.org/a", "importance": 2.5}
     asyncio.run(_produce(settings, "pages", [(b"example.org", json.dumps(event).encode())]))
 
-    r = connect_redis_sync(settings.redis_url, decode_responses=True)
+    r = connect_redis_sync(settings.redis_url)  # bytes: the page record is binary
     key = f"{settings.key_prefix}:{{example.org}}:pages"  # one hash per host, field = url
     deadline = time.monotonic() + 30
     while time.monotonic() < deadline and not r.hexists(key, "https://example.org/a"):
         time.sleep(0.2)
-    # importance | prior change rate | last crawl (0: never) | signals per source
-    assert r.hget(key, "https://example.org/a") == "2.5||0|0,0,0,0,0"
+    # version 1, importance, prior (none), last crawl (0: never), signals per source and
+    # 8 ping fingerprints (streams/state.py's docstring)
+    assert r.hget(key, "https://example.org/a") == struct.pack(
+        "<Bffd13H", 0xA1, 2.5, math.nan, 0.0, *[0] * 13)
+    assert PageState.decode(r.hget(key, "https://example.org/a")) == PageState(importance=2.5)
 
 
 def test_bad_page_events_go_to_rejects_with_reason(settings: Settings, start_worker) -> None:

@@ -13,7 +13,7 @@ import pytest
 
 from models.decision.pings import VERDICTS, ping_verdict
 from streams.records import SOURCES
-from streams.state import PageState, Store, record_bytes
+from streams.state import N_SEEN, PageState, Store, record_bytes
 
 pytestmark = pytest.mark.integration
 
@@ -107,37 +107,45 @@ async def test_a_batch_decides_as_the_pings_one_at_a_time(redis_url: str) -> Non
 
 async def test_dedup_lives_in_the_page_record(redis_url: str) -> None:
     """A re-sent ping (same fingerprint, another offset) is a duplicate however late, while
-    no other ping of that page and source came in between; a ping of another source does
-    not reset it; nothing per ping is kept (only the page's hash: no growing set)."""
+    fewer than N_SEEN other pings of the page came in between; nothing per ping is kept
+    (only the page's hash: no growing set)."""
     store = Store.from_url(redis_url, f"pf{uuid.uuid4().hex[:8]}")
     host, url = "f.test", "http://f.test/p"
+    offset = 0
     try:
         await store.load_scripts()
         await store.redis.hset(store.key(host, "pages"), url, PageState().encode())
 
-        async def ping(offset: int, source: str, fp: str, at: float) -> str:
+        async def ping(source: str, ident: str, at: float) -> str:
+            nonlocal offset
+            offset += 1
+            fp = f"i:{source}:{ident}"  # as PingEvent.fingerprint
             res = await store.queue_pings(store.redis, host, [(offset, url, source, None, at, fp)],
                                           t_delay_s=0.0, window_s=1.0, topic="pings",
                                           partition=0)
             return str(res[0])
 
-        assert await ping(1, "indexnow", "a", 1000.0) == "applied"
-        assert await ping(2, "indexnow", "a", 1000.0 + 30 * 86400) == "duplicate"
-        assert await ping(3, "websub", "a", 1001.0) == "applied"  # another source
-        assert await ping(4, "indexnow", "a", 1002.0) == "duplicate"
-        assert await ping(5, "indexnow", "b", 1003.0) == "applied"
-        assert await ping(6, "indexnow", "a", 1004.0) == "applied"  # no longer the last one
-        # a flood of distinct pings: still one record of 37 bytes, no other key
+        assert await ping("indexnow", "a", 1000.0) == "applied"
+        assert await ping("indexnow", "a", 1000.0 + 30 * 86400) == "duplicate"  # however late
+        assert await ping("websub", "a", 1001.0) == "applied"  # another source: another ping
+        assert await ping("indexnow", "b", 1002.0) == "applied"
+        assert await ping("indexnow", "a", 1003.0) == "duplicate"  # A, B, A
+        for k in range(N_SEEN - 3):
+            assert await ping("cdn", f"c{k}", 1004.0 + k) == "applied"
+        assert await ping("indexnow", "a", 2000.0) == "duplicate"  # N_SEEN - 1 pings since
+        assert await ping("cdn", "d", 2001.0) == "applied"
+        assert await ping("indexnow", "a", 2002.0) == "applied"  # N_SEEN since: forgotten
+        # a flood of distinct pings: still one record of 43 bytes, no other key
         for b in range(3):
             res = await store.queue_pings(
                 store.redis, host,
-                [(10 + b * 100 + i, url, "indexnow", None, 2000.0 + b * 100 + i, f"x{b}.{i}")
+                [(100 + b * 100 + i, url, "sitemap", None, 3000.0 + b * 100 + i, f"x{b}.{i}")
                  for i in range(100)],
                 t_delay_s=0.0, window_s=86400.0, topic="pings", partition=0)
             assert set(res[0::2]) <= {"applied", "duplicate"}
         state = await store.get_page(host, url)
         assert state is not None and state.signals[SOURCES.index("websub")] == 1
-        assert len(record_bytes(await store.get_page_raw(host, url) or "")) == 37
+        assert len(record_bytes(await store.get_page_raw(host, url) or "")) == 43
         keys = sorted(await store.redis.keys(f"{store.prefix}:*"))
         assert keys == sorted([store.key(host, "pages"), store.key(host, "offsets")])
     finally:
@@ -160,7 +168,7 @@ async def test_an_old_text_page_is_read_and_rewritten_binary(redis_url: str) -> 
                                       t_delay_s=0.0, window_s=1.0, topic="pings", partition=0)
         assert res[0] == "applied"
         raw = record_bytes(await store.get_page_raw(host, url) or "")
-        assert raw[0] == 0xA1 and len(raw) == 37
+        assert raw[0] == 0xA1 and len(raw) == 43
         new = PageState(2.5, 1e-4, 1000.25, (2, 0, 2, 0, 0))
         assert await store.get_page(host, url) == PageState.decode(new.encode())  # float32
     finally:
