@@ -66,7 +66,7 @@ async def fill(store: Store, n: int, hosts: int, now: float, fmt: str) -> None:
             st = PageState(1.0 + j % 5, None, now - 10 - k % 86400, (j % 2, 0, 0, 0, 0),
                            seen=(ping_fingerprint(f"ping{k}"),) + (0,) * (N_SEEN - 1))
             if fmt == "binary":
-                pages[u] = st.encode() + recs[k % len(recs)]  # type: ignore[operator]
+                pages[u] = st.encode(recs[k % len(recs)])
             else:
                 pages[u] = st.encode_text()
                 ests[u] = recs[k % len(recs)]

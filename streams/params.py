@@ -235,17 +235,27 @@ def _pages_many(raw: list[bytes], estimators: Sequence[str | bytes | None]) -> t
         starts = np.cumsum(lens) - lens
         nonempty = lens > 0
         first[nonempty] = np.frombuffer(b"".join(raw), np.uint8)[starts[nonempty]]
-    binary = (first == PAGE_VERSION) & (lens >= _PSIZE)
+    binary = first == PAGE_VERSION
     est_rows: list[npt.NDArray[np.int64]] = []
     est_heads: list[npt.NDArray[Any]] = []
     other = ~binary
-    for size in np.unique(lens[binary]).tolist():
-        rows = np.flatnonzero(binary & (lens == size))
-        dt = _record_dtype(size)
+    short = binary & (lens < _PSIZE)  # stored without trailing zero bytes: padded here
+    sizes = [x for x in np.unique(lens[binary & ~short]).tolist() if x != _PSIZE]
+    for size in [_PSIZE, *sizes]:
+        if size == _PSIZE:
+            rows = np.flatnonzero(short | (binary & (lens == size)))
+            if not rows.size:
+                continue
+            buf = b"".join([raw[i].ljust(_PSIZE, b"\0") for i in rows.tolist()])
+            dt: np.dtype[Any] | None = PAGE_DTYPE
+        else:
+            rows = np.flatnonzero(binary & (lens == size))
+            dt = _record_dtype(size)
+            buf = b"".join([raw[i] for i in rows.tolist()])
         if dt is None:  # a tail that is not an estimator record: page by page
             other[rows] = True
             continue
-        a = np.frombuffer(b"".join([raw[i] for i in rows.tolist()]), dt)
+        a = np.frombuffer(buf, dt)
         p = a if size == _PSIZE else a["page"]
         imp[rows], prior[rows], last[rows] = p["importance"], p["prior"], p["last_crawl"]
         sig[rows] = p["signals"]

@@ -46,6 +46,8 @@ ping fingerprints, uint16 (16-bit digests of the page's last 8 pings that were n
 duplicates, any source, newest first, 0 = none: ping dedup without a per-ping set, see
 ``streams/lua/apply_pings.lua``).  The Lua scripts pack and unpack it with Redis's built-in
 ``struct``; Python with :data:`PAGE_STRUCT` / :data:`PAGE_DTYPE` (numpy, for the rebuild).
+A page record without an estimator record after it is stored without its trailing zero
+bytes (a page never crawled nor pinged: 9 bytes; readers pad it back).
 A value whose first byte is not ``0xA1`` is the old text record
 ``"importance|prior|last_crawl|n_sitemap,..."`` (read by both sides, rewritten as binary by
 the next script that changes the page: no upgrade step).  Binary values reach Python through
@@ -176,14 +178,16 @@ class PageState:
     def crawled(self) -> bool:
         return self.last_crawl_s > 0.0
 
-    def encode(self) -> bytes:
-        """The binary record (version 1, module docstring)."""
+    def encode(self, estimator: str | bytes | None = None) -> bytes:
+        """The stored value (version 1, module docstring): the page record, then
+        ``estimator`` (an estimator record) if given, else without its trailing zero bytes."""
         prior = math.nan if self.prior_change_rate_per_s is None else self.prior_change_rate_per_s
         with np.errstate(over="ignore"):
             imp, pri = (float(x) for x in np.array([self.importance, prior], dtype=np.float32))
-        return PAGE_STRUCT.pack(PAGE_VERSION, imp, pri, self.last_crawl_s,
+        page = PAGE_STRUCT.pack(PAGE_VERSION, imp, pri, self.last_crawl_s,
                                 *(min(_U16, max(0, int(n))) for n in self.signals),
                                 *self.seen)
+        return page + record_bytes(estimator) if estimator else page.rstrip(b"\0")
 
     def encode_text(self) -> str:
         """The old text record (what state written before version 1 holds; tests)."""
@@ -197,6 +201,8 @@ class PageState:
         """A stored record: binary (version 1) or the old text; ``ValueError`` if neither."""
         raw = record_bytes(value)
         if raw[:1] == bytes((PAGE_VERSION,)):
+            if len(raw) < PAGE_STRUCT.size:  # stored without its trailing zero bytes
+                raw = raw.ljust(PAGE_STRUCT.size, b"\0")
             try:
                 v = PAGE_STRUCT.unpack_from(raw)
             except struct.error as exc:

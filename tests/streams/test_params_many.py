@@ -83,7 +83,7 @@ def test_a_bulk_rebuild_equals_a_page_by_page_one(redis_url: str) -> None:
     from models.decision.core import choose
     from streams.metrics import Metrics
     from streams.scheduler import NOT_IN_FLIGHT, Scheduler
-    from streams.state import Store, record_bytes
+    from streams.state import Store
 
     async def go() -> None:
         prefix = f"pm{uuid.uuid4().hex[:8]}"
@@ -110,7 +110,8 @@ def test_a_bulk_rebuild_equals_a_page_by_page_one(redis_url: str) -> None:
                 if r < 0.4:  # the estimator record after the page record, as written now
                     rec = rng.choice(recs)
                     ests[u] = rec
-                    pages[u] = (pages[u] + record_bytes(rec)).decode("utf-8", "surrogateescape")
+                    pages[u] = PageState.decode(pages[u]).encode(rec).decode(
+                        "utf-8", "surrogateescape")
                 elif r < 0.5:  # alone in the old est hash (written before version 1)
                     ests[u] = rng.choice(old)
                     pages[u] = PageState.decode(pages[u]).encode_text()
