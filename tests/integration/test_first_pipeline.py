@@ -56,8 +56,11 @@ def test_page_event_reaches_redis_through_a_worker(settings: Settings, start_wor
     while time.monotonic() < deadline and not r.hexists(key, "https://example.org/a"):
         time.sleep(0.2)
     # version 1, importance, prior (none), last crawl (0: never), signals per source and
-    # 8 ping fingerprints (streams/state.py's docstring)
-    v = struct.unpack("<Bffd13H", r.hget(key, "https://example.org/a"))
+    # 8 ping fingerprints (streams/state.py's docstring); the trailing zero bytes (last
+    # crawl, counts, fingerprints) are not stored
+    raw = r.hget(key, "https://example.org/a")
+    assert len(raw) == 9
+    v = struct.unpack("<Bffd13H", raw.ljust(43, b"\0"))
     assert v[:2] == (0xA1, 2.5) and math.isnan(v[2]) and v[3:] == (0.0, *[0] * 13)
     assert PageState.decode(r.hget(key, "https://example.org/a")) == PageState(importance=2.5)
 
