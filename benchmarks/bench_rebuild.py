@@ -1,49 +1,78 @@
-"""Shard rebuild from a real Redis: how long a worker takes to load a shard it is assigned.
+"""Shard rebuild from a real Redis: how long a worker takes to load a shard it is assigned,
+and how many bytes of Redis each page takes.
 
     .venv/bin/python benchmarks/bench_rebuild.py --redis redis://127.0.0.1:6399/0 \
-        --pages 1000000 --hosts 10000
+        --pages 1000000 --hosts 10000 --formats binary text
 
-Writes ``--pages`` crawled pages on ``--hosts`` hosts into one shard, each with an estimator
-record made by the real :class:`streams.estimation.Estimation` (so every page takes the
-estimates path) and a signal count, then times ``Scheduler`` rebuilding the shard (arrays:
-``Scheduler._load_hosts``).  Same-run references: the Redis reads alone
-(``Store.dump_hosts`` over every host: the floor any rebuild pays), and the page-by-page
-path (``Scheduler._apply_or_skip`` per page, the rebuild before this wave) over the first
-``--reference-pages`` pages, per page.  The keys are deleted at the end.
+Writes ``--pages`` crawled and pinged pages on ``--hosts`` hosts into one shard, each with an
+estimator record made by the real :class:`streams.estimation.Estimation` (so every page
+takes the estimates path), a signal count and a ping fingerprint, then measures the Redis
+bytes per page (``INFO memory`` ``used_memory`` delta after ``MEMORY PURGE``) and times
+``Scheduler`` rebuilding the shard (arrays: ``Scheduler._load_hosts``).  ``--formats``:
+``binary`` is the record of ``streams/state.py`` (page + estimator record in one field);
+``text`` is the same pages written as before record version 1 (text page value, text
+estimator record with the model's default ring in ``P:{host}:est``; the old per-ping
+``seen`` set, ~108 B per ping, is not written), a same-run reference that the current code
+still reads.  Same-run references per format: the Redis reads alone (``Store.dump_hosts``
+over every host: the floor any rebuild pays), and with ``--reference-pages`` the
+page-by-page path (``Scheduler._apply_or_skip`` per page) over the first pages.  The keys
+are deleted after each format.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import cProfile
+import pstats
 import time
 import uuid
+from typing import Any
 
-from streams.estimation import Estimation, Observation
+from streams.estimation import Estimation, EstimatorRecord, Observation, full_estimates
 from streams.metrics import Metrics
 from streams.scheduler import NOT_IN_FLIGHT, Scheduler
 from streams.settings import Settings
-from streams.state import PageState, Store
+from streams.state import N_SEEN, PageState, Store, ping_fingerprint, record_bytes
 
 
-async def fill(store: Store, n: int, hosts: int, now: float) -> None:
-    est = Estimation()
-    records = est.observe([
+def records(fmt: str) -> list[bytes | str]:
+    """64 distinct estimator records (one to five observed intervals each)."""
+    est = Estimation() if fmt == "binary" else Estimation(ring_capacity=5)
+    recs: list[str] = est.observe([
         Observation(None, 3600.0 * (1 + i % 5), (1, 0, i % 2, 0, 0), i % 3 != 0, 1e9 + i)
         for i in range(64)])
+    for k in range(1, 5):
+        recs[: 64 - 12 * k] = est.observe([
+            Observation(r, 3600.0, (0, 1, 0, 0, 0), (i + k) % 2 == 0, 1e9 + 3600.0 * k + i)
+            for i, r in enumerate(recs[: 64 - 12 * k])])
+    if fmt == "binary":
+        return [record_bytes(r) for r in recs]
+    return [EstimatorRecord(e, EstimatorRecord.decode(r, 1e9, 5).state).encode_text()
+            for r, e in zip(recs, [full_estimates(r) for r in recs], strict=True)]
+
+
+async def fill(store: Store, n: int, hosts: int, now: float, fmt: str) -> None:
+    recs = records(fmt)
     per = n // hosts
     pipe = store.redis.pipeline(transaction=False)
     for h in range(hosts):
         host = f"host{h}.example"
-        pages, ests = {}, {}
+        pages: dict[str, Any] = {}
+        ests: dict[str, Any] = {}
         for j in range(per):
             k = h * per + j
             u = f"https://{host}/page/{k:08d}"
-            pages[u] = PageState(1.0 + j % 5, None, now - 10 - k % 86400,
-                                 (j % 2, 0, 0, 0, 0)).encode()
-            ests[u] = records[k % len(records)]
+            st = PageState(1.0 + j % 5, None, now - 10 - k % 86400, (j % 2, 0, 0, 0, 0),
+                           seen=(ping_fingerprint(f"ping{k}"),) + (0,) * (N_SEEN - 1))
+            if fmt == "binary":
+                pages[u] = st.encode(recs[k % len(recs)])
+            else:
+                pages[u] = st.encode_text()
+                ests[u] = recs[k % len(recs)]
         pipe.hset(store.key(host, "pages"), mapping=pages)
-        pipe.hset(store.key(host, "est"), mapping=ests)
+        if ests:
+            pipe.hset(store.key(host, "est"), mapping=ests)
         pipe.sadd(store.shard_key(0), host)
         if h % 50 == 49:
             await pipe.execute()
@@ -51,7 +80,13 @@ async def fill(store: Store, n: int, hosts: int, now: float) -> None:
     await pipe.execute()
 
 
-async def main(args: argparse.Namespace) -> None:
+async def used_memory(store: Store) -> int:
+    await store.redis.execute_command("MEMORY", "PURGE")
+    info: Any = await store.redis.info("memory")
+    return int(info["used_memory"])
+
+
+async def run(args: argparse.Namespace, fmt: str) -> None:
     prefix = f"rb{uuid.uuid4().hex[:6]}"
     s = Settings(redis_url=args.redis, key_prefix=prefix, partitions=1)
     store = Store.from_url(args.redis, prefix)
@@ -61,51 +96,80 @@ async def main(args: argparse.Namespace) -> None:
         return None
 
     try:
+        before = await used_memory(store)
         t0 = time.perf_counter()
-        await fill(store, args.pages, args.hosts, now)
-        print(f"filled {args.pages} pages on {args.hosts} hosts in "
-              f"{time.perf_counter() - t0:.1f}s")
+        await fill(store, args.pages, args.hosts, now, fmt)
+        fill_s = time.perf_counter() - t0
+        per_page = (await used_memory(store) - before) / args.pages
+        enc: Any = await store.redis.object("encoding", store.key("host0.example", "pages"))
+        print(f"[{fmt}] filled {args.pages} pages on {args.hosts} hosts in {fill_s:.1f}s; "
+              f"redis bytes per page (INFO used_memory delta / pages): {per_page:.1f} "
+              f"(pages hash encoding: {enc})")
         hosts = await store.shard_hosts(0)
         t0 = time.perf_counter()
         dumps = []
         for i in range(0, len(hosts), 50):
             dumps.extend(await store.dump_hosts(hosts[i : i + 50]))
         t_read = time.perf_counter() - t0
-        print(f"reference: Redis reads alone {t_read:.2f}s")
+        print(f"[{fmt}] reference: Redis reads alone {t_read:.2f}s")
 
         sch = Scheduler(s, store, Metrics(), sink)
+        prof = cProfile.Profile() if args.profile else None
         t0 = time.perf_counter()
+        if prof:
+            prof.enable()
         sch.sync_assignment({0})
         while not sch.shards[0].ready:
             await asyncio.sleep(0.005)
         t_bulk = time.perf_counter() - t0
-        print(f"rebuild (arrays): {t_bulk:.2f}s for {len(sch.shards[0].book)} pages = "
+        if prof:
+            prof.disable()
+            pstats.Stats(prof).sort_stats("cumulative").print_stats(25)
+        print(f"[{fmt}] rebuild (arrays): {t_bulk:.2f}s for {len(sch.shards[0].book)} pages = "
               f"{t_bulk / args.pages * 1e6:.1f} us/page ({t_bulk / t_read:.1f}x the reads)")
 
-        one = Scheduler(s, store, Metrics(), sink)
-        shard = one.new_shard(0)
-        done = 0
-        t0 = time.perf_counter()
-        for d in dumps:
-            for url, value in d.pages.items():
-                one._apply_or_skip(shard, d.host, url, PageState.decode(value),
-                                   d.estimators.get(url), NOT_IN_FLIGHT)
-                done += 1
-            if done >= args.reference_pages:
-                break
-        t_one = time.perf_counter() - t0
-        per_one = t_one / done * 1e6
-        print(f"reference: page by page {t_one:.2f}s for {done} pages = {per_one:.1f} us/page "
-              f"(x{per_one / (t_bulk / args.pages * 1e6):.1f} the arrays' cost per page)")
+        if args.reference_pages:
+            one = Scheduler(s, store, Metrics(), sink)
+            shard = one.new_shard(0)
+            done = 0
+            t0 = time.perf_counter()
+            for d in dumps:
+                for url, value in d.pages.items():
+                    one._apply_or_skip(shard, d.host, url, PageState.decode(value),
+                                       d.estimators.get(url), NOT_IN_FLIGHT)
+                    done += 1
+                if done >= args.reference_pages:
+                    break
+            t_one = time.perf_counter() - t0
+            per_one = t_one / done * 1e6
+            print(f"[{fmt}] reference: page by page {t_one:.2f}s for {done} pages = "
+                  f"{per_one:.1f} us/page (x{per_one / (t_bulk / args.pages * 1e6):.1f} the "
+                  "arrays' cost per page)")
     finally:
         await store.delete_all()
         await store.close()
 
 
+async def main(args: argparse.Namespace) -> None:
+    if args.listpack_value:
+        # records of crawled pages are ~200 B: above Redis's default of 64 B a hash is a
+        # hashtable (docs/bench/records.md: the config recrawl's Redis should run with)
+        cfg = Store.from_url(args.redis, "cfg")
+        await cfg.redis.config_set("hash-max-listpack-value", args.listpack_value)
+        print(f"hash-max-listpack-value set to {args.listpack_value}")
+        await cfg.close()
+    for fmt in args.formats:
+        await run(args, fmt)
+
+
 if __name__ == "__main__":
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--redis", default="redis://127.0.0.1:6379/0")
+    ap.add_argument("--listpack-value", type=int, default=0,
+                    help="CONFIG SET hash-max-listpack-value first (0: leave it)")
     ap.add_argument("--pages", type=int, default=100_000)
     ap.add_argument("--hosts", type=int, default=1_000)
-    ap.add_argument("--reference-pages", type=int, default=100_000)
+    ap.add_argument("--formats", nargs="+", choices=("binary", "text"), default=["binary"])
+    ap.add_argument("--reference-pages", type=int, default=0)
+    ap.add_argument("--profile", action="store_true", help="cProfile the rebuild")
     asyncio.run(main(ap.parse_args()))

@@ -48,6 +48,13 @@ async def used_memory(store: Store) -> int:
 
 
 async def main(args: argparse.Namespace) -> None:
+    if args.listpack_value:
+        # records of crawled pages are ~200 B: above Redis's default of 64 B a hash is a
+        # hashtable (docs/bench/records.md: the config recrawl's Redis should run with)
+        cfg = Store.from_url(args.redis, "cfg")
+        await cfg.redis.config_set("hash-max-listpack-value", args.listpack_value)
+        print(f"hash-max-listpack-value set to {args.listpack_value}")
+        await cfg.close()
     prefix = f"bench{uuid.uuid4().hex[:6]}"
     s = Settings(redis_url=args.redis, key_prefix=prefix, budget_per_s=1e9, tick_s=0.01,
                  default_host_crawls_per_s=1e9, t_delay_s=0.0, partitions=args.shards)
@@ -166,6 +173,8 @@ async def main(args: argparse.Namespace) -> None:
 if __name__ == "__main__":
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--redis", default="redis://127.0.0.1:6379/0")
+    ap.add_argument("--listpack-value", type=int, default=0,
+                    help="CONFIG SET hash-max-listpack-value first (0: leave it)")
     ap.add_argument("--pages", type=int, default=100_000)
     ap.add_argument("--hosts", type=int, default=0, help="default: pages / 1000")
     ap.add_argument("--pings", type=int, default=100_000)

@@ -58,7 +58,7 @@ from streams.records import (
     validation_reason,
 )
 from streams.settings import Settings
-from streams.state import PageState, Store
+from streams.state import PageState, Store, estimator_of
 from streams.urls import canonical_host
 
 __all__ = [
@@ -459,8 +459,9 @@ class Agents:
         reads: list[tuple[str | None, str | None]] = []
         for i, j in enumerate(jobs):
             o = j.record
-            value, est = _opt(current[2 * i]), _opt(current[2 * i + 1])
-            reads.append((value, est))
+            value, legacy = _opt(current[2 * i]), _opt(current[2 * i + 1])
+            reads.append((value, legacy))  # what the outcome script compares
+            est = estimator_of(value, legacy)  # in the page value (or an old est hash)
             if value and o.changed is not None:
                 state = PageState.decode(value)
                 # a fetch at the last crawl's time (to the ms kept) is that crawl again
@@ -491,7 +492,8 @@ class Agents:
             if o.disallowed:
                 decision = (f"{o.fetched_at:.3f} not fetched: {o.error or 'robots.txt disallows'}"
                             "; not ordered until the host's robots.txt changes")
-            plans.append((j, new_est, decision, new_est or reads[i][1]))
+            plans.append((j, new_est, decision,
+                          new_est or estimator_of(reads[i][0], reads[i][1])))
 
         async def write(pipe: Any) -> None:
             for i, (j, new_est, _decision, _after) in enumerate(plans):

@@ -1,9 +1,32 @@
 """Per-page estimators in the stream: crawl intervals in, ``(alpha, beta_s, gamma)`` out.
 
-Each page with at least one observed crawl interval has an :class:`EstimatorRecord` in
-``P:{host}:est``: helper B's :class:`models.estimators.SignalEstimator` state (<= 256 bytes,
-base64) plus the estimates it gives, so the scheduler rebuilds a shard without re-solving
-any MLE.  Only the outcomes agent writes it, in the outcome's offset-guarded Lua step with a
+Each page with at least one observed crawl interval has an :class:`EstimatorRecord` appended
+to its page record in ``P:{host}:pages`` (``streams/state.py``): helper B's
+:class:`models.estimators.SignalEstimator` state plus the converged ``alpha``, its standard
+error and ``kappa`` (what the crawl value needs that only the MLE solve gives), so the
+scheduler rebuilds a shard without re-solving any MLE (``batch_result`` over 10^6 pages
+takes 24-55 s here, ``docs/bench/records.md``).
+
+Estimator record (version 1, little-endian, :data:`RECORD_HEAD` + ring): a first byte
+``0xB0 + ring length`` (``0xB0``-``0xBF``, never the first byte of a text record nor of a page
+record); ``n_intervals`` uint32; float32 ``alpha``, ``alpha_se``, ``kappa[3]`` (the estimates),
+``theta[4]``, ``unchanged[4]``, ``totals[4]``, ``quad_b[4]``, ``quad_a[10]`` (the state),
+then the ring, ``ring length x 5`` float32; 129 + 20 x ring length bytes.  float32 for all:
+these are estimates whose standard errors are far above float32's 6e-8 relative rounding
+(``SignalState.to_bytes`` already keeps theta, the ring and the quadratic in float32; the
+float64 ``unchanged`` and ``totals`` sums lose at most 6e-8 relative, a crawl interval of a
+second in 190 days of observed time).  Not stored, derived when read (vectorised on a
+rebuild): ``gamma_g = totals_g / max(1 s, totals_0)`` (as ``_estimates_from``),
+``Delta``, precision and recall (``models.estimators._numeric.derive``, paper 004 Sec. 3);
+``end_s`` is the page's ``last_crawl`` (the outcome script writes both at once).  The
+other standard errors are only shown by ``recrawl explain``, which solves that one page's
+state again (:func:`full_estimates`).  The stream's ring holds :data:`STREAM_RING` changed
+intervals (the model's default for 3 sources is 5; older ones are in the quadratic
+expansion, as with any capacity: ``tests/streams/test_estimation.py`` compares the two).
+The old text record ``"<estimates>|<base64 SignalState>"`` (kept in ``P:{host}:est`` before
+version 1) is still read.
+
+Only the outcomes agent writes a record, in the outcome's offset-guarded Lua step with a
 compare-and-set on the page value and the old record (``streams/state.py``), so redelivery
 never applies an observation twice.
 
@@ -39,12 +62,14 @@ from __future__ import annotations
 
 import base64
 import binascii
-import contextlib
+import dataclasses
 import math
+import struct
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
+import numpy.typing as npt
 
 from models.decision.pooling import pooled_beta
 from models.estimators import (
@@ -55,7 +80,6 @@ from models.estimators import (
     SignalState,
     batch_from_bytes,
     batch_result,
-    batch_to_bytes,
     batch_update,
     conservative_change_rate,
     states_to_batch,
@@ -68,11 +92,15 @@ __all__ = [
     "GROUP_NAMES",
     "GROUP_OF",
     "N_GROUPS",
+    "RECORD_HEAD",
+    "STREAM_RING",
     "Estimates",
     "Estimation",
     "EstimatorRecord",
     "Observation",
     "estimates_of",
+    "full_estimates",
+    "gamma_from_totals",
     "group_counts",
     "value_parameters",
 ]
@@ -92,8 +120,30 @@ N_GROUPS = len(GROUPS)
 #: ``signals (M, sources) @ _GROUP_SUM`` = per-group sums (:func:`group_counts` on arrays)
 _GROUP_SUM = np.array([[1.0 if GROUP_OF[s] == g else 0.0 for g in range(N_GROUPS)]
                        for s in range(len(SOURCES))])
-#: :meth:`Estimates.encode`'s text: 4 + 6 per-group fields at 6 significant digits, the count
-_ESTIMATES_FORMAT = ",".join(["{:.6g}"] * (4 + 6 * N_GROUPS)) + ",{}"
+_D = 1 + N_GROUPS
+_NQ = _D * (_D + 1) // 2
+
+#: changed intervals the stream's estimator keeps exactly (module docstring)
+STREAM_RING = 2
+#: first byte (0xB0 + ring length), n_intervals, alpha, alpha_se, kappa, theta, unchanged,
+#: totals, quad_b, quad_a (the ring follows: ring length x (d + 1) float32)
+RECORD_HEAD = struct.Struct(f"<BI{2 + N_GROUPS}f{4 * _D + _NQ}f")
+_RING_ENTRY = 4 * (_D + 1)
+_TAG = 0xB0
+
+
+def _record_dtype(ring_len: int) -> np.dtype:
+    """:data:`RECORD_HEAD` plus a ring of ``ring_len`` as one packed numpy dtype (the same
+    bytes: ``struct``'s ``<`` has no padding), for reading and writing records on arrays."""
+    g, d = N_GROUPS, _D
+    fields: list[tuple[str, str] | tuple[str, str, tuple[int, ...]]] = [
+        ("tag", "u1"), ("n_intervals", "<u4"), ("alpha", "<f4"), ("alpha_se", "<f4"),
+        ("kappa", "<f4", (g,)), ("theta", "<f4", (d,)), ("unchanged", "<f4", (d,)),
+        ("totals", "<f4", (d,)), ("quad_b", "<f4", (d,)), ("quad_a", "<f4", (_NQ,)),
+    ]
+    if ring_len:
+        fields.append(("ring", "<f4", (ring_len, d + 1)))
+    return np.dtype(fields)
 
 
 def group_counts(signals: Sequence[int]) -> tuple[float, ...]:
@@ -141,18 +191,50 @@ class Estimates:
                    int(v[-1]))
 
 
+def _is_binary(record: str | bytes) -> bool:
+    first = record[:1]
+    if isinstance(first, str):
+        return first != "" and 0xDCB0 <= ord(first) <= 0xDCBF  # a surrogate-escaped byte
+    return first != b"" and _TAG <= first[0] <= _TAG + 15
+
+
+def _raw(record: str | bytes) -> bytes:
+    return record if isinstance(record, bytes) else record.encode("utf-8", "surrogateescape")
+
+
 @dataclass(frozen=True, slots=True)
 class EstimatorRecord:
-    """``P:{host}:est`` value: ``<estimates>|<base64 SignalState>``."""
+    """A page's estimator record (module docstring): binary, or the old text form."""
 
     estimates: Estimates
     state: SignalState
 
     def encode(self) -> str:
+        """Binary (version 1) as a ``str`` of surrogate-escaped bytes (what a
+        ``surrogateescape`` Redis client reads and writes back unchanged)."""
+        return self.to_bytes().decode("utf-8", "surrogateescape")
+
+    def to_bytes(self) -> bytes:
+        st, e = self.state, self.estimates
+        ring = st.ring[-15:]
+        flat = [x for entry in ring for x in entry]
+        return RECORD_HEAD.pack(
+            _TAG + len(ring), min(st.n_intervals, 0xFFFFFFFF), e.alpha_per_s, e.alpha_se_per_s,
+            *e.kappa, *st.theta, *st.unchanged, *st.totals, *st.quad_b, *st.quad_a,
+        ) + struct.pack(f"<{len(flat)}f", *flat)
+
+    def encode_text(self) -> str:
+        """The old text record (``<estimates>|<base64 SignalState>``; tests of the upgrade)."""
         return f"{self.estimates.encode()}|{base64.b64encode(self.state.to_bytes()).decode()}"
 
     @classmethod
-    def decode(cls, text: str) -> EstimatorRecord:
+    def decode(cls, text: str | bytes, end_s: float = -math.inf,
+               ring_capacity: int = STREAM_RING) -> EstimatorRecord:
+        """``end_s``: the page's last crawl (a binary record does not keep it)."""
+        if _is_binary(text):
+            return _decode_binary(_raw(text), end_s, ring_capacity)
+        if isinstance(text, bytes):
+            text = text.decode("utf-8", "replace")
         est, _, b64 = text.partition("|")
         try:
             raw = base64.b64decode(b64, validate=True)
@@ -161,14 +243,77 @@ class EstimatorRecord:
         return cls(Estimates.decode(est), SignalState.from_bytes(raw))
 
 
-def estimates_of(text: str | None) -> Estimates | None:
-    """The estimates part of a stored record (cheap: no state decoding); None if absent/bad."""
+def _decode_binary(raw: bytes, end_s: float, ring_capacity: int) -> EstimatorRecord:
+    n_ring = raw[0] - _TAG
+    if len(raw) != RECORD_HEAD.size + n_ring * _RING_ENTRY:
+        raise ValueError(f"estimator record of {len(raw)} bytes, expected "
+                         f"{RECORD_HEAD.size + n_ring * _RING_ENTRY}")
+    v = RECORD_HEAD.unpack_from(raw)
+    g, d = N_GROUPS, _D
+    alpha, alpha_se, kappa = v[2], v[3], v[4 : 4 + g]
+    i = 4 + g
+    theta, unchanged, totals = v[i : i + d], v[i + d : i + 2 * d], v[i + 2 * d : i + 3 * d]
+    quad_b, quad_a = v[i + 3 * d : i + 4 * d], v[i + 4 * d : i + 4 * d + _NQ]
+    flat = struct.unpack_from(f"<{n_ring * (d + 1)}f", raw, RECORD_HEAD.size)
+    ring = tuple(tuple(flat[j * (d + 1) : (j + 1) * (d + 1)]) for j in range(n_ring))
+    state = SignalState(g, end_s if math.isfinite(end_s) else -math.inf, v[1], theta,
+                        unchanged, totals, ring, quad_b, quad_a,
+                        max(ring_capacity, n_ring))
+    return EstimatorRecord(_derived(alpha, alpha_se, kappa, totals, v[1]), state)
+
+
+def _derived(alpha: float, alpha_se: float, kappa: Sequence[float], totals: Sequence[float],
+             n_intervals: int) -> Estimates:
+    """The estimates of a binary record (module docstring: gamma, Delta, precision and
+    recall derived; standard errors other than alpha's not kept: NaN)."""
+    nan = (math.nan,) * N_GROUPS
+    # scalar twins of gamma_from_totals and models.estimators._numeric.derive (one page:
+    # numpy's per-call cost would be most of it)
+    t = totals[0]
+    gam = tuple(x / max(t, 1.0) for x in totals[1:]) if t > 0.0 else (0.0,) * N_GROUPS
+    precision = tuple(-math.expm1(-k) for k in kappa)
+    signalled = [g * p for g, p in zip(gam, precision, strict=True)]
+    delta = alpha + sum(signalled)
+    recall = tuple(x / delta if delta > 0.0 else 0.0 for x in signalled)
+    return Estimates(alpha, alpha_se, delta, math.nan, gam, tuple(kappa), precision, nan,
+                     recall, nan, n_intervals)
+
+
+def gamma_from_totals(totals: npt.NDArray[np.float64]) -> npt.NDArray[np.float64]:
+    """Signal rates per group from the state's totals ``(N, d)``: signals over observed time
+    (under a second counts as a second), as ``models.estimators.signals._estimates_from``."""
+    t = totals[:, 0]
+    with np.errstate(invalid="ignore", divide="ignore"):
+        return np.where((t > 0.0)[:, None], totals[:, 1:] / np.maximum(t, 1.0)[:, None], 0.0)
+
+
+def estimates_of(text: str | bytes | None) -> Estimates | None:
+    """The estimates of a stored record (cheap: no solve); None if absent/bad."""
     if not text:
         return None
     try:
+        if _is_binary(text):
+            return _decode_binary(_raw(text), -math.inf, STREAM_RING).estimates
+        if isinstance(text, bytes):
+            text = text.decode("utf-8", "replace")
         return Estimates.decode(text.partition("|")[0])
-    except ValueError:
+    except (ValueError, struct.error):
         return None
+
+
+def full_estimates(text: str | bytes | None) -> Estimates | None:
+    """The estimates of a stored record with every standard error (one Newton solve of its
+    state: ``recrawl explain``); None if absent/bad."""
+    if not text:
+        return None
+    try:
+        rec = EstimatorRecord.decode(text)
+    except (ValueError, struct.error):
+        return None
+    if not _is_binary(text):
+        return rec.estimates
+    (full,) = Estimation().results([rec.state])
+    return full
 
 
 @dataclass(frozen=True, slots=True)
@@ -185,21 +330,26 @@ class Observation:
 class Estimation:
     """The estimator of every page (one :class:`SignalEstimator` over the source groups)."""
 
-    def __init__(self, half_life_s: float = math.inf) -> None:
-        self.estimator = SignalEstimator(N_GROUPS, half_life_s=half_life_s)
+    def __init__(self, half_life_s: float = math.inf, ring_capacity: int = STREAM_RING) -> None:
+        self.estimator = SignalEstimator(N_GROUPS, half_life_s=half_life_s,
+                                         ring_capacity=ring_capacity)
 
-    def state_of(self, record: str | None) -> SignalState:
-        """The stored state, or the prior's if absent, unreadable, or of another shape (a
-        record written with other source groups or ring capacity starts again)."""
+    def state_of(self, record: str | None, end_s: float = -math.inf) -> SignalState:
+        """The stored state, or the prior's if absent or unreadable; ``end_s``: the page's
+        last crawl (a binary record does not keep it)."""
         if record:
             try:
-                st = EstimatorRecord.decode(record).state
-            except (ValueError, TypeError):
+                st = EstimatorRecord.decode(record, end_s, self.estimator.ring_capacity).state
+            except (ValueError, TypeError, struct.error):
                 pass  # unreadable (or another version): start again from the prior
             else:
-                if (st.n_sources == self.estimator.n_sources
-                        and len(st.ring) <= self.estimator.ring_capacity):
-                    return st
+                if st.n_sources != self.estimator.n_sources:
+                    return self.estimator.init()  # other source groups: start again
+                if st.ring_capacity != self.estimator.ring_capacity:
+                    # an old record with a longer ring: its oldest intervals leave it at the
+                    # next update (models.estimators' eviction), nothing is lost before
+                    st = replace(st, ring_capacity=self.estimator.ring_capacity)
+                return st
         return self.estimator.init()
 
     def observe(self, observations: Sequence[Observation]) -> list[str]:
@@ -211,12 +361,25 @@ class Estimation:
         Each observation must be a different page (the outcomes agent's chunks)."""
         if not observations:
             return []
-        batch = self.states_of([o.record for o in observations])
         m = len(observations)
         tau = np.fromiter((max(0.0, o.interval_s) for o in observations), np.float64, m)
+        fetched = np.fromiter((o.fetched_at_s for o in observations), np.float64, m)
+        # records not in the binary layout (the old text form, or unreadable): one by one
+        text = {i: self.state_of(o.record, o.fetched_at_s - o.interval_s)
+                for i, o in enumerate(observations) if o.record and not _is_binary(o.record)}
+        if any(len(st.ring) > self.estimator.ring_capacity for st in text.values()):
+            # an old record's ring longer than the stream's: the object path (its scalar
+            # update evicts the oldest intervals), once; the page is binary afterwards
+            return self.observe_states(observations)
+        batch = self.states_of([o.record for o in observations], fetched - tau)
+        if text:
+            rows = np.fromiter(text, np.int64, len(text))
+            sub = states_to_batch(list(text.values()), self.estimator.ring_capacity,
+                                  self.estimator.n_sources)
+            for f in dataclasses.fields(sub):
+                getattr(batch, f.name)[rows] = getattr(sub, f.name)
         changed = np.fromiter((o.changed for o in observations), bool, m)
         signals = np.array([o.signals for o in observations], dtype=np.float64)
-        fetched = np.fromiter((o.fetched_at_s for o in observations), np.float64, m)
         # a fetch before the stored last crawl (a clock step): the interval follows it
         prev = batch.end_s
         end = np.where(fetched >= prev, fetched, prev + tau)
@@ -225,41 +388,96 @@ class Estimation:
         return self.records_of(batch, batch_result(self.estimator, batch))
 
     # -- the stored record <-> arrays (the storage encoding lives here and in EstimatorRecord)
-    def states_of(self, records: Sequence[str | None]) -> BatchSignalState:
-        """The stored states as arrays; absent or unreadable records (another version, other
-        source groups or ring capacity) start from the prior, as :meth:`state_of`."""
-        blobs: list[bytes | None] = []
-        for rec in records:
-            blob = None
-            if rec:
-                with contextlib.suppress(binascii.Error, ValueError):
-                    blob = base64.b64decode(rec.partition("|")[2], validate=True)
-            blobs.append(blob)
-        return batch_from_bytes(self.estimator, blobs)[0]
+    def states_of(self, records: Sequence[str | bytes | None],
+                  end_s: npt.NDArray[np.float64] | None = None) -> BatchSignalState:
+        """Binary records (:data:`RECORD_HEAD` + ring) as arrays, one ``numpy.frombuffer``
+        per ring length; absent or unreadable records (another layout, a ring longer than the
+        stream's) start from the prior.  ``end_s``: each page's last crawl (not kept in the
+        record; ``-inf`` if not given).  Old text records: :meth:`state_of`."""
+        n = len(records)
+        batch = batch_from_bytes(self.estimator, [None] * n)[0]  # the prior everywhere
+        k = self.estimator.ring_capacity
+        groups: dict[int, list[int]] = {}
+        raws: list[bytes] = [b""] * n
+        for i, rec in enumerate(records):
+            if not rec or not _is_binary(rec):
+                continue
+            raw = _raw(rec)
+            ring_len = raw[0] - _TAG
+            if ring_len <= k and len(raw) == RECORD_HEAD.size + ring_len * _RING_ENTRY:
+                raws[i] = raw
+                groups.setdefault(ring_len, []).append(i)
+        d = _D
+        iu = np.triu_indices(d)
+        for ring_len, members in groups.items():
+            arr = np.frombuffer(b"".join(raws[i] for i in members), dtype=_record_dtype(ring_len))
+            rows = np.asarray(members, dtype=np.int64)
+            batch.n_intervals[rows] = arr["n_intervals"]
+            batch.theta[rows] = arr["theta"]
+            batch.unchanged[rows] = arr["unchanged"]
+            batch.totals[rows] = arr["totals"]
+            batch.ring[rows] = 0.0
+            if ring_len:
+                batch.ring[rows, :ring_len] = arr["ring"]
+            batch.ring_len[rows] = ring_len
+            batch.ring_pos[rows] = 0
+            batch.quad_b[rows] = arr["quad_b"]
+            upper = arr["quad_a"].astype(np.float64)
+            qa = np.zeros((rows.size, d, d))
+            qa[:, iu[0], iu[1]] = upper
+            qa[:, iu[1], iu[0]] = upper
+            batch.quad_a[rows] = qa
+            batch.end_s[rows] = -math.inf if end_s is None else end_s[rows]
+        return batch
 
     def records_of(self, batch: BatchSignalState, r: BatchEstimate) -> list[str]:
-        """:meth:`EstimatorRecord.encode` of every page of ``batch`` with its estimates."""
-        blobs = batch_to_bytes(batch, self.estimator.ring_capacity)
-        nums = np.column_stack([
-            r.alpha_per_s, r.alpha_se_per_s, r.change_rate_per_s, r.change_rate_se_per_s,
-            r.gamma_per_s, r.kappa, r.precision, r.precision_se, r.recall, r.recall_se,
-        ]).tolist()
-        fmt = _ESTIMATES_FORMAT
-        b64 = base64.b64encode
-        return [f"{fmt.format(*row, n)}|{b64(blob).decode()}"
-                for row, n, blob in zip(nums, batch.n_intervals.tolist(), blobs, strict=True)]
+        """:meth:`EstimatorRecord.encode` of every page of ``batch`` with its estimates (the
+        same bytes), written from the arrays."""
+        n = batch.n_pages
+        out = [""] * n
+        d = _D
+        k = batch.ring.shape[1]
+        iu = np.triu_indices(d)
+        for ring_len in np.unique(batch.ring_len).tolist():
+            rows = np.flatnonzero(batch.ring_len == ring_len)
+            arr = np.zeros(rows.size, dtype=_record_dtype(ring_len))
+            arr["tag"] = _TAG + ring_len
+            arr["n_intervals"] = np.minimum(batch.n_intervals[rows], 0xFFFFFFFF)
+            arr["alpha"] = r.alpha_per_s[rows]
+            arr["alpha_se"] = r.alpha_se_per_s[rows]
+            arr["kappa"] = r.kappa[rows]
+            arr["theta"] = batch.theta[rows]
+            arr["unchanged"] = batch.unchanged[rows]
+            arr["totals"] = batch.totals[rows]
+            arr["quad_b"] = batch.quad_b[rows]
+            arr["quad_a"] = batch.quad_a[rows][:, iu[0], iu[1]]
+            if ring_len:
+                order = (batch.ring_pos[rows, None] + np.arange(ring_len)[None, :]) % k
+                arr["ring"] = np.take_along_axis(batch.ring[rows], order[:, :, None], axis=1)
+            buf = arr.tobytes()
+            size = arr.dtype.itemsize
+            for j, row in enumerate(rows.tolist()):
+                out[row] = buf[j * size : (j + 1) * size].decode("utf-8", "surrogateescape")
+        return out
 
     def observe_states(self, observations: Sequence[Observation]) -> list[str]:
         """:meth:`observe` through ``SignalState`` objects (:func:`update_many`): the same
-        records, kept as the reference the array path is tested against."""
+        records, kept as the reference the array path is tested against (and the path of an
+        old text record)."""
         if not observations:
             return []
-        states = [self.state_of(o.record) for o in observations]
+        states = [self.state_of(o.record, o.fetched_at_s - o.interval_s) for o in observations]
         intervals = [
             CrawlInterval(max(0.0, o.interval_s), o.changed, group_counts(o.signals),
                           end_s=o.fetched_at_s if o.fetched_at_s >= st.end_s else None)
             for o, st in zip(observations, states, strict=True)
         ]
+        if any(len(st.ring) > self.estimator.ring_capacity for st in states):
+            # an old record's longer ring: the scalar update evicts its oldest intervals
+            new_states = [self.estimator.update(st, iv)
+                          for st, iv in zip(states, intervals, strict=True)]
+            return [EstimatorRecord(e, st).encode()
+                    for e, st in zip(self.results(new_states), new_states, strict=True)]
         new_states, r = update_many(self.estimator, states, intervals)
         return [EstimatorRecord(e, s).encode()
                 for e, s in zip(_estimates_list(r, new_states), new_states, strict=True)]
@@ -268,7 +486,8 @@ class Estimation:
         """Converged estimates of several states (``batch_result``: one Newton solve)."""
         if not states:
             return []
-        batch = states_to_batch(states, self.estimator.ring_capacity, self.estimator.n_sources)
+        capacity = max([self.estimator.ring_capacity, *(len(st.ring) for st in states)])
+        batch = states_to_batch(states, capacity, self.estimator.n_sources)
         return _estimates_list(batch_result(self.estimator, batch), states)
 
 

@@ -13,7 +13,7 @@ from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
 from models.values import crawl_value, time_to_value
-from streams.estimation import GROUP_NAMES, GROUPS, estimates_of
+from streams.estimation import GROUP_NAMES, GROUPS, full_estimates
 from streams.params import page_params
 from streams.records import SOURCES, check_url, host_of, shard_of
 from streams.scheduler import Control
@@ -30,8 +30,9 @@ def _num(x: float | None) -> float | None:
 
 
 def estimates_view(record: str | None) -> dict[str, Any] | None:
-    """A page's estimates with their standard errors (None before its first interval)."""
-    est = estimates_of(record)
+    """A page's estimates with their standard errors (None before its first interval; the
+    record's state solved again: a stored record keeps only what the crawl value needs)."""
+    est = full_estimates(record)
     if est is None:
         return None
     return {

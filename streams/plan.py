@@ -88,7 +88,7 @@ async def load_inputs(store: Store, settings: Settings, *, chunk: int = 50) -> P
             for url, value in dump.pages.items():
                 try:
                     state = PageState.decode(value)
-                    pp = page_params(state, dump.estimators.get(url), settings)
+                    pp = page_params(state, dump.estimator(url), settings)
                 except (ValueError, ArithmeticError):
                     unusable += 1
                     continue

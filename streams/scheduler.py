@@ -527,7 +527,8 @@ class Scheduler:
         parameters are not usable goes page by page (counted ``pages.unusable``)."""
         urls: list[str] = []
         hosts: list[str] = []
-        values: list[str] = []
+        values: list[str | bytes] = []
+        #: estimator records still in the old est hash (the others are in the values)
         ests: list[str | None] = []
         for dump in dumps:
             info = dump.info
@@ -540,7 +541,10 @@ class Scheduler:
             urls.extend(pages)
             hosts.extend([dump.host] * len(pages))
             values.extend(pages.values())
-            ests.extend(dump.estimators.get(u) for u in pages)
+            if dump.estimators:
+                ests.extend(dump.estimators.get(u) for u in pages)
+            else:
+                ests.extend([None] * len(pages))
         if not urls:
             return
         many = page_params_many(values, ests, self.settings)
@@ -581,7 +585,7 @@ class Scheduler:
                 log.warning("page %s left out of shard %d: unreadable %r (%s)", url,
                             shard.partition, values[i][:200], exc)
                 continue
-            self._apply_or_skip(shard, dump.host, url, state, ests[i],
+            self._apply_or_skip(shard, dump.host, url, state, dump.estimator(url),
                                 dump.in_flight.get(url, NOT_IN_FLIGHT))
 
     def _apply_or_skip(self, shard: Shard, host: str, url: str, state: PageState,

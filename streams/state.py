@@ -5,12 +5,13 @@ the text between the braces decides a key's slot, so every key of one host lives
 slot, the two control keys share one, and every script below touches one slot only; the
 same code runs on one Redis node and on a Redis Cluster, :mod:`streams.redis_conn`)::
 
-    P:{host}:pages      HASH  url -> page value "importance|prior|last_crawl|n_sitemap,..."
+    P:{host}:pages      HASH  url -> page record (binary, below), followed by the page's
+                              estimator record once it has an observed crawl interval
+                              (streams/estimation.py)
     P:{host}:inflight   HASH  url -> "order_id|issued_at"   (only pages with an order out)
-    P:{host}:est        HASH  url -> "estimates|base64 estimator state" (pages with at least
-                              one observed crawl interval; streams/estimation.py)
-    P:{host}:seen       ZSET  ping fingerprint -> received_at (duplicates, trimmed by age and
-                              to the newest ``ping_dedup_max_per_host``)
+    P:{host}:est        HASH  url -> estimator record in the old text form (only state
+                              written before record version 1: read, and deleted when the
+                              page's next estimator record is written into its page value)
     P:{host}:host       HASH  rate, mif (capacity), tokens, ts (the token bucket); rate is
                               the smallest of rate_operator, rate_robots, rate_pushback (who
                               set it: HostEvent.source) with reason_<source>; robots: the
@@ -35,25 +36,60 @@ same code runs on one Redis node and on a Redis Cluster, :mod:`streams.redis_con
                               writes it every second with a 10 s expiry); ``/stats`` and
                               ``/dashboard`` show it only while it exists
 
+Page record (version 1, little-endian, ``PAGE_FORMAT`` = ``<Bffd5H8H``, 43 bytes): a
+version byte ``0xA1``; ``importance`` float32 (a weight: 7 digits are plenty, and a value
+beyond float32's range reads as infinite, i.e. unusable, as before); ``prior`` change rate
+float32 (NaN = none; a rate is an estimate, 7 digits suffice, smallest normal 1e-38/s);
+``last_crawl`` float64 (0 = never; a Unix time to the microsecond needs 16 digits);
+five per-source signal counts since the last crawl, uint16 (saturating at 65535); eight
+ping fingerprints, uint16 (16-bit digests of the page's last 8 pings that were not
+duplicates, any source, newest first, 0 = none: ping dedup without a per-ping set, see
+``streams/lua/apply_pings.lua``).  The Lua scripts pack and unpack it with Redis's built-in
+``struct``; Python with :data:`PAGE_STRUCT` / :data:`PAGE_DTYPE` (numpy, for the rebuild).
+A page record without an estimator record after it is stored without its trailing zero
+bytes (a page never crawled nor pinged: 9 bytes; readers pad it back).
+A value whose first byte is not ``0xA1`` is the old text record
+``"importance|prior|last_crawl|n_sitemap,..."`` (read by both sides, rewritten as binary by
+the next script that changes the page: no upgrade step).  Binary values reach Python through
+a client decoding with ``surrogateescape`` (:meth:`Store.from_url`), so they stay ``str``
+and round-trip byte for byte; :func:`record_bytes` gives the bytes back.
+
+Ping dedup (``streams/lua/apply_pings.lua``): a ping whose fingerprint (its id and source,
+``PingEvent.fingerprint``) is among the page record's last 8 is a duplicate.  It catches a
+ping re-sent or produced twice (another offset) however late, as long as fewer than 8 other
+pings of that page came in between; a redelivered event is caught before, by its offset.
+It no longer catches: a repeat after 8 or more other pings of the same page, nor the same
+ping id sent for two different pages (the old per-host set, kept 7 days and at most
+``ping_dedup_max_per_host`` entries per host, caught both within its window).  Fingerprints
+are 16 bits: a new ping is taken for a duplicate with probability at most 8/65,536 = 1.2e-4
+(a collision with one of the 8 kept).
+
+Redis configuration: a crawled page's value (page and estimator record) is ~200 bytes;
+above ``hash-max-listpack-value`` (Redis's default 64) a host's hash is a hashtable
+(304 B per page instead of 248 B in ``docs/bench/records.md``): run Redis
+with ``hash-max-listpack-value 256`` (hosts up to ``hash-max-listpack-entries``, 128 by
+default, pages stay listpack-encoded; a larger host is a hashtable, as before).
+
 Each event's change is one Lua script that first compares the event's offset with the last
 applied offset of its (host, topic, partition) and records it, so a redelivered event
-(Faust is at-least-once) changes nothing.  A page value is plain text so ``HGET`` in
-``redis-cli`` is readable; ``last_crawl`` 0 means never crawled.  No decision text is
+(Faust is at-least-once) changes nothing.  ``recrawl explain`` shows a page's record
+decoded (``HGET`` in ``redis-cli`` shows bytes).  No decision text is
 stored: why a page was or wasn't crawled is kept by the worker that decided it
 (:mod:`streams.decisions`, a bounded ring served by ``GET /pages``).
 """
 
 from __future__ import annotations
 
-import base64
 import hashlib
 import json
 import math
+import struct
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 from redis.asyncio.cluster import ClusterPipeline
 from redis.commands.core import AsyncScript
 
@@ -61,18 +97,61 @@ from streams.records import MAX_IN_FLIGHT, MAX_RATE_PER_S, SOURCES
 from streams.redis_conn import AsyncRedis, connect
 
 __all__ = [
+    "N_SEEN",
     "N_SOURCES",
+    "PAGE_DTYPE",
+    "PAGE_FORMAT",
+    "PAGE_STRUCT",
+    "PAGE_VERSION",
     "HostDump",
     "HostInfo",
     "PageState",
     "PingItem",
     "Store",
+    "estimator_of",
+    "estimator_part",
     "ping_fingerprint",
     "put_truth",
+    "record_bytes",
     "truth_key",
 ]
 
 N_SOURCES = len(SOURCES)
+
+#: the page record's first byte (module docstring); not a byte any text record starts with
+PAGE_VERSION = 0xA1
+#: ping fingerprints a page record keeps (its last distinct pings, any source: the dedup)
+N_SEEN = 8
+#: version, importance, prior (NaN = none), last crawl, counts per source, fingerprints
+PAGE_FORMAT = f"<Bffd{N_SOURCES}H{N_SEEN}H"
+PAGE_STRUCT = struct.Struct(PAGE_FORMAT)
+#: the same layout as a numpy structured dtype (a shard's records in one ``frombuffer``)
+PAGE_DTYPE = np.dtype([("version", "u1"), ("importance", "<f4"), ("prior", "<f4"),
+                       ("last_crawl", "<f8"), ("signals", "<u2", (N_SOURCES,)),
+                       ("seen", "<u2", (N_SEEN,))])
+assert PAGE_DTYPE.itemsize == PAGE_STRUCT.size
+_U16 = 0xFFFF
+
+
+def record_bytes(value: str | bytes) -> bytes:
+    """A stored value as bytes (a ``str`` read through a ``surrogateescape`` client)."""
+    return value if isinstance(value, bytes) else value.encode("utf-8", "surrogateescape")
+
+
+def estimator_part(value: str | bytes | None) -> str | None:
+    """The estimator record stored after a binary page record's bytes (None: none)."""
+    if not value:
+        return None
+    raw = record_bytes(value)
+    if raw[0] != PAGE_VERSION or len(raw) <= PAGE_STRUCT.size:
+        return None
+    return raw[PAGE_STRUCT.size :].decode("utf-8", "surrogateescape")
+
+
+def estimator_of(value: str | None, legacy: str | None) -> str | None:
+    """A page's estimator record: in its page value, else (state written before record
+    version 1) the one in ``P:{host}:est``."""
+    return estimator_part(value) or legacy or None
 
 
 def _lua(name: str) -> str:
@@ -90,32 +169,70 @@ class PageState:
     prior_change_rate_per_s: float | None = None
     last_crawl_s: float = 0.0
     signals: tuple[int, ...] = (0,) * N_SOURCES
+    #: the 16-bit fingerprints of the page's last N_SEEN pings that were not duplicates,
+    #: newest first (0 = none); bookkeeping of the ping dedup, not part of the page's state
+    #: for equality
+    seen: tuple[int, ...] = field(default=(0,) * N_SEEN, compare=False)
 
     @property
     def crawled(self) -> bool:
         return self.last_crawl_s > 0.0
 
-    def encode(self) -> str:
+    def encode(self, estimator: str | bytes | None = None) -> bytes:
+        """The stored value (version 1, module docstring): the page record, then
+        ``estimator`` (an estimator record) if given, else without its trailing zero bytes."""
+        prior = math.nan if self.prior_change_rate_per_s is None else self.prior_change_rate_per_s
+        with np.errstate(over="ignore"):
+            imp, pri = (float(x) for x in np.array([self.importance, prior], dtype=np.float32))
+        page = PAGE_STRUCT.pack(PAGE_VERSION, imp, pri, self.last_crawl_s,
+                                *(min(_U16, max(0, int(n))) for n in self.signals),
+                                *self.seen)
+        return page + record_bytes(estimator) if estimator else page.rstrip(b"\0")
+
+    def encode_text(self) -> str:
+        """The old text record (what state written before version 1 holds; tests)."""
         prior = "" if self.prior_change_rate_per_s is None else repr(self.prior_change_rate_per_s)
         last = "0" if self.last_crawl_s == 0 else f"{self.last_crawl_s:.3f}"
         counts = ",".join(str(n) for n in self.signals)
         return f"{self.importance!r}|{prior}|{last}|{counts}"
 
     @classmethod
-    def decode(cls, value: str) -> PageState:
-        imp, prior, last, counts = value.split("|")
-        signals = tuple(int(n) for n in counts.split(","))
-        return cls(float(imp), float(prior) if prior else None, float(last), signals)
+    def decode(cls, value: str | bytes) -> PageState:
+        """A stored record: binary (version 1) or the old text; ``ValueError`` if neither."""
+        raw = record_bytes(value)
+        if raw[:1] == bytes((PAGE_VERSION,)):
+            if len(raw) < PAGE_STRUCT.size:  # stored without its trailing zero bytes
+                raw = raw.ljust(PAGE_STRUCT.size, b"\0")
+            try:
+                v = PAGE_STRUCT.unpack_from(raw)
+            except struct.error as exc:
+                raise ValueError(f"page record of {len(raw)} bytes: {exc}") from None
+            n = N_SOURCES
+            prior = None if math.isnan(v[2]) else v[2]
+            return cls(v[1], prior, v[3], tuple(v[4 : 4 + n]), tuple(v[4 + n : 4 + n + N_SEEN]))
+        try:
+            text = raw.decode()
+            imp, prior_s, last, counts = text.split("|")
+            signals = tuple(int(n) for n in counts.split(","))
+        except (UnicodeDecodeError, ValueError) as exc:
+            raise ValueError(f"page record {raw[:40]!r}: {exc}") from None
+        return cls(float(imp), float(prior_s) if prior_s else None, float(last), signals)
 
     def after_crawl(self, fetched_at_s: float) -> PageState:
         return replace(self, last_crawl_s=fetched_at_s, signals=(0,) * N_SOURCES)
 
 
 # The scripts live in streams/lua/ (each file's header: its KEYS, ARGV and replies); every
-# one starts with lib.lua's helpers; ``__N`` is the number of ping sources.
-_LIB = _lua("lib.lua")
-_APPLY_PAGE = _LIB + _lua("apply_page.lua").replace("__N", str(N_SOURCES))
-_APPLY_PINGS = _LIB + _lua("apply_pings.lua")
+# one starts with lib.lua's helpers; ``__N`` is the number of ping sources, ``__PFMT`` the
+# page record's struct format, ``__PVER`` its version byte.
+# (Redis's struct takes no repeat counts: "5H" is written "HHHHH")
+_LIB = (_lua("lib.lua").replace("__PFMT", "<Bffd" + "H" * (N_SOURCES + N_SEEN))
+        .replace("__SEEN", str(N_SEEN))
+        .replace("__PVER", str(PAGE_VERSION)).replace("__PSIZE", str(PAGE_STRUCT.size))
+        .replace("__N", str(N_SOURCES)))
+_APPLY_PAGE = (_LIB + _lua("apply_page.lua").replace("__N", str(N_SOURCES))
+               .replace("__SEEN", str(N_SEEN)))
+_APPLY_PINGS = _LIB + _lua("apply_pings.lua").replace("__SEEN", str(N_SEEN))
 _APPLY_OUTCOME = _LIB + _lua("apply_outcome.lua").replace("__N", str(N_SOURCES))
 _APPLY_HOST = _LIB + _lua("apply_host.lua")
 _APPLY_CONTROL = _LIB + _lua("apply_control.lua")
@@ -128,9 +245,9 @@ _EXPIRE = _LIB + _lua("expire.lua")
 PingItem = tuple[int, str, str, float | None, float, str]
 
 
-def ping_fingerprint(fp: str) -> str:
-    """A short stable digest of a ping's identity (12 base64 characters)."""
-    return base64.b64encode(hashlib.blake2b(fp.encode(), digest_size=9).digest()).decode()
+def ping_fingerprint(fp: str) -> int:
+    """A 16-bit digest of a ping's identity, 1..65535 (0 means none in a page record)."""
+    return int.from_bytes(hashlib.blake2b(fp.encode(), digest_size=2).digest(), "little") or 1
 
 
 @dataclass(frozen=True, slots=True)
@@ -149,12 +266,22 @@ class HostDump:
     """Everything about one host that a shard needs to schedule it."""
 
     host: str
-    pages: dict[str, str]  #: url -> stored value (PageState.encode), decoded by the caller
+    #: url -> stored value (page record, then its estimator record), decoded by the caller
+    #: (bytes when read through :attr:`Store.raw`)
+    pages: dict[str, str | bytes]
     in_flight: dict[str, tuple[str, float]]
+    #: url -> estimator record still in the old ``est`` hash (state written before record
+    #: version 1); the current ones are in the page values: :meth:`estimator`
     estimators: dict[str, str]
     info: HostInfo
     #: urls its robots.txt disallows
     blocked: set[str] = field(default_factory=set)
+
+    def estimator(self, url: str) -> str | None:
+        """The page's estimator record (its value's tail, else an old one)."""
+        v = self.pages.get(url)
+        return estimator_of(v if v is None or isinstance(v, str) else
+                            v.decode("utf-8", "surrogateescape"), self.estimators.get(url))
 
 
 def _host_info(raw: dict[str, str]) -> HostInfo:
@@ -174,6 +301,10 @@ def _host_info(raw: dict[str, str]) -> HostInfo:
     return HostInfo(rate if rate is None or rate > 0 else None,
                     None if mif is None else max(0, int(mif)), f("tokens", 1e18), f("ts", 1e18),
                     limits, raw.get("robots"))
+
+
+def _text(x: str | bytes) -> str:
+    return x if isinstance(x, str) else x.decode("utf-8", "surrogateescape")
 
 
 def _in_flight(value: str) -> tuple[str, float]:
@@ -211,8 +342,11 @@ async def put_truth(
 class Store:
     """Async access to the state; every mutation is one Lua script (see module docstring)."""
 
-    def __init__(self, client: AsyncRedis, prefix: str) -> None:
+    def __init__(self, client: AsyncRedis, prefix: str, raw: AsyncRedis | None = None) -> None:
         self.redis = client
+        #: a client that returns bytes (the rebuild's bulk reads: no text decoding of the
+        #: records); None: ``client`` is used
+        self.raw = raw
         self.prefix = prefix
         #: the epoch of an input partition's log (streams.logs.LogEpochs sets it)
         self.epoch_of: Callable[[str, int], int] = lambda _topic, _partition: 0
@@ -233,11 +367,16 @@ class Store:
 
     @classmethod
     def from_url(cls, url: str, prefix: str) -> Store:
-        """One Redis node or a Redis Cluster (``redis+cluster://``, :mod:`streams.redis_conn`)."""
-        return cls(connect(url, decode_responses=True), prefix)
+        """One Redis node or a Redis Cluster (``redis+cluster://``, :mod:`streams.redis_conn`);
+        replies decoded with ``surrogateescape``, so a binary record is a ``str`` that
+        encodes back to the same bytes (:func:`record_bytes`)."""
+        return cls(connect(url, decode_responses=True, encoding_errors="surrogateescape"),
+                   prefix, raw=connect(url, decode_responses=False))
 
     async def close(self) -> None:
         await self.redis.aclose()
+        if self.raw is not None:
+            await self.raw.aclose()
 
     # -- keys ----------------------------------------------------------------------------
     def key(self, host: str, kind: str) -> str:
@@ -293,8 +432,10 @@ class Store:
         window_s: float, topic: str, partition: int, max_seen: int = 10_000,
     ) -> Any:
         """One script call for a batch of one host's pings from one partition, in offset
-        order (``_APPLY_PINGS``); the result has ``code, page value`` per ping."""
-        keys = [self.key(host, k) for k in ("pages", "offsets", "seen")]
+        order (``_APPLY_PINGS``); the result has ``code, page value`` per ping.  Duplicates
+        are found in the page record (each source's last fingerprint): ``window_s`` and
+        ``max_seen`` are kept for callers and no longer used."""
+        keys = [self.key(host, k) for k in ("pages", "offsets")]
         args: list[Any] = [self.offset_field(topic, partition), repr(t_delay_s),
                            repr(window_s), max_seen]
         for offset, url, source, changed_at, received_at, fingerprint in pings:
@@ -391,7 +532,7 @@ class Store:
         return {
             "page": PageState.decode(page) if page else None,
             "in_flight": _in_flight(fl) if fl else None,
-            "estimator": est,
+            "estimator": estimator_of(page, est),
             "host": _host_info(hinfo),
             "blocked": bool(blocked),
         }
@@ -415,7 +556,9 @@ class Store:
         return sorted(members)
 
     async def dump_hosts(self, hosts: Sequence[str]) -> list[HostDump]:
-        pipe = self.redis.pipeline(transaction=False)
+        """Everything of ``hosts`` a shard needs, in one pipeline (through :attr:`raw` when
+        there is one: page values stay bytes, for ``numpy.frombuffer``)."""
+        pipe = (self.raw or self.redis).pipeline(transaction=False)
         for h in hosts:
             pipe.hgetall(self.key(h, "pages"))
             pipe.hgetall(self.key(h, "inflight"))
@@ -429,17 +572,19 @@ class Store:
             out.append(
                 HostDump(
                     h,
-                    dict(pages),
-                    {u: _in_flight(v) for u, v in fl.items()},
-                    dict(est),
-                    _host_info(info),
-                    set(blocked),
+                    {(u if isinstance(u, str) else u.decode("utf-8", "surrogateescape")): v
+                     for u, v in pages.items()},
+                    {_text(u): _in_flight(_text(v)) for u, v in fl.items()},
+                    {_text(u): _text(v) for u, v in est.items()},
+                    _host_info({_text(k): _text(v) for k, v in info.items()}),
+                    {_text(u) for u in blocked},
                 )
             )
         return out
 
     async def get_pages(self, host: str, urls: Sequence[str]) -> dict[str, tuple[str | None, ...]]:
-        """For each url: (page value, in flight, estimator) as stored (None when absent)."""
+        """For each url: (page value, in flight, estimator record) as stored (None when
+        absent; the estimator record is the page value's tail, or an old one in ``est``)."""
         if not urls:
             return {}
         pipe = self.redis.pipeline(transaction=False)
@@ -447,7 +592,7 @@ class Store:
         pipe.hmget(self.key(host, "inflight"), list(urls))
         pipe.hmget(self.key(host, "est"), list(urls))
         pages, fl, est = await pipe.execute()
-        return {u: (pages[i], fl[i], est[i]) for i, u in enumerate(urls)}
+        return {u: (pages[i], fl[i], estimator_of(pages[i], est[i])) for i, u in enumerate(urls)}
 
     async def blocked_among(self, host: str, urls: Sequence[str]) -> set[str]:
         """The ``urls`` that the host's robots.txt disallows (``P:{host}:blocked``)."""

@@ -6,6 +6,9 @@
 -- not newer than the last crawl changes neither: 'stale'; one at the same millisecond is
 -- that crawl's record written twice, e.g. by a producer retry); the matching order leaves
 -- flight.
+-- The estimator record lives after the page's bytes in the same value; one still in the
+-- est hash (written before record version 1) is compared as well, and deleted when a new
+-- record is written.
 -- A new estimator record was computed in Python from the page value and record read before;
 -- with compare-and-set, if either changed since (a ping, another worker) nothing is written,
 -- not even the offset ('conflict': the agent re-reads and recomputes).  The offset check
@@ -21,7 +24,7 @@ if ARGV[7] == '1' then
 end
 redis.call('HSET', KEYS[2], ARGV[1], ARGV[2])
 if not cur then return {'unknown', '', 0} end
-local imp, prior, last_s, counts = parts(cur)
+local t = load(cur)
 local code, v = 'stale', cur
 if ARGV[10] == '1' then
   -- not fetched (robots.txt): no crawl; blocked unless a newer robots.txt was announced
@@ -32,11 +35,16 @@ if ARGV[10] == '1' then
   else
     code = 'stale-robots'
   end
-elseif tonumber(ARGV[5]) > tonumber(last_s) then
+elseif tonumber(ARGV[5]) > t.last then
   code = 'applied'
-  v = imp .. '|' .. prior .. '|' .. ARGV[5] .. '|' .. string.rep('0,', __N - 1) .. '0'
+  t.last = tonumber(ARGV[5])
+  for i = 1, __N do t.c[i] = 0 end
+  if ARGV[6] ~= '' then
+    t.rest = ARGV[6]
+    redis.call('HDEL', KEYS[4], url)
+  end
+  v = dump(t)
   redis.call('HSET', KEYS[1], url, v)
-  if ARGV[6] ~= '' then redis.call('HSET', KEYS[4], url, ARGV[6]) end
 end
 local cleared = 0
 local fl = redis.call('HGET', KEYS[3], url)

@@ -12,13 +12,16 @@ if ARGV[4] == '1' then
   return {'deleted', ''}
 end
 local cur = redis.call('HGET', KEYS[1], url)
-local v
+local t
 if cur then
-  local imp, prior, last, counts = parts(cur)
-  if ARGV[6] ~= '' then prior = ARGV[6] end
-  v = ARGV[5] .. '|' .. prior .. '|' .. last .. '|' .. counts
+  t = load(cur)
 else
-  v = ARGV[5] .. '|' .. ARGV[6] .. '|0|' .. string.rep('0,', __N - 1) .. '0'
+  t = {last = 0, c = {}, fp = {}, rest = ''}
+  for i = 1, __N do t.c[i] = 0 end
+  for i = 1, __SEEN do t.fp[i] = 0 end
 end
+t.imp = tonumber(ARGV[5])
+if ARGV[6] ~= '' then t.prior = tonumber(ARGV[6]) end
+local v = dump(t)
 redis.call('HSET', KEYS[1], url, v)
 return {cur and 'updated' or 'added', v}

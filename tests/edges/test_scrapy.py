@@ -29,6 +29,7 @@ from streams.integrations.scrapy import ROBOTS_ERROR, outcome
 from streams.records import host_of
 from streams.redis_conn import connect as connect_redis
 from streams.settings import Settings
+from streams.state import PageState
 from streams.testweb.server import TestWeb
 
 pytestmark = pytest.mark.integration
@@ -88,12 +89,13 @@ async def test_scrapy_fetches_orders_and_the_worker_applies_outcomes(
     log = tmp_path / "scrapy.log"
     outcomes = Tap(s, "outcomes")
     await outcomes.start()
-    r = connect_redis(s.redis_url, decode_responses=True)
+    # binary records: decoded with surrogateescape, as streams.state.Store reads them
+    r = connect_redis(s.redis_url, decode_responses=True, encoding_errors="surrogateescape")
     proc = _scrapy(s, log)
 
     async def last_crawl(url: str) -> float:
         value = await r.hget(f"{s.key_prefix}:{{{host_of(url)}}}:pages", url)
-        return 0.0 if value is None else float(value.split("|")[2])
+        return 0.0 if value is None else PageState.decode(value).last_crawl_s
 
     def seen(url: str, **want: object) -> bool:
         return any(v["url"] == url and all(v.get(k) == w for k, w in want.items())

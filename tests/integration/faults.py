@@ -34,7 +34,7 @@ from streams.estimation import EstimatorRecord
 from streams.records import SOURCES
 from streams.redis_conn import connect_sync as connect_redis_sync
 from streams.settings import Settings
-from streams.state import PageState
+from streams.state import PageState, estimator_of
 
 INPUT = ("pages", "pings", "outcomes", "hosts", "control")
 
@@ -362,12 +362,18 @@ def copy_inputs(src: Settings, dst: Settings, topics: tuple[str, ...]) -> int:
 
 
 def page_state(s: Settings) -> dict[str, dict[str, dict[str, str]]]:
-    """kind -> url -> value for every page of the world (``pages`` and ``est`` hashes)."""
-    r = connect_redis_sync(s.redis_url, decode_responses=True)
+    """kind -> url -> value for every page of the world (``pages``: the stored value,
+    ``est``: the estimator record in it, ``inflight``)."""
+    # binary records: decoded with surrogateescape, as streams.state.Store reads them
+    r = connect_redis_sync(s.redis_url, decode_responses=True, encoding_errors="surrogateescape")
     out: dict[str, dict[str, str]] = {"pages": {}, "est": {}, "inflight": {}}
     for h in CRAWL_HOSTS + PING_HOSTS:
-        for kind in out:
+        for kind in ("pages", "est", "inflight"):
             out[kind].update(r.hgetall(f"{s.key_prefix}:{{{h}}}:{kind}"))
+    for u, v in out["pages"].items():
+        e = estimator_of(v, out["est"].get(u))
+        if e:
+            out["est"][u] = e
     return {k: v for k, v in out.items()}  # type: ignore[misc]
 
 
@@ -429,7 +435,7 @@ def account(t: Traffic, s: Settings, rep: Report, fault_at: float, recovered_at:
             last = PageState.decode(v).last_crawl_s if v else 0.0
             newest = max((o.fetched_at for o in outs), default=0.0)
             e = st["est"].get(u)
-            n = EstimatorRecord.decode(e).state.n_intervals if e else 0
+            n = EstimatorRecord.decode(e, last).state.n_intervals if e else 0
             want = max(0, len(outs) - 1)
             if abs(last - newest) > 1e-6:
                 rep.lost += 1

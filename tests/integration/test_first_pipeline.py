@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import asyncio
 import json
+import math
+import struct
 import time
 
 import pytest
@@ -11,6 +13,7 @@ from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
 
 from streams.redis_conn import connect_sync as connect_redis_sync
 from streams.settings import Settings
+from streams.state import PageState
 
 pytestmark = pytest.mark.integration
 
@@ -47,13 +50,19 @@ def test_page_event_reaches_redis_through_a_worker(settings: Settings, start_wor
     event = {"url": "https://example.org/a", "importance": 2.5}
     asyncio.run(_produce(settings, "pages", [(b"example.org", json.dumps(event).encode())]))
 
-    r = connect_redis_sync(settings.redis_url, decode_responses=True)
+    r = connect_redis_sync(settings.redis_url)  # bytes: the page record is binary
     key = f"{settings.key_prefix}:{{example.org}}:pages"  # one hash per host, field = url
     deadline = time.monotonic() + 30
     while time.monotonic() < deadline and not r.hexists(key, "https://example.org/a"):
         time.sleep(0.2)
-    # importance | prior change rate | last crawl (0: never) | signals per source
-    assert r.hget(key, "https://example.org/a") == "2.5||0|0,0,0,0,0"
+    # version 1, importance, prior (none), last crawl (0: never), signals per source and
+    # 8 ping fingerprints (streams/state.py's docstring); the trailing zero bytes (last
+    # crawl, counts, fingerprints) are not stored
+    raw = r.hget(key, "https://example.org/a")
+    assert len(raw) == 9
+    v = struct.unpack("<Bffd13H", raw.ljust(43, b"\0"))
+    assert v[:2] == (0xA1, 2.5) and math.isnan(v[2]) and v[3:] == (0.0, *[0] * 13)
+    assert PageState.decode(r.hget(key, "https://example.org/a")) == PageState(importance=2.5)
 
 
 def test_bad_page_events_go_to_rejects_with_reason(settings: Settings, start_worker) -> None:
@@ -125,7 +134,9 @@ def test_spellings_of_one_url_are_one_page(settings: Settings, start_worker) -> 
     events = [(b"Example.COM", json.dumps({"url": spellings[0], "importance": 2.0}).encode()),
               (b"b\xc3\xbccher.example", json.dumps({"url": idn}).encode())]
     asyncio.run(_produce(settings, "pages", events))
-    r = connect_redis_sync(settings.redis_url, decode_responses=True)
+    # binary records: decoded with surrogateescape, as streams.state.Store reads them
+    r = connect_redis_sync(settings.redis_url, decode_responses=True,
+                           encoding_errors="surrogateescape")
     key = f"{settings.key_prefix}:{{example.com}}:pages"
     deadline = time.monotonic() + 30
     while time.monotonic() < deadline and not r.hexists(key, "http://example.com/a"):
@@ -134,10 +145,13 @@ def test_spellings_of_one_url_are_one_page(settings: Settings, start_worker) -> 
                                            "id": f"p{i}"}).encode())
              for i, u in enumerate(spellings[1:])]
     asyncio.run(_produce(settings, "pings", pings))
-    while time.monotonic() < deadline and not r.hget(key, "http://example.com/a").endswith(
-            "0,0,0,2,0"):
+    while time.monotonic() < deadline and PageState.decode(
+            r.hget(key, "http://example.com/a")).signals != (0, 0, 0, 2, 0):
         time.sleep(0.2)
-    assert r.hgetall(key) == {"http://example.com/a": "2.0||0|0,0,0,2,0"}
+    stored = r.hgetall(key)
+    assert list(stored) == ["http://example.com/a"]
+    assert PageState.decode(stored["http://example.com/a"]) == PageState(
+        importance=2.0, signals=(0, 0, 0, 2, 0))
     idn_key = f"{settings.key_prefix}:{{xn--bcher-kva.example}}:pages"
     while time.monotonic() < deadline and not r.hlen(idn_key):  # perhaps rerouted first
         time.sleep(0.2)

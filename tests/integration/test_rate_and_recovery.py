@@ -13,6 +13,7 @@ from kafka_io import consume, produce_json, wait_for
 from infra.proc import free_port
 from streams.redis_conn import connect_sync as connect_redis_sync
 from streams.settings import Settings
+from streams.state import PageState
 
 pytestmark = pytest.mark.integration
 
@@ -73,13 +74,13 @@ def test_sigkill_restart_and_a_second_worker_lose_and_duplicate_nothing(
     pings = [(h, {"url": u, "source": "sitemap", "received_at": now - 1 - r, "id": f"{u}#{r}"})
              for r in range(8) for h, u in urls]
     produce_json(settings, "pings", pings)
-    r = connect_redis_sync(settings.redis_url, decode_responses=True)
+    r = connect_redis_sync(settings.redis_url)  # bytes: binary page records
 
     def signal_total() -> int:
         total = 0
         for h, u in urls:
             v = r.hget(f"{settings.key_prefix}:{{{h}}}:pages", u)
-            total += sum(int(n) for n in v.split("|")[3].split(",")) if v else 0
+            total += sum(PageState.decode(v).signals) if v else 0
         return total
 
     wait_for(lambda: signal_total() > 200, 30, "some pings applied")

@@ -17,6 +17,7 @@ from worker_process import settings_env
 
 from streams.redis_conn import connect_sync as connect_redis_sync
 from streams.settings import Settings
+from streams.state import PageState
 
 pytestmark = pytest.mark.integration
 
@@ -34,7 +35,8 @@ def get(port: int, path: str) -> Any:
 
 
 def page_value(s: Settings, host: str, url: str) -> str | None:
-    r = connect_redis_sync(s.redis_url, decode_responses=True)
+    # binary records: decoded with surrogateescape, as streams.state.Store reads them
+    r = connect_redis_sync(s.redis_url, decode_responses=True, encoding_errors="surrogateescape")
     v = r.hget(f"{s.key_prefix}:{{{host}}}:pages", url)
     return str(v) if v is not None else None
 
@@ -42,7 +44,7 @@ def page_value(s: Settings, host: str, url: str) -> str | None:
 def signals_of(s: Settings, host: str, url: str) -> tuple[int, ...]:
     v = page_value(s, host, url)
     assert v is not None, url
-    return tuple(int(n) for n in v.split("|")[3].split(","))
+    return PageState.decode(v).signals
 
 
 def test_pings_raise_value_order_sooner_budget_change_and_explain(
@@ -66,7 +68,7 @@ def test_pings_raise_value_order_sooner_budget_change_and_explain(
     ])
     def crawled(host: str, url: str) -> bool:
         value = page_value(settings, host, url)  # None until the page event is applied
-        return value is not None and value.split("|")[2] != "0"
+        return value is not None and PageState.decode(value).crawled
 
     wait_for(lambda: all(crawled(f"h{i}.org", u) for i, u in enumerate(urls)), 30,
              "outcomes applied")
@@ -241,7 +243,8 @@ def test_outcomes_with_changes_move_the_estimates_away_from_the_prior(
         produce_json(settings, "outcomes", [(host, {"url": url, "fetched_at": t,
                                                     "changed": bool(i and i % 4),
                                                     "status": 200})])
-        wait_for(lambda t=t: float(page_value(settings, host, url).split("|")[2]) >= t - 0.01,
+        wait_for(lambda t=t: PageState.decode(page_value(settings, host, url) or ""
+                                             ).last_crawl_s >= t - 0.01,
                  30, "outcome applied")
     after = get(port, f"/pages/?url={url}")
     est = after["estimates"]

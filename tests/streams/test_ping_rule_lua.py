@@ -1,6 +1,7 @@
 """The worker's Lua ping script (``_APPLY_PINGS`` in :mod:`streams.state`) on a real Redis:
-its rule against the one rule of :mod:`models.decision.pings` (every verdict the same), and
-a batch against the same pings one call at a time (same verdicts, same state)."""
+its rule against the one rule of :mod:`models.decision.pings` (every verdict the same), a
+batch against the same pings one call at a time (same verdicts, same state), and the dedup
+kept in the page record (each source's last fingerprint)."""
 
 from __future__ import annotations
 
@@ -11,7 +12,8 @@ import numpy as np
 import pytest
 
 from models.decision.pings import VERDICTS, ping_verdict
-from streams.state import PageState, Store
+from streams.records import SOURCES
+from streams.state import N_SEEN, PageState, Store, record_bytes
 
 pytestmark = pytest.mark.integration
 
@@ -60,8 +62,8 @@ async def test_lua_ping_rule_equals_the_decision_core(redis_url: str) -> None:
 
 
 async def test_a_batch_decides_as_the_pings_one_at_a_time(redis_url: str) -> None:
-    """Duplicates (same fingerprint), the dedup window's trim, unknown pages, redelivered
-    offsets and the rule's verdicts: one script call for 400 pings == 400 calls."""
+    """Duplicates (same fingerprint), unknown pages, redelivered offsets and the rule's
+    verdicts: one script call for 400 pings == 400 calls."""
     rng = np.random.default_rng(5)
     host = "b.test"
     urls = [f"http://b.test/{k}" for k in range(6)]  # the last one is not in the catalogue
@@ -72,7 +74,7 @@ async def test_a_batch_decides_as_the_pings_one_at_a_time(redis_url: str) -> Non
     for i in range(n):
         url = urls[int(rng.integers(0, 6))]
         changed = None if rng.random() < 0.5 else float(received[i] - rng.uniform(0, 150))
-        fp = f"fp{int(rng.integers(0, 60))}"  # many repeats: duplicates within the window
+        fp = f"fp{int(rng.integers(0, 4))}"  # many repeats: duplicates
         pings.append((1000 + i, url, "indexnow", changed, float(received[i]), fp))
     # the batch again from its middle: redelivered offsets are 'dup-offset'
     replay = pings[150:250]
@@ -92,34 +94,84 @@ async def test_a_batch_decides_as_the_pings_one_at_a_time(redis_url: str) -> Non
                                               window_s=100.0, topic="pings", partition=0)
                 codes += res[0::2]
             state = await store.redis.hgetall(store.key(host, "pages"))
-            seen = await store.redis.zrange(store.key(host, "seen"), 0, -1, withscores=True)
             offset = await store.redis.hget(store.key(host, "offsets"), "pings:0")
-            results[mode] = (codes, state, seen, offset)
+            results[mode] = (codes, state, offset)
         finally:
             await store.close()
     assert results["batch"] == results["one"]
     codes = results["batch"][0]
     assert {"applied", "duplicate", "unknown", "dup-offset", "before-crawl",
             "within-delay"} <= set(codes)
-    assert codes[:11] == ["dup-offset"] * 11 and results["batch"][3] == str(1000 + n - 1)
+    assert codes[:11] == ["dup-offset"] * 11 and results["batch"][2] == str(1000 + n - 1)
 
 
-async def test_a_flood_of_distinct_pings_keeps_at_most_max_seen_fingerprints(
-        redis_url: str) -> None:
+async def test_dedup_lives_in_the_page_record(redis_url: str) -> None:
+    """A re-sent ping (same fingerprint, another offset) is a duplicate however late, while
+    fewer than N_SEEN other pings of the page came in between; nothing per ping is kept
+    (only the page's hash: no growing set)."""
     store = Store.from_url(redis_url, f"pf{uuid.uuid4().hex[:8]}")
     host, url = "f.test", "http://f.test/p"
+    offset = 0
     try:
         await store.load_scripts()
         await store.redis.hset(store.key(host, "pages"), url, PageState().encode())
+
+        async def ping(source: str, ident: str, at: float) -> str:
+            nonlocal offset
+            offset += 1
+            fp = f"i:{source}:{ident}"  # as PingEvent.fingerprint
+            res = await store.queue_pings(store.redis, host, [(offset, url, source, None, at, fp)],
+                                          t_delay_s=0.0, window_s=1.0, topic="pings",
+                                          partition=0)
+            return str(res[0])
+
+        assert await ping("indexnow", "a", 1000.0) == "applied"
+        assert await ping("indexnow", "a", 1000.0 + 30 * 86400) == "duplicate"  # however late
+        assert await ping("websub", "a", 1001.0) == "applied"  # another source: another ping
+        assert await ping("indexnow", "b", 1002.0) == "applied"
+        assert await ping("indexnow", "a", 1003.0) == "duplicate"  # A, B, A
+        for k in range(N_SEEN - 3):
+            assert await ping("cdn", f"c{k}", 1004.0 + k) == "applied"
+        assert await ping("indexnow", "a", 2000.0) == "duplicate"  # N_SEEN - 1 pings since
+        assert await ping("cdn", "d", 2001.0) == "applied"
+        assert await ping("indexnow", "a", 2002.0) == "applied"  # N_SEEN since: forgotten
+        # a flood of distinct pings: still one record of 43 bytes, no other key
         for b in range(3):
             res = await store.queue_pings(
                 store.redis, host,
-                [(b * 100 + i, url, "indexnow", None, 1000.0 + b * 100 + i, f"x{b * 100 + i}")
+                [(100 + b * 100 + i, url, "sitemap", None, 3000.0 + b * 100 + i, f"x{b}.{i}")
                  for i in range(100)],
-                t_delay_s=0.0, window_s=86400.0, topic="pings", partition=0, max_seen=50)
-            assert set(res[0::2]) == {"applied"}
-        seen = await store.redis.zrange(store.key(host, "seen"), 0, -1, withscores=True)
-        assert len(seen) == 50
-        assert min(score for _, score in seen) == 1000.0 + 250  # the newest 50 are kept
+                t_delay_s=0.0, window_s=86400.0, topic="pings", partition=0)
+            assert set(res[0::2]) <= {"applied", "duplicate"}
+        state = await store.get_page(host, url)
+        assert state is not None and state.signals[SOURCES.index("websub")] == 1
+        assert len(record_bytes(await store.get_page_raw(host, url) or "")) == 43
+        keys = sorted(await store.redis.keys(f"{store.prefix}:*"))
+        assert keys == sorted([store.key(host, "pages"), store.key(host, "offsets")])
     finally:
+        await store.delete_all()
+        await store.close()
+
+
+async def test_an_old_text_page_is_read_and_rewritten_binary(redis_url: str) -> None:
+    """State written before record version 1: a text page value is read by every script
+    and written back binary by the first that changes it."""
+    store = Store.from_url(redis_url, f"pt{uuid.uuid4().hex[:8]}")
+    host, url = "t.test", "http://t.test/p"
+    try:
+        await store.load_scripts()
+        old = PageState(2.5, 1e-4, 1000.25, (1, 0, 2, 0, 0))
+        await store.redis.hset(store.key(host, "pages"), url, old.encode_text())
+        assert await store.get_page(host, url) == old
+        res = await store.queue_pings(store.redis, host,
+                                      [(1, url, "sitemap", None, 2000.0, "s1")],
+                                      t_delay_s=0.0, window_s=1.0, topic="pings", partition=0)
+        assert res[0] == "applied"
+        raw = record_bytes(await store.get_page_raw(host, url) or "")
+        # 27 bytes, then the one fingerprint (the zero bytes after it are not stored)
+        assert raw[0] == 0xA1 and len(raw) == 29
+        new = PageState(2.5, 1e-4, 1000.25, (2, 0, 2, 0, 0))
+        assert await store.get_page(host, url) == PageState.decode(new.encode())  # float32
+    finally:
+        await store.delete_all()
         await store.close()

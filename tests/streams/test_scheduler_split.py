@@ -194,7 +194,7 @@ def test_a_loading_shards_share_goes_to_the_ready_worker(redis_url: str) -> None
     prefix = f"rc{uuid.uuid4().hex[:8]}"
     rate = 100.0
     _fill(redis_url, prefix, 0, hosts=20, per_host=250)
-    _fill(redis_url, prefix, 1, hosts=200, per_host=500)  # 100,000 pages to rebuild
+    _fill(redis_url, prefix, 1, hosts=300, per_host=1000)  # 300,000 pages to rebuild
     a = _Running(redis_url, prefix, {0}, rate)
     samples: list[tuple[float, float]] = []
     try:
