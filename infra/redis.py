@@ -54,6 +54,13 @@ class RedisConfig:
         return f"redis://127.0.0.1:{self.port}/0"
 
 
+#: A page record with its estimator record is 43 + 129 + 20 x ring bytes (streams/state.py):
+#: over Redis's default ``hash-max-listpack-value 64``, which would turn every host's page
+#: hash into a hashtable (304 instead of 248 B per page at 10^5 pages:
+#: docs/benchmarks.md "Compact records").  Users' own Redis should set the same.
+LISTPACK_ARGS = ("--hash-max-listpack-value", "256")
+
+
 def start(
     data_dir: Path, *, port: int | None = None, tie_to_parent: bool = False
 ) -> tuple[subprocess.Popen[bytes], RedisConfig]:
@@ -64,7 +71,7 @@ def start(
         server, "--bind", "127.0.0.1", "--port", str(cfg.port), "--dir", str(data_dir),
         "--appendonly", "yes", "--appendfsync", "everysec", "--save", "",
         "--daemonize", "no", "--logfile", str(data_dir / "redis.log"),
-        "--protected-mode", "yes",
+        "--protected-mode", "yes", *LISTPACK_ARGS,
     ]  # fmt: skip
     proc = spawn(argv, data_dir / "stdout.log", tie_to_parent=tie_to_parent)
     return proc, cfg
@@ -183,7 +190,7 @@ def start_cluster(
                 "--cluster-node-timeout", "5000", "--cluster-require-full-coverage", "yes",
                 "--appendonly", "yes", "--appendfsync", "everysec", "--save", "",
                 "--daemonize", "no", "--logfile", str(d / "redis.log"),
-                "--protected-mode", "yes",
+                "--protected-mode", "yes", *LISTPACK_ARGS,
             ]  # fmt: skip
             procs.append(spawn(argv, d / "stdout.log", tie_to_parent=tie_to_parent))
     except BaseException:
