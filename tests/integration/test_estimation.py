@@ -8,7 +8,7 @@ import random
 import time
 
 import pytest
-from test_agents_unit import Harness, js
+from test_agents_redis import Harness, js
 
 from models.estimators import fit_signal_mle
 from streams.estimation import (
