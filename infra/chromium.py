@@ -1,4 +1,4 @@
-"""Debian's ``chromium`` for the dashboard's browser test (tests/integration/test_dashboard.py):
+"""Debian's ``chromium`` for the dashboard's browser test (tests/e2e/test_dashboard.py):
 a real headless browser loads ``/dashboard/`` of a real worker."""
 
 from __future__ import annotations

@@ -22,7 +22,7 @@ rebuild): ``gamma_g = totals_g / max(1 s, totals_0)`` (as ``_estimates_from``),
 other standard errors are only shown by ``recrawl explain``, which solves that one page's
 state again (:func:`full_estimates`).  The stream's ring holds :data:`STREAM_RING` changed
 intervals (the model's default for 3 sources is 5; older ones are in the quadratic
-expansion, as with any capacity: ``tests/streams/test_estimation.py`` compares the two).
+expansion, as with any capacity: ``tests/integration/test_estimation.py`` compares the two).
 The old text record ``"<estimates>|<base64 SignalState>"`` (kept in ``P:{host}:est`` before
 version 1) is still read.
 
@@ -357,7 +357,7 @@ class Estimation:
         into arrays, one vectorised update (:func:`models.estimators.batch_update`, equal to
         ``SignalEstimator.update`` page by page), one Newton solve for the estimates
         (``batch_result``), the records written from the arrays.  No ``SignalState`` object
-        per page (``tests/streams/test_estimation.py`` checks the records against that path).
+        per page (``tests/integration/test_estimation.py`` checks the records against that path).
         Each observation must be a different page (the outcomes agent's chunks)."""
         if not observations:
             return []

@@ -136,7 +136,7 @@ def page_params_many(values: Sequence[str | bytes], estimators: Sequence[str | b
     and estimator records, None for none): the same formulas on arrays, so a shard of 10^6
     pages is rebuilt without 10^6 Python calls (binary records: ``numpy.frombuffer``).
     None if a stored value does not parse (the caller then goes page by page, which counts
-    the bad ones); ``tests/streams/test_params_many.py`` checks it equals
+    the bad ones); ``tests/integration/test_params_many.py`` checks it equals
     :func:`page_params`."""
     n, n_src = len(values), len(SOURCES)
     raw = [record_bytes(v) for v in values]

@@ -17,7 +17,7 @@ RFC 3986 Sec. 6.2.2 syntax-based normalisation, plus scheme-based normalisation
 
 The query is kept as given (order and repeats): sorting it, as some crawlers do, can name
 another resource on sites that read parameters in order.  ``canonical_url`` is idempotent
-(tests/streams/test_urls.py checks it on generated URLs).
+(tests/unit/test_urls.py checks it on generated URLs).
 """
 
 from __future__ import annotations

@@ -24,15 +24,20 @@ import os
 import socket
 import subprocess
 import uuid
-from collections.abc import Iterator
+from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+import redis.asyncio as aioredis
 from hypothesis import settings as hypothesis_settings
+from kinds import kind_of, misplaced_unit_items
 from worker_process import IN_CI, Worker, settings_env  # noqa: F401 (re-exported)
 
+from streams.redis_conn import connect as connect_redis
 from streams.settings import Settings
+from streams.testweb.server import TestWeb
+from streams.testweb.world import generate_world
 
 #: run the session's Redis as a Redis Cluster of CLUSTER_MASTERS masters
 REDIS_CLUSTER = os.environ.get("REDIS_CLUSTER", "").lower() in ("1", "true", "yes")
@@ -44,6 +49,21 @@ hypothesis_settings.register_profile("ci", derandomize=True, print_blob=True)
 if IN_CI:
     hypothesis_settings.load_profile("ci")
 REPO = Path(__file__).resolve().parent.parent
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Tests by kind (``tests/kinds.py``): mark each item ``unit``, ``integration`` or ``e2e``
+    after its folder, and refuse a run in which a test under tests/unit/ needs a service."""
+    bad = misplaced_unit_items(items)
+    if bad:
+        raise pytest.UsageError(
+            "tests/unit/ is for tests without Kafka, Redis or a subprocess; move these to "
+            "tests/integration/ (or drop the service):\n  " + "\n  ".join(bad)
+        )
+    for item in items:
+        kind = kind_of(item.path)
+        if kind is not None:
+            item.add_marker(kind)
 
 
 @dataclass
@@ -201,3 +221,20 @@ def start_worker(tmp_path: Path) -> Iterator[object]:
     yield _start
     for w in started:
         w.stop()
+
+
+@pytest.fixture
+async def testweb() -> AsyncIterator[TestWeb]:
+    """A small test web with no change process (tests drive changes themselves)."""
+    web = TestWeb(generate_world(7, n_hosts=4, pages_per_host=6, time_unit_s=1.0), simulate=False)
+    await web.start()
+    yield web
+    await web.stop()
+
+
+@pytest.fixture
+async def rclient(settings: Settings) -> AsyncIterator[aioredis.Redis]:
+    """A Redis client on the session's Redis (closed after the test)."""
+    client = connect_redis(settings.redis_url)
+    yield client
+    await client.aclose()

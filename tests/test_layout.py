@@ -91,3 +91,55 @@ def test_public_streams_modules_declare_all_and_errors_share_a_root() -> None:
                    "streams.fetcher.egress.RefusedTarget"):
         mod_name, _, cls = dotted.rpartition(".")
         assert issubclass(getattr(importlib.import_module(mod_name), cls), RecrawlError)
+
+
+def test_misplaced_unit_tests_are_named() -> None:
+    """The collection hook's rule (tests/kinds.py) on items shaped like pytest's: a test
+    under tests/unit/ that asks for Kafka, Redis or a worker, or is marked integration, is
+    named with the reason; the same test elsewhere, or a pure one, is not."""
+    from types import SimpleNamespace
+
+    from kinds import TESTS, misplaced_unit_items
+
+    def item(folder: str, fixtures: tuple[str, ...] = (), marks: tuple[str, ...] = ()) -> object:
+        return SimpleNamespace(
+            nodeid=f"{folder}/test_x.py::t", path=TESTS / folder / "test_x.py",
+            fixturenames=("request", *fixtures),
+            iter_markers=lambda: [SimpleNamespace(name=m) for m in marks],
+        )
+
+    got = misplaced_unit_items([
+        item("unit", ("tmp_path",)),
+        item("unit", ("redis_url", "services")),
+        item("unit", (), ("integration",)),
+        item("integration", ("redis_url", "services")),
+        item("e2e", ("start_worker",)),
+    ])
+    assert got == ["unit/test_x.py::t: fixture redis_url, fixture services",
+                   "unit/test_x.py::t: mark integration"]
+
+
+def test_unit_tests_use_no_kafka_redis_or_subprocess() -> None:
+    """Issue 17, tests by kind: everything under tests/unit/ collects without asking for a
+    service (the conftest hook refuses the run otherwise: exit code 4), and no unit test
+    module imports the means to reach one."""
+    import ast
+
+    unit = REPO / "tests" / "unit"
+    files = sorted(unit.glob("test_*.py"))
+    assert files, "tests/unit/ is empty"
+    banned = ("subprocess", "aiokafka", "faust", "infra", "worker_process", "kafka_io",
+              "edges_helpers", "testcontainers")
+    found = []
+    for p in files:
+        for node in ast.walk(ast.parse(p.read_text())):
+            names = [a.name for a in node.names] if isinstance(node, ast.Import) else (
+                [node.module or ""] if isinstance(node, ast.ImportFrom) else [])
+            found += [f"{p.name}: {n}" for n in names if n.split(".")[0] in banned]
+    assert found == []
+    out = subprocess.run(
+        [sys.executable, "-m", "pytest", "--collect-only", "-q", "-p", "no:cacheprovider",
+         str(unit)], capture_output=True, text=True, cwd=REPO,
+    )
+    assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
+    assert " collected" in out.stdout or "tests collected" in out.stdout

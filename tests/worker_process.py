@@ -1,8 +1,8 @@
 """The ``recrawl worker`` subprocess of the tests, and the CI switch.
 
-A module of its own (not ``conftest``): test modules import it by name, and ``conftest``
-names more than one module in this tree (``tests/edges/conftest.py``), so ``from conftest
-import ...`` picked whichever was imported first.
+A module of its own (not ``conftest``): test modules import it by name, and with a
+sub-folder ``conftest.py`` (there was one) ``conftest`` names more than one module, so
+``from conftest import ...`` picked whichever was imported first.
 """
 
 from __future__ import annotations

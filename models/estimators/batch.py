@@ -7,7 +7,7 @@ interval leaving the ring, expanded at the running estimate after one Newton ste
 ``FIRST_EVICTION_STEPS`` at a page's first eviction) are :mod:`.signals`'s.  The arithmetic is
 the scalar estimator's (same ring, same eviction rule, same Newton steps), so a page updated
 here and the same page updated with ``SignalEstimator.update`` agree to rounding
-(``tests/models`` check it over randomised histories).  The ring is circular here
+(``tests/unit/test_estimators.py`` checks it over randomised histories).  The ring is circular here
 (``ring_pos`` = oldest).  Unlike the scalar form, :func:`batch_update` updates the arrays in
 place, for speed.
 

@@ -29,9 +29,9 @@ A :class:`SignalState` keeps, with exponential forgetting (weights halve every
   left the ring (a streaming Laplace approximation).  A term is exact at its expansion point
   and its error is second order in the estimate's drift since then; as the running estimate
   converges, the drift shrinks, so the streaming estimate converges to the full-data MLE
-  (``tests/models`` check the gap against the standard error).  Its weak spot is an estimate
-  that keeps drifting, e.g. a page changed at every one of many crawls: the summary then
-  under-states the rate (still finite and far above the prior).
+  (``tests/unit/test_estimators.py`` checks the gap against the standard error).  Its weak
+  spot is an estimate that keeps drifting, e.g. a page changed at every one of many
+  crawls: the summary then under-states the rate (still finite and far above the prior).
 
 The state serialises to at most 256 bytes (``SignalState.to_bytes``) whatever the page's age.
 """

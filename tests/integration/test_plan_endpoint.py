@@ -11,14 +11,12 @@ from pathlib import Path
 
 import pytest
 from kafka_io import produce_json, wait_for
+from test_plan import eq5_by_hand
 from test_scheduler import free_port, get
 from worker_process import settings_env
 
 from streams.redis_conn import connect_sync as connect_redis_sync
 from streams.settings import Settings
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "streams"))
-from test_plan import eq5_by_hand
 
 pytestmark = pytest.mark.integration
 

@@ -19,7 +19,7 @@ from redis.exceptions import (
     ReadOnlyError,
     ResponseError,
 )
-from test_agents_unit import Harness, js
+from test_agents_redis import Harness, js
 
 from streams.agents import Agents, kafka_transient, transient_reply
 from streams.metrics import Metrics

@@ -1,6 +1,6 @@
-"""Write tests/models/reference_values.json: independent high-precision reference values.
+"""Write tests/unit/reference_values.json: independent high-precision reference values.
 
-Run:  .venv/bin/python tests/models/make_reference_values.py
+Run:  .venv/bin/python tests/unit/make_reference_values.py
 
 Every number is computed with mpmath at 50 significant digits directly from the
 formulas of the papers, without any code from ``models``:

@@ -10,7 +10,7 @@ import time
 from dataclasses import dataclass
 
 import pytest
-from test_agents_unit import Harness, js
+from test_agents_redis import Harness, js
 
 import streams.agents as agents_module
 from models.estimators import CrawlInterval, fit_signal_mle

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import time
 
-from test_agents_unit import Harness, js
+from test_agents_redis import Harness, js
 
 from streams.estimation import estimates_of
 

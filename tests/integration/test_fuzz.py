@@ -1,5 +1,5 @@
 """Fuzz campaign (issue 14): hypothesis-generated events of every input topic, schema-valid
-extremes and malformed ones mixed (tests/streams/fuzz_events.py), published to the real
+extremes and malformed ones mixed (tests/integration/fuzz_events.py), published to the real
 Kafka and consumed by a real worker process writing to the real Redis.
 
 Checked: every event is applied (a result counter of its topic) or rejected (a message on

@@ -1,6 +1,10 @@
 """The agents through ``agent.test_context()`` (no broker) against the real Redis.
 
 Each test gets its own key prefix; rejects are captured by a sink instead of a topic.
+An integration test (it was ``tests/streams/test_agents_unit.py``; issue 17): every agent
+writes its state to Redis through ``streams.state.Store``, so without an in-memory store
+(the store interface of issue 17, being written elsewhere) it cannot run without Redis.
+Its ``Harness`` is shared with ``test_estimation.py`` and others.
 """
 
 from __future__ import annotations

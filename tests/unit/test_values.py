@@ -28,7 +28,7 @@ def greedy_value(tau: np.ndarray, delta: float) -> np.ndarray:
 
 
 # ---------------------------------------------------------------- reference values
-# tests/models/reference_values.json was written by tests/models/make_reference_values.py
+# tests/unit/reference_values.json was written by tests/unit/make_reference_values.py
 # (mpmath, 50 digits, untruncated sums); see that script for how each number was made.
 
 

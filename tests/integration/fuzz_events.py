@@ -1,4 +1,4 @@
-"""Hypothesis strategies for the fuzz campaign (tests/streams/test_fuzz.py): Kafka records
+"""Hypothesis strategies for the fuzz campaign (tests/integration/test_fuzz.py): Kafka records
 ``(key, value)`` of each input topic, schema-valid extremes and malformed ones mixed.
 
 A record is drawn in two steps: a *payload* (a dict close to the topic's schema, with values

@@ -8,7 +8,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-MODELS = Path(__file__).resolve().parents[2] / "models"
+MODELS = Path(__file__).resolve().parents[1] / "models"
 
 
 def test_importing_models_pulls_in_no_streaming_stack() -> None:

@@ -7,7 +7,7 @@ from __future__ import annotations
 import time
 
 import pytest
-from test_agents_unit import Harness, js
+from test_agents_redis import Harness, js
 
 pytestmark = pytest.mark.integration
 

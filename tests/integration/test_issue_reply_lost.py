@@ -11,7 +11,7 @@ import contextlib
 import json
 from typing import Any
 
-from test_agents_unit import Harness, js
+from test_agents_redis import Harness, js
 
 from streams.scheduler import Scheduler
 
