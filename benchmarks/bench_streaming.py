@@ -50,7 +50,8 @@ async def used_memory(store: Store) -> int:
 async def main(args: argparse.Namespace) -> None:
     if args.listpack_value:
         # records of crawled pages are ~200 B: above Redis's default of 64 B a hash is a
-        # hashtable (docs/bench/records.md: the config recrawl's Redis should run with)
+        # hashtable (docs/benchmarks.md "Compact binary records": the config
+        # recrawl's Redis should run with)
         cfg = Store.from_url(args.redis, "cfg")
         await cfg.redis.config_set("hash-max-listpack-value", args.listpack_value)
         print(f"hash-max-listpack-value set to {args.listpack_value}")

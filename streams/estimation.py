@@ -5,7 +5,7 @@ to its page record in ``P:{host}:pages`` (``streams/state.py``): helper B's
 :class:`models.estimators.SignalEstimator` state plus the converged ``alpha``, its standard
 error and ``kappa`` (what the crawl value needs that only the MLE solve gives), so the
 scheduler rebuilds a shard without re-solving any MLE (``batch_result`` over 10^6 pages
-takes 24-55 s here, ``docs/bench/records.md``).
+takes 24-55 s here, ``docs/benchmarks.md "Compact binary records"``).
 
 Estimator record (version 1, little-endian, :data:`RECORD_HEAD` + ring): a first byte
 ``0xB0 + ring length`` (``0xB0``-``0xBF``, never the first byte of a text record nor of a page
@@ -367,9 +367,12 @@ class Estimation:
         # records not in the binary layout (the old text form, or unreadable): one by one
         text = {i: self.state_of(o.record, o.fetched_at_s - o.interval_s)
                 for i, o in enumerate(observations) if o.record and not _is_binary(o.record)}
-        if any(len(st.ring) > self.estimator.ring_capacity for st in text.values()):
-            # an old record's ring longer than the stream's: the object path (its scalar
-            # update evicts the oldest intervals), once; the page is binary afterwards
+        k = self.estimator.ring_capacity
+        if (any(len(st.ring) > k for st in text.values())
+                or any(o.record and _is_binary(o.record) and _raw(o.record)[0] - _TAG > k
+                       for o in observations)):
+            # a record with a ring longer than the stream's (written before the ring was 2):
+            # the object path (the scalar update evicts one interval per update) until it fits
             return self.observe_states(observations)
         batch = self.states_of([o.record for o in observations], fetched - tau)
         if text:

@@ -79,9 +79,11 @@ class Settings(BaseSettings):
     #: Kafka consumer-group session timeout: a killed worker's partitions move to the others
     #: after at most this long (Faust's default is 60 s); heartbeats every third of it.
     session_timeout_s: float = Field(default=10.0, ge=6.0, le=300.0)
-    #: Pings with the same id (or url + source + change time) within this window count once.
+    #: Not used since the binary page records (a duplicate is a ping whose fingerprint is
+    #: among the last 8 in its page's record, streams/state.py); still accepted so that
+    #: existing configurations load.  Was: the window in which a ping id counted once ...
     ping_dedup_window_s: float = Field(default=7 * 86400.0, gt=0.0)
-    #: ... and at most this many fingerprints are remembered per host (the oldest go first).
+    #: ... and the most fingerprints remembered per host.  Not used either (above).
     ping_dedup_max_per_host: int = Field(default=10_000, ge=1, le=10_000_000)
     #: Timestamps more than this far in the future (worker clock) are rejected.
     max_future_s: float = Field(default=300.0, ge=0.0)

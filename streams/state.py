@@ -66,7 +66,7 @@ are 16 bits: a new ping is taken for a duplicate with probability at most 8/65,5
 
 Redis configuration: a crawled page's value (page and estimator record) is ~200 bytes;
 above ``hash-max-listpack-value`` (Redis's default 64) a host's hash is a hashtable
-(304 B per page instead of 248 B in ``docs/bench/records.md``): run Redis
+(304 B per page instead of 248 B in ``docs/benchmarks.md "Compact binary records"``): run Redis
 with ``hash-max-listpack-value 256`` (hosts up to ``hash-max-listpack-entries``, 128 by
 default, pages stay listpack-encoded; a larger host is a hashtable, as before).
 

@@ -140,8 +140,19 @@ def test_old_text_records_are_still_read() -> None:
     after = estimates_of(new)
     assert after is not None and after.n_intervals == 13
     # binary now; the old record's longer ring is kept (the model evicts one interval per
-    # update, never folds several at once: docs/bench/records.md)
+    # update, never folds several at once: docs/benchmarks.md "Compact binary records")
     assert new[0] == "\udcb5" and len(EstimatorRecord.decode(new).to_bytes()) == 129 + 20 * 5
+    # that binary record with its ring of 5, in a chunk with a page of the stream's own ring:
+    # its history is kept (not restarted from the prior by the array path), the other page
+    # updated as by itself
+    end = rec.state.end_s + HOUR
+    small = simulate(Estimation(), 1.0 / HOUR, 3)
+    both = est.observe([Observation(new, HOUR, (0, 0, 0, 0, 0), False, end + HOUR),
+                        Observation(small, HOUR, (1, 0, 0, 0, 0), True, 2e6)])
+    again = estimates_of(both[0])
+    assert again is not None and again.n_intervals == 14
+    alone = est.observe([Observation(small, HOUR, (1, 0, 0, 0, 0), True, 2e6)])
+    assert estimates_of(both[1]) == estimates_of(alone[0])
 
 
 @pytest.mark.parametrize("seed", [1, 2, 3, 4])
@@ -151,7 +162,7 @@ def test_the_streams_short_ring_stays_close_to_the_default_capacity(
     """The stream keeps STREAM_RING changed intervals exactly, the model's default 5 for
     three sources; after 200 crawls of a page changing every 10 h, crawled every 5 h, the
     change rate differs from the default capacity's by -0.8% .. -6.6% (ring 2; ring 1 was
-    up to -12.5%, about one standard error: docs/bench/records.md)."""
+    up to -12.5%, about one standard error: docs/benchmarks.md "Compact binary records")."""
     rates = {}
     for cap in (5, STREAM_RING):
         e = estimates_of(simulate(Estimation(ring_capacity=cap), 1.0 / (10 * HOUR), 200,
