@@ -121,7 +121,7 @@ class Worker:
         if self.proc is not None and self.proc.poll() is None:
             if kill:
                 os.killpg(self.proc.pid, signal.SIGKILL)
-            stop_group(self.proc.pid)
+            stop_group(self.proc)
 
     def stats(self) -> dict[str, Any] | None:
         try:
@@ -234,7 +234,7 @@ class Tap:
 
 def stop_proc(p: subprocess.Popen[bytes]) -> None:
     if p.poll() is None:
-        stop_group(p.pid, timeout_s=10)
+        stop_group(p, timeout_s=10)
 
 
 def worst(ts: list[float], length: float) -> int:

@@ -17,6 +17,7 @@ import subprocess
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
+from typing import Any
 
 _PR_SET_PDEATHSIG = 1
 
@@ -79,8 +80,13 @@ def pid_alive(pid: int) -> bool:
     return True
 
 
-def stop_group(pid: int, timeout_s: float = 20.0) -> None:
-    """SIGTERM the process group led by ``pid``, then SIGKILL it if it lingers."""
+def stop_group(target: int | subprocess.Popen[Any], timeout_s: float = 20.0) -> None:
+    """SIGTERM the process group led by ``target`` (a pid, or the ``Popen`` that started it),
+    then SIGKILL it if it lingers.  Given the ``Popen``, the exit is reaped through it, so
+    its ``returncode`` is set (a ``Popen`` dropped with ``returncode`` None warns "still
+    running" when it is collected, whichever code runs at that moment)."""
+    proc = target if isinstance(target, subprocess.Popen) else None
+    pid = target.pid if isinstance(target, subprocess.Popen) else target
     try:
         pgid = os.getpgid(pid)
     except ProcessLookupError:
@@ -89,16 +95,22 @@ def stop_group(pid: int, timeout_s: float = 20.0) -> None:
         os.killpg(pgid, signal.SIGTERM)
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
-        _reap(pid)
+        _reap(pid, proc)
         if not pid_alive(pid):
             break
         time.sleep(0.1)
     with contextlib.suppress(ProcessLookupError):
         os.killpg(pgid, signal.SIGKILL)
-    _reap(pid)
+    _reap(pid, proc)
+    if proc is not None and proc.returncode is None:
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            proc.wait(timeout=5)
 
 
-def _reap(pid: int) -> None:
+def _reap(pid: int, proc: subprocess.Popen[Any] | None = None) -> None:
+    if proc is not None:
+        proc.poll()  # sets returncode (0 if someone else reaped it)
+        return
     with contextlib.suppress(ChildProcessError, OSError):
         os.waitpid(pid, os.WNOHANG)
 

@@ -195,7 +195,7 @@ def start_cluster(
             procs.append(spawn(argv, d / "stdout.log", tie_to_parent=tie_to_parent))
     except BaseException:
         for proc in procs:
-            stop_group(proc.pid)
+            stop_group(proc)
         raise
     _layout_file(data_dir).write_text(json.dumps({"ports": list(ports), "bus_ports": list(bus)}))
     return procs, cfg

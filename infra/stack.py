@@ -145,7 +145,7 @@ def up(
         )
     except BaseException:
         for p in cluster_procs or [rproc]:
-            stop_group(p.pid)
+            stop_group(p)
         raise
     info = StackInfo(
         home=str(home),

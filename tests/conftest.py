@@ -167,14 +167,14 @@ def redis_cluster_url(services: Services, tmp_path_factory: pytest.TempPathFacto
         infra_redis.wait_cluster_ready(procs, cfg)
     except InfraError as exc:
         for proc in procs:
-            stop_group(proc.pid)
+            stop_group(proc)
         _unavailable(f"the Redis Cluster launcher failed: {exc}")
         raise
     try:
         yield cfg.url
     finally:
         for proc in procs:
-            stop_group(proc.pid)
+            stop_group(proc)
 
 
 @pytest.fixture(scope="session")

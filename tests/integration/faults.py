@@ -79,7 +79,7 @@ class PrivateStack:
 
     def stop_kafka(self) -> None:
         """SIGTERM the broker (a controlled shutdown) and wait for it."""
-        stop_group(self.kproc.pid, timeout_s=60)
+        stop_group(self.kproc, timeout_s=60)
 
     def start_kafka(self) -> None:
         self.kproc, self.kcfg = kafka.start(
@@ -90,8 +90,8 @@ class PrivateStack:
     def close(self) -> None:
         with contextlib.suppress(OSError):
             os.kill(self.rproc.pid, signal.SIGCONT)
-        stop_group(self.kproc.pid, timeout_s=30)
-        stop_group(self.rproc.pid)
+        stop_group(self.kproc, timeout_s=30)
+        stop_group(self.rproc)
 
 
 # -- the world ---------------------------------------------------------------------------

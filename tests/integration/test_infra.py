@@ -9,7 +9,24 @@ import pytest
 
 from infra import kafka, redis, stack
 from infra.errors import ServiceStartError
-from infra.proc import pid_alive, stop_group
+from infra.proc import pid_alive, spawn, stop_group
+
+
+def test_stop_group_reaps_through_the_popen(tmp_path: Path) -> None:
+    """A Popen stopped by stop_group has its returncode: collected later it does not warn
+    "subprocess N is still running" (pytest pinned that warning on whichever test was
+    running when the collector came by)."""
+    import gc
+    import warnings
+
+    proc = spawn(["sleep", "60"], tmp_path / "sleep.log", tie_to_parent=True)
+    stop_group(proc, timeout_s=5)
+    assert proc.returncode is not None and not pid_alive(proc.pid)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        del proc
+        gc.collect()
+    assert not [w for w in caught if issubclass(w.category, ResourceWarning)], caught
 
 
 def test_redis_starts_appendonly_and_stops_without_orphans(tmp_path: Path) -> None:
@@ -24,7 +41,7 @@ def test_redis_starts_appendonly_and_stops_without_orphans(tmp_path: Path) -> No
         assert Path(r.config_get("dir")["dir"]) == tmp_path / "r"
         r.close()
     finally:
-        stop_group(proc.pid)
+        stop_group(proc)
     assert not pid_alive(proc.pid)
     assert not redis.ping(cfg.port)
 
@@ -101,7 +118,7 @@ def test_redis_cluster_forms_and_restarts_with_its_data(tmp_path: Path) -> None:
         r.close()
     finally:
         for p in procs:
-            stop_group(p.pid)
+            stop_group(p)
     assert not any(pid_alive(p.pid) for p in procs)
     # the same folder again: the same ports, the nodes re-form the cluster from nodes.conf
     procs2, cfg2 = redis.start_cluster(tmp_path / "rc", 3, tie_to_parent=True)
@@ -113,7 +130,7 @@ def test_redis_cluster_forms_and_restarts_with_its_data(tmp_path: Path) -> None:
         r.close()
     finally:
         for p in procs2:
-            stop_group(p.pid)
+            stop_group(p)
 
 
 def test_stack_with_a_redis_cluster(tmp_path: Path) -> None:
