@@ -487,7 +487,7 @@ def main() -> int:
     ap.add_argument("--warmup", type=float, default=2.0, help="after the first order")
     ap.add_argument("--supply", choices=["outcomes", "timeout"], default="outcomes",
                     help="budget: pages come back by an outcome per order, or by time-out")
-    ap.add_argument("--tick", type=float, default=0.01, help="RECRAWL_TICK_S")
+    ap.add_argument("--tick", type=float, default=0.05, help="RECRAWL_TICK_S (the default)")
     ap.add_argument("--pings", type=int, default=100_000)
     ap.add_argument("--outcomes", type=int, default=100_000)
     ap.add_argument("--ref-messages", type=int, default=200_000)

@@ -67,8 +67,10 @@ class Settings(BaseSettings):
     #: Global crawl budget R (orders per second over all shards) until ``recrawl.control``
     #: sets one (the value in Redis wins).
     budget_per_s: float = Field(default=10.0, ge=0.0)
-    #: The scheduler's tick: orders leave in even ticks of this length (no spikes).
-    tick_s: float = Field(default=0.01, gt=0.0, le=1.0)
+    #: The scheduler's tick: orders leave in even ticks of this length (no spikes: at most
+    #: ``R * (L + tick) + 1`` in any window ``L``).  50 ms: at R = 1000/s a 10 ms tick spent
+    #: the worker's core on per-tick work and lost 8-11% of R (docs/benchmarks.md).
+    tick_s: float = Field(default=0.05, gt=0.0, le=1.0)
     #: An order with no outcome after this long makes its page eligible again.
     order_timeout_s: float = Field(default=600.0, gt=0.0)
     #: The floor (paper 004 Sec. A, ``xi_i > epsilon``): a page is ordered at least this
