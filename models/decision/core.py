@@ -110,6 +110,7 @@ class ShardBook:
         """:meth:`set_page` of many pages at once, arrays in (a shard's rebuild); pages in
         flight stay out of the index and fresh pages as in :meth:`set_page`."""
         t = self.table
+        had_pages = len(t) > 0
         slots = t.add_many(pages, hosts, first_seen_s)
         cr = np.asarray(crawled, dtype=bool)
         t.crawled[slots] = cr
@@ -126,13 +127,18 @@ class ShardBook:
         t.src_beta[slots] = src_beta
         if floor_due_s is not None:
             self.floor.set_many(pages, np.asarray(floor_due_s, dtype=np.float64).tolist())
-        free = np.fromiter((p not in self.in_flight for p in pages), dtype=bool,
-                           count=len(pages))
+        if self.in_flight.keys().isdisjoint(pages):
+            free = np.ones(len(pages), dtype=bool)
+        else:
+            free = np.fromiter((p not in self.in_flight for p in pages), dtype=bool,
+                               count=len(pages))
         idx = np.flatnonzero(free & cr)
         upsert_many = getattr(self.index, "upsert_many", None)
         if upsert_many is not None and idx.size:
             sl = slots[idx]
-            upsert_many([pages[i] for i in idx.tolist()], [hosts[i] for i in idx.tolist()],
+            every = idx.size == len(pages)
+            upsert_many(pages if every else [pages[i] for i in idx.tolist()],
+                        hosts if every else [hosts[i] for i in idx.tolist()],
                         t.origin[sl], t.alpha[sl], t.beta[sl], t.gamma[sl], t.mu[sl])
         else:
             for i in idx.tolist():
@@ -140,9 +146,16 @@ class ShardBook:
                 self.index.upsert(pages[i], origin=float(t.origin[j]),
                                   alpha=float(t.alpha[j]), beta=float(t.beta[j]),
                                   gamma=float(t.gamma[j]), mu=float(t.mu[j]), host=hosts[i])
+        if had_pages:  # pages known before may change side, as in _place
+            for i in idx.tolist():
+                self.fresh.remove(pages[i])
         for i in np.flatnonzero(free & ~cr).tolist():
+            if had_pages and pages[i] in self.index:
+                self.index.remove(pages[i])
             if mv[i] > 0.0:
                 self.fresh.add(pages[i], hosts[i], float(mv[i]))
+            elif had_pages:
+                self.fresh.remove(pages[i])
 
     def _place(self, page: Hashable, host: Hashable, *, crawled: bool, origin: float,
                alpha: float, beta: float, gamma: float, mu: float, max_value: float) -> None:

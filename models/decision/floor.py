@@ -56,11 +56,15 @@ class FloorQueue:
         made again in ``O(size)`` when the batch is at least as big as the heap, else
         pushed (``O(batch log size)``); a rebuild's hosts then cost ``O(pages log pages)``
         in all, not a whole heap per host."""
-        entries = []
-        for page, d in zip(pages, due_s, strict=True):
-            self._seq += 1
-            self._live[page] = (d, self._seq)
-            entries.append((d, self._seq, page))
+        pages = list(pages)
+        due = list(due_s)
+        if len(due) != len(pages):
+            raise ValueError("pages and due_s differ in length")
+        seqs = range(self._seq + 1, self._seq + 1 + len(pages))
+        self._seq += len(pages)
+        # the last of a repeated page wins, as one set() after another
+        self._live.update(zip(pages, zip(due, seqs, strict=True), strict=True))
+        entries = list(zip(due, seqs, pages, strict=True))
         if len(entries) >= len(self._heap):
             self._heap.extend(entries)
             heapq.heapify(self._heap)

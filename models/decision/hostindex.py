@@ -240,7 +240,7 @@ class HostIndex:
             if (np.isnan(v) | (v < 0)).any() or (name != "beta" and np.isinf(v).any()):
                 raise ValueError(f"{name} must be finite and >= 0")
         slot = self._slot
-        if self._free or len(set(page_ids)) != n or any(p in slot for p in page_ids):
+        if self._free or len(set(page_ids)) != n or not slot.keys().isdisjoint(page_ids):
             for i, p in enumerate(page_ids):
                 self.upsert(p, origin=float(o[i]), alpha=float(cols[0][i]),
                             beta=float(cols[1][i]), gamma=float(cols[2][i]),
@@ -252,13 +252,18 @@ class HostIndex:
         sl = np.arange(start, start + n, dtype=np.int64)
         self._ids.extend(page_ids)
         slot.update(zip(page_ids, sl.tolist(), strict=True))
-        codes = np.fromiter((self._code(h) for h in (hosts if hosts is not None
-                                                      else [None] * n)),
-                            dtype=np.int64, count=n)
+        hs = hosts if hosts is not None else [None] * n
+        code = {h: self._code(h) for h in dict.fromkeys(hs)}  # once per host
+        codes = np.fromiter(map(code.__getitem__, hs), dtype=np.int64, count=n)
         self._host[sl] = codes
         members = self._members
-        for s, c in zip(sl.tolist(), codes.tolist(), strict=True):
-            members[c].append(s)
+        # each host's new slots in page order (a stable sort by host), one extend per host
+        order = np.argsort(codes, kind="stable")
+        by_host = codes[order]
+        cuts = np.flatnonzero(by_host[1:] != by_host[:-1]) + 1
+        for part in np.split(order, cuts):
+            if part.size:
+                members[int(codes[part[0]])].extend(sl[part].tolist())
         for c in np.unique(codes).tolist():
             self._mark_dirty(c)
         self._active[sl] = True

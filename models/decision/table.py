@@ -104,16 +104,19 @@ class PageTable:
     def add_many(self, pages: Sequence[Hashable], hosts: Sequence[Hashable],
                  first_seen_s: float) -> npt.NDArray[np.int64]:
         """Slots of many pages at once (new ones get ``first_seen_s``); for a rebuild."""
-        codes = np.fromiter((self.code_of(h) for h in hosts), dtype=np.int32,
-                            count=len(hosts))
+        code = {h: self.code_of(h) for h in dict.fromkeys(hosts)}  # once per host
+        codes = np.fromiter(map(code.__getitem__, hosts), dtype=np.int32, count=len(hosts))
         out = np.empty(len(pages), dtype=np.int64)
         new: list[int] = []
-        for i, p in enumerate(pages):
-            s = self.slot.get(p)
-            if s is None:
-                new.append(i)
-            else:
-                out[i] = s
+        if self.slot.keys().isdisjoint(pages) and len(set(pages)) == len(pages):
+            new = list(range(len(pages)))  # a rebuild: every page new, no per-page lookup
+        else:
+            for i, p in enumerate(pages):
+                s = self.slot.get(p)
+                if s is None:
+                    new.append(i)
+                else:
+                    out[i] = s
         if new:
             start = len(self.ids)
             while start + len(new) > self.host.size:

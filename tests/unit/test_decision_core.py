@@ -369,6 +369,84 @@ def test_bulk_set_pages_equals_one_at_a_time() -> None:
                 book.start_flight(page, ("o", now))
 
 
+def test_bulk_set_pages_on_a_book_with_pages_and_flights_equals_one_at_a_time() -> None:
+    """The rebuild's fast paths (every page new, nothing in flight) and the general path:
+    a second bulk batch that repeats pages, moves one to another host and meets pages in
+    flight gives the same book as one page at a time (choices, floor, slots)."""
+    rng = np.random.default_rng(5)
+    n = 300
+
+    def batch(pages: list[int], seed: int) -> dict[str, object]:
+        r = np.random.default_rng(seed)
+        m = len(pages)
+        delta = r.uniform(0.01, 1.0, m)
+        crawled = r.random(m) < 0.7
+        return {"pages": pages, "hosts": [f"h{int(h)}" for h in r.integers(0, 12, m)],
+                "crawled": crawled, "delta": delta, "alpha": delta * 0.6,
+                "gamma": delta * 0.4 + 0.05, "mu": r.uniform(0.1, 2.0, m),
+                "origin": np.where(crawled, r.uniform(-50, 0, m), 0.0),
+                "due": r.uniform(0, 100, m)}
+
+    def one_by_one(book: ShardBook, b: dict[str, object]) -> None:
+        for i, page in enumerate(b["pages"]):  # type: ignore[arg-type]
+            d = float(b["delta"][i]); g = float(b["gamma"][i])  # type: ignore[index]  # noqa: E702
+            a = float(b["alpha"][i])  # type: ignore[index]
+            book.set_page(page, b["hosts"][i], crawled=bool(b["crawled"][i]),  # type: ignore[index]
+                          origin=float(b["origin"][i]), alpha=a,  # type: ignore[index]
+                          beta=math.log(g / 0.05) / a, gamma=g,
+                          mu=float(b["mu"][i]), max_value=float(b["mu"][i]) / d,  # type: ignore[index]
+                          floor_due_s=float(b["due"][i]), last_crawl_s=float(b["origin"][i]),  # type: ignore[index]
+                          delta=d, src_beta=[math.log(g / 0.05) / a])
+
+    def bulk(book: ShardBook, b: dict[str, object]) -> None:
+        beta = np.log(b["gamma"] / 0.05) / b["alpha"]  # type: ignore[operator]
+        m = len(b["pages"])  # type: ignore[arg-type]
+        book.set_pages(b["pages"], b["hosts"], crawled=b["crawled"], origin=b["origin"],  # type: ignore[arg-type]
+                       alpha=b["alpha"], beta=beta, gamma=b["gamma"], mu=b["mu"],  # type: ignore[arg-type]
+                       max_value=b["mu"] / b["delta"], first_seen_s=0.0,  # type: ignore[operator]
+                       last_crawl_s=b["origin"], delta=b["delta"],  # type: ignore[arg-type]
+                       estimated=np.zeros(m, dtype=bool), src_beta=beta[:, None],
+                       floor_due_s=b["due"])  # type: ignore[arg-type]
+
+    first = batch(list(range(n)), 1)
+    second = batch([int(p) for p in rng.choice(2 * n, n, replace=False)], 2)
+    books = (ShardBook(HostBuckets(1.0, burst=2.0)), ShardBook(HostBuckets(1.0, burst=2.0)))
+    one_by_one(books[0], first)
+    bulk(books[1], first)
+    for book in books:  # a few pages in flight before the second batch
+        for page in range(0, n, 37):
+            book.start_flight(page, ("o", 1.0))
+    one_by_one(books[0], second)
+    bulk(books[1], second)
+    assert [books[0].table.get(p) for p in range(2 * n)] == \
+        [books[1].table.get(p) for p in range(2 * n)]
+    assert [books[0].floor.due_of(p) for p in range(2 * n)] == \
+        [books[1].floor.due_of(p) for p in range(2 * n)]
+    assert [books[0].host_of(p) for p in range(2 * n)] == \
+        [books[1].host_of(p) for p in range(2 * n)]
+    for now in (10.0, 40.0):
+        a = [(p.page, p.policy, p.value) for p in choose([books[0]], 60, now)]
+        b = [(p.page, p.policy, p.value) for p in choose([books[1]], 60, now)]
+        assert a == b and a
+
+
+def test_floor_set_many_equals_set_one_at_a_time() -> None:
+    rng = np.random.default_rng(3)
+    pages = [int(p) for p in rng.integers(0, 50, 400)]  # repeats: the last one wins
+    due = rng.uniform(0, 100, 400).tolist()
+    one, many = FloorQueue(), FloorQueue()
+    for p, d in zip(pages[:100], due[:100], strict=True):
+        one.set(p, d)
+    many.set_many(pages[:100], due[:100])
+    for p, d in zip(pages[100:], due[100:], strict=True):
+        one.set(p, d)
+    many.set_many(pages[100:], due[100:])
+    assert {p: one.due_of(p) for p in range(50)} == {p: many.due_of(p) for p in range(50)}
+    assert one.due(60.0, 1000) == many.due(60.0, 1000)
+    with pytest.raises(ValueError):
+        many.set_many([1, 2], [3.0])
+
+
 def test_hosts_without_room_are_parked_not_revisited() -> None:
     """Pages loaded host by host (a rebuild's order): the hosts just used sit at the top of
     the fresh heap; parked, they cost one room check per refill, not one per tick."""
