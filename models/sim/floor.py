@@ -1,7 +1,7 @@
 """Longest-interval floor (:class:`FloorPolicy`): a capability beyond paper 004.
 
 A wrapper that spends a slot on any page whose last crawl is older than a floor ``F`` (the
-streaming scheduler's floor, ``streams/scheduler.py``), otherwise asks the wrapped policy;
+streaming scheduler's floor, ``streams/scheduler/``), otherwise asks the wrapped policy;
 paper 004 Sec. 4 (the remark on abandoned pages after eq. 5) is why a floor is wanted.
 Split out of :mod:`models.sim.variants` (issue 17), which re-exports every name.
 
@@ -34,7 +34,7 @@ Eligible = Callable[[int], bool] | None
 class FloorPolicy:
     """Wrap a policy with a longest-interval floor ``F``: floor-due pages first.
 
-    ``mode="reactive"`` (the streaming scheduler's floor, ``streams/scheduler.py``): at a
+    ``mode="reactive"`` (the streaming scheduler's floor, ``streams/scheduler/``): at a
     slot, if some page's last crawl is at least ``F`` ago, crawl the most overdue
     (eligible) one; otherwise the wrapped policy chooses.  A burst of pages falling due
     together is served one per slot, so a page can exceed ``F`` by up to the burst's

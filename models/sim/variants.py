@@ -11,7 +11,7 @@
   recall ``lam_s``, false rate ``nu_s``, lag, and time-equivalent ``beta_s``.
 * **Longest-interval floor** (:class:`FloorPolicy`): a wrapper that spends a slot on any
   page whose last crawl is older than a floor ``F`` (the streaming scheduler's floor,
-  ``streams/scheduler.py``), otherwise asks the wrapped policy.
+  ``streams/scheduler/``), otherwise asks the wrapped policy.
 
 The several-source model (which pings move the origin by how much, and why Theorem 1's
 value with pooled parameters is not the exact one) is derived in :mod:`models.sim.sources`.

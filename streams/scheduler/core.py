@@ -1,0 +1,466 @@
+"""The scheduler: shares of ``R``, the loop and its ticks, assignment, stats (the package
+docstring says how it works)."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import heapq
+import json
+import logging
+import math
+import secrets
+import time
+from collections import deque
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+from models.decision.core import ShardBook, choose, level_of
+from models.decision.hosts import HostBuckets
+from models.decision.pacer import CreditPacer
+from models.decision.table import PageTable
+from streams import budget
+from streams.decisions import DecisionRing
+from streams.estimation import Estimates
+from streams.metrics import Metrics
+from streams.records import SOURCES
+from streams.scheduler.heartbeat import (
+    RESPLIT_S,
+    SHARD_ALIVE_S,
+    Heartbeat,
+)
+from streams.scheduler.issuing import EWMA_S, OrderIssuing
+from streams.scheduler.shard import KEEP, NOT_IN_FLIGHT, Control, Shard
+from streams.settings import Settings
+from streams.state import PageState, Store
+
+__all__ = ["EWMA_S", "RATE_WINDOW_S", "OrderSink", "Scheduler", "cancel", "dumps"]
+
+log = logging.getLogger(__name__)
+
+OrderSink = Callable[[bytes, bytes], Awaitable[Any]]
+#: ``emitted_per_s`` in ``/stats``: orders sent over (about) the last this many seconds
+RATE_WINDOW_S = 10.0
+
+
+class Scheduler(OrderIssuing):
+    """One scheduler for all of this worker's shards (the package docstring)."""
+
+    def __init__(
+        self,
+        settings: Settings,
+        store: Store,
+        metrics: Metrics,
+        send_order: OrderSink,
+        *,
+        assignment: Callable[[], set[int]] | None = None,
+        clock: Callable[[], float] = time.time,
+        monotonic: Callable[[], float] = time.monotonic,
+        decisions: DecisionRing | None = None,
+    ) -> None:
+        self.settings = settings
+        self.store = store
+        self.metrics = metrics
+        self.send_order = send_order
+        self.assignment = assignment
+        self.clock = clock
+        self.monotonic = monotonic
+        # where this worker answers GET /pages (its decisions ring): `recrawl explain` asks it
+        self.web_url = (f"http://{settings.web_host}:{settings.web_port or 6066}"
+                        if settings.web_enabled else None)
+        self.decisions = decisions if decisions is not None else DecisionRing(
+            per_page=settings.decisions_per_page)
+        self.shards: dict[int, Shard] = {}
+        self.control = Control(
+            settings.budget_per_s, t_delay_s=settings.t_delay_s,
+            order_timeout_s=settings.order_timeout_s, max_interval_s=settings.max_interval_s,
+        )
+        self.worker_id = secrets.token_hex(4)
+        self._seq = 0
+        self._loaders: dict[int, asyncio.Task[None]] = {}
+        self.global_shards: dict[int, dict[str, Any]] = {}
+        self.stopping = False
+        self.loop_stats: dict[str, float] = {"iterations": 0, "busy_s": 0.0,
+                                             "max_busy_s": 0.0, "late": 0}
+        self._last_report = 0.0
+        #: loop time spent working since the start (benchmarks: busy time per order)
+        self.busy_total_s = 0.0
+        #: one credit, threshold and starved count for all local shards (one scheduler)
+        self.pacer = CreditPacer(settings.tick_s)
+        self.share_total = 0.0
+        self.log_threshold: float | None = None
+        self.emitted = 0
+        self.wanted = 0
+        #: orders sent since the start, and (monotonic s, orders_total) samples taken at
+        #: each resplit over the last RATE_WINDOW_S (the emitted rate of /stats)
+        self.orders_total = 0
+        self._rate_samples: deque[tuple[float, int]] = deque()
+        #: writes the shard entries while :meth:`run` runs (None: resplit writes them)
+        self.heartbeat: Heartbeat | None = None
+        #: local shards published as ready at the last resplit (they may spend)
+        self._announced: set[int] = set()
+
+    # -- events from the agents -------------------------------------------------------
+    async def on_page(
+        self, partition: int, host: str, url: str, value: str | PageState | None, *,
+        in_flight_cleared: bool = False, estimator: str | Estimates | None = None,
+    ) -> None:
+        """A page's stored value changed (None: deleted); keep the shard's book in step.
+        ``value``: the stored record as text or decoded (:class:`PageState`)."""
+        shard = self.shards.get(partition)
+        if shard is None:
+            return
+        if not shard.ready:
+            shard.dirty.add((host, url))
+            return
+        if value is None:
+            self._forget(shard, url)
+            return
+        if url in shard.blocked.get(host, ()):
+            return
+        flight = NOT_IN_FLIGHT if in_flight_cleared else KEEP
+        state = value if isinstance(value, PageState) else PageState.decode(value)
+        self._apply_or_skip(shard, host, url, state, estimator, flight)
+
+    def new_shard(self, partition: int) -> Shard:
+        st = self.settings
+        return Shard(partition, ShardBook(
+            HostBuckets(st.default_host_crawls_per_s, st.host_burst,
+                        st.default_host_max_in_flight), key=partition,
+            table=PageTable(n_sources=len(SOURCES))))
+
+    def on_host(self, partition: int, host: str, rate: float | None, mif: int | None) -> None:
+        """The host's capacity (None: the default rate)."""
+        shard = self.shards.get(partition)
+        if shard is not None:
+            shard.hosts.set_capacity(host, rate, mif)
+
+    def max_in_flight_of(self, partition: int, host: str) -> int | None:
+        shard = self.shards.get(partition)
+        if shard is None or host not in shard.hosts:
+            return None
+        return shard.hosts.bucket(host).max_in_flight
+
+    def robots_epoch(self, partition: int, host: str) -> int:
+        """How many robots.txt changes of ``host`` this worker has applied."""
+        shard = self.shards.get(partition)
+        return shard.robots_epoch.get(host, 0) if shard is not None else 0
+
+    async def on_robots_changed(self, partition: int, host: str) -> None:
+        """The host's robots.txt changed (its blocked set is empty in Redis): its blocked
+        pages are read again and become candidates."""
+        shard = self.shards.get(partition)
+        if shard is None:
+            return
+        shard.robots_epoch[host] = shard.robots_epoch.get(host, 0) + 1
+        urls = shard.blocked.pop(host, set())
+        if not shard.ready:
+            shard.dirty.update((host, u) for u in urls)
+            return
+        if urls:
+            await self._reload(shard, host, sorted(urls))
+        for url in urls:
+            self.decisions.add(url, f"{self.clock():.3f} robots.txt of {host} changed: "
+                                    "a candidate again")
+
+    async def refresh_control(self) -> None:
+        self.control = Control.from_redis(await self.store.get_control(), self.settings)
+        self.metrics.budget.set(self.control.budget_per_s)
+
+    # -- shard state ----------------------------------------------------------------
+    def sync_assignment(self, partitions: set[int]) -> None:
+        if self.heartbeat is not None:
+            self.heartbeat.drop(set(self.shards) - partitions)
+        for p in list(self.shards):
+            if p not in partitions:
+                task = self._loaders.pop(p, None)
+                if task is not None:
+                    task.cancel()
+                del self.shards[p]
+                self.metrics.forget_shard(p)
+                log.info("shard %d revoked", p)
+        for p in sorted(partitions - set(self.shards)):
+            shard = self.shards[p] = self.new_shard(p)
+            # a shard moving between workers keeps its place in the split (its weight)
+            # instead of starting again at 1
+            with contextlib.suppress(TypeError, ValueError):
+                shard.weight = float(self.global_shards.get(p, {}).get("weight", 1.0))
+            self._loaders[p] = asyncio.ensure_future(self._load(shard))
+            log.info("shard %d assigned; loading", p)
+
+    # -- budget ---------------------------------------------------------------------
+    async def resplit(self, dt_s: float) -> None:
+        now = self.clock()
+        # liveness on Redis's clock, not the workers': a worker whose clock is skewed by
+        # more than the 3 s window would otherwise see every other shard as dead and
+        # take all of R
+        redis_now = await self.store.server_time()
+        entries = await self.store.get_shards()
+        live = {p: dict(e) for p, e in budget.live(entries, redis_now, SHARD_ALIVE_S).items()
+                if p not in self.shards}
+        thresholds: dict[int, float | None] = {
+            p: e.get("log_threshold") for p, e in live.items()
+        }
+        # the local shards are scheduled as one (merged picks): they share the worker's
+        # threshold, so the controller moves only the split between workers
+        if self.wanted == 0 and not self.control.paused:
+            # no credit in the interval (a share too small for one order): the EWMA of
+            # emitted values is stale, and would keep the share at nothing; the value the
+            # worker would crawl at now rises as its pages age, and brings the share back
+            best = self._best_value(now)
+            if best > 0.0 and (self.log_threshold is None
+                               or math.log(best) > self.log_threshold):
+                self.log_threshold = math.log(best)
+        for p, s in self.shards.items():
+            s.log_threshold = self.log_threshold if s.ready else None
+            thresholds[p] = s.log_threshold
+        mean = budget.mean_log(thresholds)
+        self._sample_rate()
+        emitted_per_s = self.emitted_per_s()
+        own: dict[int, dict[str, Any]] = {}
+        starved_all = self.wanted > 0 and self.emitted == 0 and not self.control.paused
+        self.wanted = self.emitted = 0
+        for p, s in self.shards.items():
+            starved = s.ready and starved_all
+            s.weight = budget.update_weight(
+                s.weight, s.log_threshold, mean, gain_per_s=self.settings.resplit_gain,
+                dt_s=dt_s, starved=starved and s.share_per_s * dt_s >= 2,
+            )
+            own[p] = {
+                "weight": s.weight, "log_threshold": s.log_threshold,
+                "share_per_s": s.share_per_s, "pages": len(s.book),
+                "in_flight": len(s.in_flight), "ts": redis_now, "worker": self.worker_id,
+                "ready": s.ready, "web": self.web_url,
+                "budget_per_s": self.control.budget_per_s,  # the R it splits (recrawl plan)
+                "worker_emitted_per_s": emitted_per_s,
+            }
+            s.emitted = 0
+        if self.heartbeat is not None and self.heartbeat.running:
+            self.heartbeat.publish(own)  # its thread writes them (and re-stamps them)
+        else:
+            await self.store.put_shards(own)
+        weights = {p: float(e.get("weight", 1.0)) for p, e in live.items()}
+        weights.update({p: s.weight for p, s in self.shards.items()})
+        # a shard still loading cannot spend: its share goes to the ready ones (of any
+        # worker) until it is ready, unless no shard is ready
+        loading = {p for p, e in live.items() if e.get("ready") is False}
+        loading |= {p for p, s in self.shards.items() if not s.ready}
+        # a shard that became ready since the last resplit spends from the next one: the
+        # others learn it is ready from the entries just published and shrink their shares
+        # first (else both would spend its share for up to one resplit: a burst)
+        ready_now = {p for p, s in self.shards.items() if s.ready}
+        if self.heartbeat is not None and self.heartbeat.take_stalled():
+            # the others saw this worker's shards as not ready while its loop stalled
+            # (and spent their share): announce them again before spending
+            self._announced = set()
+        loading |= ready_now - self._announced
+        self._announced = ready_now
+        weights = budget.ready_weights(weights, loading)
+        shares = budget.split(self.control.budget_per_s, weights)
+        for p, s in self.shards.items():
+            s.share_per_s = shares.get(p, 0.0)
+            self.metrics.shard_rate.labels(str(p)).set(s.share_per_s)
+            thr = math.exp(s.log_threshold) if s.log_threshold is not None else 0.0
+            self.metrics.shard_threshold.labels(str(p)).set(thr)
+            self.metrics.shard_pages.labels(str(p)).set(len(s.book))
+            self.metrics.shard_in_flight.labels(str(p)).set(len(s.in_flight))
+        self.global_shards = {**live, **own}
+
+    def _best_value(self, now: float) -> float:
+        return max((s.book.best_value(now) for s in self.shards.values() if s.ready),
+                   default=0.0)
+
+    # -- the loop -------------------------------------------------------------------
+    async def run(self) -> None:
+        while not self.stopping:
+            try:
+                await self.store.load_scripts()
+                break
+            except Exception as exc:
+                log.warning("redis unavailable (%r); retrying", exc)
+                await asyncio.sleep(0.5)
+        if self.heartbeat is None and hasattr(self.store, "shards_key"):
+            self.heartbeat = Heartbeat(self.settings.redis_url, self.store.shards_key)
+        if self.heartbeat is not None:
+            self.heartbeat.start()
+        try:
+            await self._loop()
+        finally:
+            if self.heartbeat is not None:
+                self.heartbeat.stop()  # waits at most for the thread's last write
+
+    async def _loop(self) -> None:
+        tick = self.settings.tick_s
+        next_tick = time.monotonic()
+        last_ctl = last_split = last_assign = 0.0
+        while not self.stopping:
+            mono = time.monotonic()
+            if self.heartbeat is not None:
+                self.heartbeat.loop_alive()
+            try:
+                if self.assignment is not None and mono - last_assign >= 0.5:
+                    last_assign = mono
+                    self.sync_assignment(self.assignment())
+                if mono - last_ctl >= 0.25:
+                    last_ctl = mono
+                    await self.refresh_control()
+                if mono - last_split >= RESPLIT_S:
+                    dt = mono - last_split if last_split else RESPLIT_S
+                    last_split = mono
+                    await self.resplit(min(dt, 2.0))
+                await self.tick_all([s for s in self.shards.values() if s.ready])
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:
+                self.metrics.retry("scheduler")
+                log.warning("scheduler tick failed: %r", exc)
+                await asyncio.sleep(0.2)
+            busy = time.monotonic() - mono
+            self.busy_total_s += busy
+            self.loop_stats["iterations"] += 1
+            self.loop_stats["busy_s"] += busy
+            self.loop_stats["max_busy_s"] = max(self.loop_stats["max_busy_s"], busy)
+            if mono - self._last_report >= 10.0:
+                self._last_report = mono
+                log.info("scheduler loop: %s", self.loop_stats)
+                self.loop_stats = {"iterations": 0, "busy_s": 0.0, "max_busy_s": 0.0,
+                                   "late": 0}
+            # wake twice per tick: a late wake-up (up to tick - 1/share) then costs nothing,
+            # the credit cap share * tick absorbs it
+            next_tick += tick / 2
+            delay = next_tick - time.monotonic()
+            if delay < -tick:  # fell behind: do not try to catch up (no spikes)
+                self.loop_stats["late"] += 1
+                next_tick = time.monotonic()
+                delay = 0.0
+            await asyncio.sleep(max(0.0, delay))
+
+    async def tick(self, shard: Shard) -> int:
+        """One tick of one shard (tests and benchmarks); returns the orders sent."""
+        return await self.tick_all([shard])
+
+    async def tick_all(self, shards: list[Shard]) -> int:
+        """One tick: choose the orders of every shard, issue them in one Redis pipeline."""
+        now, mono = self.clock(), self.monotonic()  # issued_at and the pacer's time
+        for shard in shards:
+            await self._expire(shard, now)
+        plans = self._choose(shards, now, mono)
+        if not plans:
+            return 0
+        return await self._issue(plans, now)
+
+    def _choose(self, shards: list[Shard], now: float, mono: float | None = None
+                ) -> list[tuple[Shard, list[tuple[str, str, float]]]]:
+        """The orders of one tick over all local shards, as one scheduler: one credit at
+        the sum of their shares (:class:`models.decision.pacer.CreditPacer`, paced on
+        ``mono``, the monotonic clock), then :func:`models.decision.core.choose` (floor
+        pages first, then the merged Algorithm 1 pick within the hosts' room)."""
+        mono = self.monotonic() if mono is None else mono
+        total = sum(s.share_per_s for s in shards)
+        self.share_total = total
+        n = self.pacer.advance(mono, 0.0 if self.control.paused else total)
+        if n < 1:
+            return []
+        self.wanted += n
+        picks = choose([s.book for s in shards], n, now,
+                       floor=self.control.max_interval_s > 0)
+        by_shard: dict[int, tuple[Shard, list[tuple[str, str, float]]]] = {}
+        for shard in shards:
+            shard.level = level_of(shard.book)
+        owner = {id(s.book): s for s in shards}
+        for pk in picks:
+            shard = owner[id(pk.book)]
+            by_shard.setdefault(shard.partition, (shard, []))[1].append(
+                (str(pk.page), pk.policy, pk.value))
+        return list(by_shard.values())
+
+    def _sample_rate(self) -> None:
+        mono = self.monotonic()
+        self._rate_samples.append((mono, self.orders_total))
+        while len(self._rate_samples) > 2 and self._rate_samples[1][0] <= mono - RATE_WINDOW_S:
+            self._rate_samples.popleft()
+
+    def emitted_per_s(self) -> float | None:
+        """Orders this worker sent per second over the last ``RATE_WINDOW_S`` (from the
+        oldest sample in the window to now); None before the first resplit."""
+        if not self._rate_samples:
+            return None
+        mono = self.monotonic()
+        t0, n0 = next(((t, n) for t, n in self._rate_samples if t >= mono - RATE_WINDOW_S),
+                      self._rate_samples[-1])
+        return (self.orders_total - n0) / (mono - t0) if mono > t0 else 0.0
+
+    def top_hosts(self, n: int) -> dict[str, Any]:
+        """The ``n`` hosts of this worker's shards with the most orders in flight (then the
+        highest capacity): capacity (``max_crawls_per_s``, ``max_in_flight``; 0: no cap),
+        tokens now and orders in flight, as the scheduler's buckets hold them."""
+        now = self.clock()
+        rows = [(b.hosts.in_flight(h), b.hosts.rate(h), str(h), p, b.hosts)
+                for p, b in self.shards.items() for h in b.hosts.buckets]
+        top = heapq.nsmallest(max(0, n), rows, key=lambda r: (-r[0], -r[1], r[2]))
+        return {
+            "count": len(rows),
+            "in_flight": sum(r[0] for r in rows),
+            "top": [{"host": h, "shard": p, "in_flight": f, "max_crawls_per_s": rate,
+                     "max_in_flight": hb.max_in_flight(h), "tokens": hb.tokens(h, now)}
+                    for f, rate, h, p, hb in top],
+        }
+
+    def cluster(self) -> dict[str, Any]:
+        """Every live worker's numbers as the shard entries in Redis have them (this
+        worker's own from memory): workers, their emitted rates summed, shards."""
+        rates: dict[str, float] = {}
+        for e in self.global_shards.values():
+            w, r = e.get("worker"), e.get("worker_emitted_per_s")
+            if isinstance(w, str) and isinstance(r, int | float):
+                rates[w] = float(r)
+        own = self.emitted_per_s()
+        if own is not None:
+            rates[self.worker_id] = own
+        return {
+            "workers": len({e["worker"] for e in self.global_shards.values()
+                            if isinstance(e.get("worker"), str)} | {self.worker_id}),
+            "shards": len(self.global_shards),
+            "emitted_per_s": sum(rates.values()) if rates else None,
+        }
+
+    def stats(self) -> dict[str, Any]:
+        return {
+            "worker": self.worker_id,
+            "now_s": self.clock(),
+            "budget_per_s": self.control.budget_per_s,
+            "emitted_per_s": self.emitted_per_s(),
+            "rate_window_s": RATE_WINDOW_S,
+            "orders_total": self.orders_total,
+            # budget dropped by the pacer's cap (late wake-ups, nothing eligible), orders
+            "credit_clipped": self.pacer.clipped,
+            "threshold": (math.exp(self.log_threshold)
+                          if self.log_threshold is not None else None),
+            "paused": self.control.paused,
+            "control": {
+                "t_delay_s": self.control.t_delay_s,
+                "order_timeout_s": self.control.order_timeout_s,
+                "max_interval_s": self.control.max_interval_s,
+            },
+            "tick_s": self.settings.tick_s,
+            "shards": {str(p): s.summary() for p, s in sorted(self.shards.items())},
+            "all_shards": {
+                str(p): {**e, "threshold": math.exp(e["log_threshold"])
+                         if e.get("log_threshold") is not None else None}
+                for p, e in sorted(self.global_shards.items())
+            },
+            "cluster": self.cluster(),
+            "counters": dict(sorted(self.metrics.tally.items())),
+            "pings_by_source": self.metrics.pings_by_source(),
+        }
+
+
+def dumps(obj: Any) -> str:
+    return json.dumps(obj, sort_keys=True)
+
+
+async def cancel(task: asyncio.Task[Any] | None) -> None:
+    if task is not None:
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError, Exception):
+            await task

@@ -1,0 +1,238 @@
+"""Orders: issued in Redis, produced to Kafka, taken back when unsent or timed out (a base
+of :class:`streams.scheduler.Scheduler`)."""
+
+from __future__ import annotations
+
+import asyncio
+import heapq
+import json
+import logging
+import math
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+from redis.exceptions import NoScriptError
+
+from models.decision.pacer import CreditPacer
+from streams.decisions import DecisionRing
+from streams.scheduler.loading import ShardLoading
+from streams.scheduler.shard import Shard
+
+__all__ = ["EWMA_S", "OrderIssuing"]
+
+log = logging.getLogger(__name__)
+
+#: the threshold is an EWMA of the log-values ordered over about this many seconds of
+#: orders: each order weighs ``1 / max(1, share_per_s * EWMA_S)``
+EWMA_S = 2.0
+
+
+def _s(x: Any) -> str:
+    return x.decode() if isinstance(x, bytes) else str(x)
+
+
+class OrderIssuing(ShardLoading):
+    """Orders issued in Redis (one script per host per tick), sent, and taken back when
+    they could not be sent or time out (the half of :class:`streams.scheduler.Scheduler`
+    that talks to Kafka)."""
+
+    # the scheduler's attributes (set in :class:`streams.scheduler.Scheduler`)
+    decisions: DecisionRing
+    send_order: Callable[[bytes, bytes], Awaitable[Any]]
+    pacer: CreditPacer
+    worker_id: str
+    stopping: bool
+    emitted: int
+    orders_total: int
+    share_total: float
+    log_threshold: float | None
+    _seq: int
+
+    async def _issue(
+        self, plans: list[tuple[Shard, list[tuple[str, str, float]]]], now: float
+    ) -> int:
+        """Issue a tick's picks: one script call per host (its keys share one slot), all in
+        one pipeline (one round trip); the orders that Redis accepted go to the producer."""
+        st = self.settings
+        groups: dict[tuple[int, str], list[tuple[str, str, float, str]]] = {}
+        owner: dict[int, Shard] = {}
+        for shard, picks in plans:
+            owner[shard.partition] = shard
+            for url, policy, value in picks:
+                self._seq += 1
+                oid = f"{self.worker_id}-{shard.partition}-{self._seq:x}"
+                groups.setdefault((shard.partition, shard.host(url)), []).append(
+                    (url, policy, value, oid))
+        pipe = self.store.redis.pipeline(transaction=False)
+        for (_p, host), items in groups.items():
+            self.store.queue_issue(
+                pipe, host, [(url, oid) for url, _pol, _v, oid in items], now_s=now,
+                default_rate=st.default_host_crawls_per_s,
+                default_mif=st.default_host_max_in_flight, burst=st.host_burst,
+            )
+        try:
+            results = await pipe.execute(raise_on_error=False)
+        except Exception as exc:
+            # no reply (a timeout, a dropped connection, Redis paused): the scripts may have
+            # run and marked the pages in flight, and no order was sent; clear those marks
+            await self._unsend([(owner[p], url, host, oid) for (p, host), items in groups.items()
+                                for url, _pol, _v, oid in items], exc)
+            return 0
+        sent = 0
+        issued_at = round(now, 6)
+        send_error: Exception | None = None
+        unsent: list[tuple[Shard, str, str, str]] = []
+        for ((partition, host), items), res in zip(groups.items(), results, strict=True):
+            shard = owner[partition]
+            if isinstance(res, Exception):
+                if isinstance(res, NoScriptError):
+                    await self.store.load_scripts()
+                else:
+                    log.warning("issue failed: %r", res)
+                for url, *_ in items:
+                    self._restore(shard, url)
+                continue
+            hosts, table, level = shard.hosts, shard.table, shard.level
+            for k, (url, policy, value, oid) in enumerate(items):
+                code, payload = _s(res[2 * k]), res[2 * k + 1]
+                if code == "ok":
+                    slot = table.slot[url]
+                    crawled = bool(table.crawled[slot])
+                    tau = max(0.0, now - float(table.origin[slot]))
+                    tau_eff = tau if crawled and math.isfinite(tau) else None
+                    # the Order record's fields (streams/records.py), built as a plain dict
+                    order = {
+                        "order_id": oid, "url": url, "host": host, "issued_at": issued_at,
+                        "crawl_value": float(value), "threshold": level, "tau_eff": tau_eff,
+                        "policy": policy,
+                    }
+                    if send_error is not None:
+                        unsent.append((shard, url, host, oid))
+                        continue
+                    try:
+                        await self.send_order(host.encode(),
+                                              json.dumps(order, allow_nan=False).encode())
+                    except Exception as exc:  # e.g. the producer stopping: undo below
+                        send_error = exc
+                        unsent.append((shard, url, host, oid))
+                        continue
+                    hosts.take(host, now)
+                    self._set_flight(shard, url, host, (oid, now))
+                    self.metrics.order(partition, policy)
+                    if policy == "greedy" and value > 0:
+                        self._observe_value(shard, value, now)
+                    shard.emitted += 1
+                    self.emitted += 1
+                    self.orders_total += 1
+                    self.pacer.spend(1)
+                    sent += 1
+                    self.decisions.add(url, (
+                        f"{now:.3f} ordered {oid} ({policy}): value {value:.4g}"
+                        f" {'>=' if value >= level else '<'} threshold {level:.4g}"
+                        + (f", tau_eff {tau:.0f}s" if crawled else ", never crawled")))
+                    continue
+                if code == "no-token":
+                    hosts.empty(host, now)
+                elif code == "in-flight":
+                    foid, _, at = _s(payload).partition("|")
+                    self._set_flight(shard, url, host, (foid, float(at or now)))
+                elif code == "max-in-flight":
+                    b = hosts.bucket(host)
+                    b.in_flight = max(b.in_flight, hosts.max_in_flight(host))
+                elif code == "gone":
+                    self._forget(shard, url)
+                    continue
+                elif code == "blocked":  # its robots.txt disallows it (another worker knew)
+                    self.on_blocked(partition, host, url)
+                    continue
+                if code != "in-flight":
+                    self._restore(shard, url)  # not ordered: back among the candidates
+        if unsent:
+            await self._unsend(unsent, send_error)
+        return sent
+
+    async def _unsend(self, unsent: list[tuple[Shard, str, str, str]],
+                      error: Exception | None) -> None:
+        """Orders marked in flight in Redis that never reached the producer: clear the mark
+        (only if it is still theirs) and put the pages back, so that none waits for a
+        time-out with no order out."""
+        log.warning("%d orders not sent (%r): taken out of flight again", len(unsent), error)
+        await self._take_out_of_flight([(url, host, oid) for _s, url, host, oid in unsent])
+        for shard, url, _host, _oid in unsent:
+            self._restore(shard, url)
+        self.metrics.tally["orders.unsent"] += len(unsent)
+
+    async def _take_out_of_flight(self, orders: list[tuple[str, str, str]]) -> None:
+        """Clear the in-flight marks of ``(url, host, order_id)`` that are still theirs, in
+        one pipeline, until Redis answers (a mark left behind holds its page until the
+        order time-out).  A master without the scripts (a restart; a Redis Cluster
+        pipeline cannot check first) answers NOSCRIPT: load them and run again (the script
+        is id-guarded)."""
+        delay = 0.1
+        while True:
+            try:
+                pipe = self.store.redis.pipeline(transaction=False)
+                for url, host, oid in orders:
+                    await self.store.queue_expire(pipe, url, host, order_id=oid)
+                results = await pipe.execute(raise_on_error=False)
+                if not any(isinstance(r, Exception) for r in results):
+                    return
+                if not any(isinstance(r, NoScriptError) for r in results):
+                    log.warning("clearing in-flight marks: %r", results)
+                    return
+                await self.store.load_scripts()  # Redis restarted: load, then again
+            except Exception as exc:
+                if self.stopping:
+                    log.warning("stopping: %d orders stay in flight (%r)", len(orders), exc)
+                    return
+                log.warning("clearing in-flight marks failed (%r); retrying", exc)
+                await asyncio.sleep(delay)
+                delay = min(2 * delay, 2.0)
+
+    def _restore(self, shard: Shard, url: str) -> None:
+        """Put a chosen page that was not ordered back in its book (a never-crawled page
+        left the fresh pages when it was chosen)."""
+        t = shard.table
+        slot = t.get(url)
+        if slot is None or url in shard.in_flight:
+            return
+        shard.book.set_page(
+            url, shard.host(url), crawled=bool(t.crawled[slot]), origin=float(t.origin[slot]),
+            alpha=float(t.alpha[slot]), beta=float(t.beta[slot]), gamma=float(t.gamma[slot]),
+            mu=float(t.mu[slot]), max_value=float(t.max_value[slot]),
+            floor_due_s=shard.book.floor.due_of(url), first_seen_s=float(t.first_seen[slot]),
+            last_crawl_s=float(t.last_crawl[slot]), delta=float(t.delta[slot]),
+            estimated=bool(t.estimated[slot]))
+
+    def _observe_value(self, shard: Shard, value: float, now: float) -> None:
+        if not 0.0 < value < math.inf:  # the threshold must stay finite (budget split)
+            return
+        lv = math.log(value)
+        if self.log_threshold is None:
+            self.log_threshold = lv
+        else:
+            w = 1.0 / max(1.0, self.share_total * EWMA_S)
+            self.log_threshold += w * (lv - self.log_threshold)
+
+    async def _expire(self, shard: Shard, now: float) -> None:
+        due: list[tuple[str, str]] = []
+        while shard.timeouts and shard.timeouts[0][0] <= now and len(due) < 200:
+            _, url, oid = heapq.heappop(shard.timeouts)
+            fl = shard.in_flight.get(url)
+            if fl is not None and fl[0] == oid:
+                due.append((url, oid))
+        if not due:
+            return
+        await self._take_out_of_flight([(url, shard.host(url), oid) for url, oid in due])
+        for url, oid in due:
+            self.decisions.add(url, f"{now:.3f} order {oid} timed out: no outcome within "
+                                    f"{self.control.order_timeout_s:g}s; eligible again")
+        by_host: dict[str, list[str]] = {}
+        for url, _ in due:
+            self.metrics.order_timeouts.inc()
+            self.metrics.tally["orders.timed_out"] += 1
+            by_host.setdefault(shard.host(url), []).append(url)
+        for host, urls in by_host.items():
+            await self._reload(shard, host, urls)
+
+    # -- views -----------------------------------------------------------------------

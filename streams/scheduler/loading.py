@@ -1,0 +1,252 @@
+"""A shard's rebuild from Redis and the pages' updates: what the scheduler does when a
+partition is assigned and when the agents change a page (a base of
+:class:`streams.scheduler.Scheduler`)."""
+
+from __future__ import annotations
+
+import asyncio
+import heapq
+import logging
+import math
+import time
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+
+from models.decision.table import PageTable
+from streams.estimation import Estimates, estimates_of
+from streams.metrics import Metrics
+from streams.params import PageParams, page_params, page_params_many
+from streams.scheduler.shard import KEEP, NOT_IN_FLIGHT, Control, Shard
+from streams.settings import Settings
+from streams.state import HostDump, PageState, Store
+
+__all__ = ["ShardLoading"]
+
+log = logging.getLogger(__name__)
+
+
+class ShardLoading:
+    """A shard's rebuild from Redis and its pages' updates (the half of
+    :class:`streams.scheduler.Scheduler` that writes the books)."""
+
+    # the scheduler's attributes (set in :class:`streams.scheduler.Scheduler`)
+    settings: Settings
+    store: Store
+    metrics: Metrics
+    clock: Callable[[], float]
+    control: Control
+    shards: dict[int, Shard]
+
+    def on_blocked(self, partition: int, host: str, url: str,
+                   epoch: int | None = None) -> None:
+        """The host's robots.txt disallows ``url``: out of the book until it changes.
+        ``epoch``: :meth:`robots_epoch` when the outcome was written; if a change was
+        applied since (the hosts agent ran in between), Redis's blocked set was emptied
+        after this page entered it, so the page stays a candidate (were it blocked again
+        under the new robots.txt, the issue script refuses it: ``blocked``)."""
+        shard = self.shards.get(partition)
+        if shard is None or (epoch is not None and shard.robots_epoch.get(host, 0) != epoch):
+            return
+        shard.blocked.setdefault(host, set()).add(url)
+        self._forget(shard, url)
+
+    def _forget(self, shard: Shard, url: str) -> None:
+        shard.book.remove_page(url)
+
+    def _apply(
+        self, shard: Shard, host: str, url: str, state: PageState,
+        estimator: str | Estimates | None, flight: Any,
+    ) -> None:
+        """Apply a page's state; ``flight``: KEEP (unchanged), NOT_IN_FLIGHT, or the
+        ``(order_id, issued_at)`` stored in Redis (rebuild)."""
+        now = self.clock()
+        if isinstance(estimator, str):
+            estimator = estimates_of(estimator)
+        t = shard.table
+        slot = t.get(url)
+        if estimator is None and slot is not None and t.estimated[slot]:
+            # the page's estimate did not change (a ping, a catalogue update): its
+            # parameters are the table's, with the origin from the new signal counts
+            params = _cached_params(t, slot, state)
+        else:
+            params = page_params(state, estimator, self.settings)
+        cap = params.max_value()
+        # beta = inf (a ping that is never false) and origin = -inf are the model's; NaN or
+        # an infinite rate, importance or value are not
+        if (not all(math.isfinite(x) for x in (params.alpha_per_s, params.gamma_per_s,
+                                               params.mu, cap))
+                or math.isnan(params.origin_s) or math.isnan(params.beta_s)):
+            raise ValueError(f"parameters not usable: {params.as_dict()}")
+        first_seen = float(t.first_seen[slot]) if slot is not None else now
+        floor_due: float | None = None
+        if self.control.max_interval_s > 0:
+            base = state.last_crawl_s if state.crawled else first_seen
+            floor_due = base + self.control.max_interval_s
+        if flight is NOT_IN_FLIGHT:
+            shard.book.end_flight(url)
+        shard.book.set_page(
+            url, host, crawled=state.crawled, origin=params.origin_s,
+            alpha=params.alpha_per_s, beta=params.beta_s, gamma=params.gamma_per_s,
+            mu=params.mu, max_value=cap, floor_due_s=floor_due,
+            first_seen_s=first_seen, last_crawl_s=state.last_crawl_s,
+            delta=params.change_rate_per_s, estimated=params.estimated,
+            src_beta=params.source_beta_s)
+        if flight is not KEEP and flight is not NOT_IN_FLIGHT:
+            self._set_flight(shard, url, host, flight)
+
+    async def _load(self, shard: Shard) -> None:
+        """Rebuild a shard from Redis (its hosts set, then each host's pages)."""
+        t0 = time.monotonic()
+        while True:
+            try:
+                hosts = await self.store.shard_hosts(shard.partition)
+                for i in range(0, len(hosts), 50):
+                    dumps = await self.store.dump_hosts(hosts[i : i + 50])
+                    for dump in dumps:
+                        if dump.blocked:
+                            shard.blocked[dump.host] = set(dump.blocked)
+                    self._load_hosts(shard, dumps)
+                    await asyncio.sleep(0)
+                while shard.dirty:
+                    batch = list(shard.dirty)
+                    shard.dirty.clear()
+                    by_host: dict[str, list[str]] = {}
+                    for h, u in batch:
+                        by_host.setdefault(h, []).append(u)
+                    for h, urls in by_host.items():
+                        await self._reload(shard, h, urls)
+                break
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:
+                self.metrics.retry("redis")
+                log.warning("loading shard %d failed (%r); retrying", shard.partition, exc)
+                await asyncio.sleep(0.5)
+        shard.ready = True
+        log.info("shard %d ready: %d pages, %d in flight (%.2fs)", shard.partition,
+                 len(shard.book), len(shard.in_flight), time.monotonic() - t0)
+
+    def _load_hosts(self, shard: Shard, dumps: list[HostDump]) -> None:
+        """Some hosts of a shard's rebuild: their pages' parameters computed on arrays
+        (:func:`streams.params.page_params_many`, equal to :meth:`_apply` page by page)
+        and put in the book at once; a page whose stored text does not parse or whose
+        parameters are not usable goes page by page (counted ``pages.unusable``)."""
+        urls: list[str] = []
+        hosts: list[str] = []
+        values: list[str | bytes] = []
+        #: estimator records still in the old est hash (the others are in the values)
+        ests: list[str | None] = []
+        for dump in dumps:
+            info = dump.info
+            blocked = shard.blocked.get(dump.host, ())
+            pages = ({u: v for u, v in dump.pages.items() if u not in blocked} if blocked
+                     else dump.pages)  # blocked by robots.txt: out of the book
+            shard.hosts.set_capacity(dump.host, info.rate_per_s, info.max_in_flight)
+            if info.tokens is not None:
+                shard.hosts.set_tokens(dump.host, info.tokens, info.updated_s or 0.0)
+            urls.extend(pages)
+            hosts.extend([dump.host] * len(pages))
+            values.extend(pages.values())
+            if dump.estimators:
+                ests.extend(dump.estimators.get(u) for u in pages)
+            else:
+                ests.extend([None] * len(pages))
+        if not urls:
+            return
+        many = page_params_many(values, ests, self.settings)
+        if many is None:
+            bulk = np.zeros(len(urls), dtype=bool)
+        else:
+            with np.errstate(invalid="ignore"):
+                bulk = (np.isfinite(many.alpha) & np.isfinite(many.gamma)
+                        & np.isfinite(many.importance) & np.isfinite(many.max_value)
+                        & ~np.isnan(many.origin) & ~np.isnan(many.beta))
+        rows = np.flatnonzero(bulk)
+        if many is not None and rows.size:
+            now = self.clock()
+            floor_due = None
+            if self.control.max_interval_s > 0:
+                base = np.where(many.crawled, many.last_crawl_s, now)
+                floor_due = base[rows] + self.control.max_interval_s
+            picked = rows.tolist()
+            shard.book.set_pages(
+                [urls[i] for i in picked], [hosts[i] for i in picked],
+                crawled=many.crawled[rows], origin=many.origin[rows], alpha=many.alpha[rows],
+                beta=many.beta[rows], gamma=many.gamma[rows], mu=many.importance[rows],
+                max_value=many.max_value[rows], first_seen_s=now,
+                last_crawl_s=many.last_crawl_s[rows], delta=many.delta[rows],
+                estimated=many.estimated[rows], src_beta=many.src_beta[rows],
+                floor_due_s=floor_due)
+            for dump in dumps:
+                for url, flight in dump.in_flight.items():
+                    if url in dump.pages:
+                        self._set_flight(shard, url, dump.host, flight)
+        by_host = {d.host: d for d in dumps}
+        for i in np.flatnonzero(~bulk).tolist():
+            url, dump = urls[i], by_host[hosts[i]]
+            try:
+                state = PageState.decode(values[i])
+            except ValueError as exc:
+                self.metrics.tally["pages.unusable"] += 1
+                log.warning("page %s left out of shard %d: unreadable %r (%s)", url,
+                            shard.partition, values[i][:200], exc)
+                continue
+            self._apply_or_skip(shard, dump.host, url, state, dump.estimator(url),
+                                dump.in_flight.get(url, NOT_IN_FLIGHT))
+
+    def _apply_or_skip(self, shard: Shard, host: str, url: str, state: PageState,
+                       estimator: str | Estimates | None, flight: Any) -> bool:
+        """:meth:`_apply`, but a page whose stored state gives no finite parameters (only
+        possible for data written before the schema's bounds) is left out of the book and
+        counted (``pages.unusable``) instead of failing its whole shard's rebuild."""
+        try:
+            self._apply(shard, host, url, state, estimator, flight)
+            return True
+        except (ValueError, ArithmeticError) as exc:
+            self.metrics.tally["pages.unusable"] += 1
+            log.warning("page %s left out of shard %d: %s", url, shard.partition, exc)
+            self._forget(shard, url)
+            return False
+
+    async def _reload(self, shard: Shard, host: str, urls: list[str]) -> None:
+        """Re-read pages from Redis (the truth) and apply them, in flight or not."""
+        got = await self.store.get_pages(host, urls)
+        # Redis's blocked set is the truth (a robots.txt change may have emptied it while
+        # the shard was loading)
+        blocked = await self.store.blocked_among(host, urls)
+        mine = shard.blocked.setdefault(host, set())
+        mine.difference_update(set(urls) - blocked)
+        mine.update(blocked)
+        if not mine:
+            del shard.blocked[host]
+        for url, (value, fl, est) in got.items():
+            if value is None or url in blocked:
+                self._forget(shard, url)
+                continue
+            flight: Any = NOT_IN_FLIGHT
+            if fl:
+                oid, _, at = fl.partition("|")
+                flight = (oid, float(at or 0.0))
+            self._apply_or_skip(shard, host, url, PageState.decode(value), est, flight)
+
+    def _set_flight(self, shard: Shard, url: str, host: str, flight: tuple[str, float]) -> None:
+        if url not in shard.book:
+            return
+        known = shard.in_flight.get(url)
+        shard.book.start_flight(url, flight)
+        if known is None or known[0] != flight[0]:
+            heapq.heappush(shard.timeouts,
+                           (flight[1] + self.control.order_timeout_s, url, flight[0]))
+
+
+def _cached_params(t: PageTable, slot: int, state: PageState) -> PageParams:
+    """:func:`streams.params.page_params` of a page whose estimate is unchanged, from the
+    table: ``mu`` is the importance, ``origin = last_crawl - sum_s beta_s n_s`` (paper 004
+    Sec. 3, one factor per source)."""
+    betas = tuple(float(b) for b in t.src_beta[slot])
+    origin = (state.last_crawl_s - sum(b * n for b, n in zip(betas, state.signals, strict=True))
+              if state.crawled else 0.0)
+    return PageParams(float(t.alpha[slot]), float(t.beta[slot]), float(t.gamma[slot]),
+                      state.importance, float(t.delta[slot]), betas, origin, True)
