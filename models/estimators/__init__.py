@@ -43,14 +43,13 @@ from .importance import (
     RequestRateState,
     importance_from_score,
 )
+from .signal_fit import fit_signal_mle, naive_precision_recall
 from .signals import (
     MAX_STATE_BYTES,
     CrawlInterval,
     SignalEstimate,
     SignalEstimator,
     SignalState,
-    fit_signal_mle,
-    naive_precision_recall,
     state_size_bytes,
 )
 from .sources import HostPool, HostPoolEstimate, HostPoolState
