@@ -26,6 +26,10 @@ batches) only when parameters change or a new level is first used.
 
 Everything here is pure: no clock, no I/O; time is the ``now`` argument.
 
+Over 600 lines on purpose: the storage (``models._index_store``) and the simulator's
+planning (``models._index_plan``) are already apart; what is left is the levels, the hot
+set and the due heap of one structure, which read and write each other's state.
+
 References
 ----------
 R. Busa-Fekete, J. Zimmert, A. György et al., "A Scalable Crawling Algorithm Utilizing

@@ -28,6 +28,10 @@ values go to the page (re)inserted first, as in :class:`models.index.CrawlIndex`
 
 Pure: no clock, no I/O; time is the ``now`` argument.
 
+Over 600 lines on purpose: :class:`HostIndex` is one data structure whose refresh, host
+heap, parking and walk all read and write the same per-page and per-host arrays; split
+into modules they would share private state across them.
+
 References
 ----------
 R. Busa-Fekete, J. Zimmert, A. György et al., "A Scalable Crawling Algorithm Utilizing
