@@ -5,7 +5,7 @@ the text between the braces decides a key's slot, so every key of one host lives
 slot, the two control keys share one, and every script below touches one slot only; the
 same code runs on one Redis node and on a Redis Cluster, :mod:`streams.redis_conn`)::
 
-    P:{host}:pages      HASH  url -> page record (binary, below), followed by the page's
+    P:{host}:pages      HASH  url -> page record (streams/page_record.py), followed by the page's
                               estimator record once it has an observed crawl interval
                               (streams/estimation.py)
     P:{host}:inflight   HASH  url -> "order_id|issued_at"   (only pages with an order out)
@@ -36,33 +36,7 @@ same code runs on one Redis node and on a Redis Cluster, :mod:`streams.redis_con
                               writes it every second with a 10 s expiry); ``/stats`` and
                               ``/dashboard`` show it only while it exists
 
-Page record (version 1, little-endian, ``PAGE_FORMAT`` = ``<Bffd5H8H``, 43 bytes): a
-version byte ``0xA1``; ``importance`` float32 (a weight: 7 digits are plenty, and a value
-beyond float32's range reads as infinite, i.e. unusable, as before); ``prior`` change rate
-float32 (NaN = none; a rate is an estimate, 7 digits suffice, smallest normal 1e-38/s);
-``last_crawl`` float64 (0 = never; a Unix time to the microsecond needs 16 digits);
-five per-source signal counts since the last crawl, uint16 (saturating at 65535); eight
-ping fingerprints, uint16 (16-bit digests of the page's last 8 pings that were not
-duplicates, any source, newest first, 0 = none: ping dedup without a per-ping set, see
-``streams/lua/apply_pings.lua``).  The Lua scripts pack and unpack it with Redis's built-in
-``struct``; Python with :data:`PAGE_STRUCT` / :data:`PAGE_DTYPE` (numpy, for the rebuild).
-A page record without an estimator record after it is stored without its trailing zero
-bytes (a page never crawled nor pinged: 9 bytes; readers pad it back).
-A value whose first byte is not ``0xA1`` is the old text record
-``"importance|prior|last_crawl|n_sitemap,..."`` (read by both sides, rewritten as binary by
-the next script that changes the page: no upgrade step).  Binary values reach Python through
-a client decoding with ``surrogateescape`` (:meth:`Store.from_url`), so they stay ``str``
-and round-trip byte for byte; :func:`record_bytes` gives the bytes back.
-
-Ping dedup (``streams/lua/apply_pings.lua``): a ping whose fingerprint (its id and source,
-``PingEvent.fingerprint``) is among the page record's last 8 is a duplicate.  It catches a
-ping re-sent or produced twice (another offset) however late, as long as fewer than 8 other
-pings of that page came in between; a redelivered event is caught before, by its offset.
-It no longer catches: a repeat after 8 or more other pings of the same page, nor the same
-ping id sent for two different pages (the old per-host set, kept 7 days and at most
-``ping_dedup_max_per_host`` entries per host, caught both within its window).  Fingerprints
-are 16 bits: a new ping is taken for a duplicate with probability at most 8/65,536 = 1.2e-4
-(a collision with one of the 8 kept).
+The page record's layout and the ping dedup: :mod:`streams.page_record`.
 
 Redis configuration: a crawled page's value (page and estimator record) is ~200 bytes;
 above ``hash-max-listpack-value`` (Redis's default 64) a host's hash is a hashtable
@@ -80,20 +54,30 @@ stored: why a page was or wasn't crawled is kept by the worker that decided it
 
 from __future__ import annotations
 
-import hashlib
 import json
 import math
 import operator
-import struct
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 from redis.asyncio.cluster import ClusterPipeline
 from redis.commands.core import AsyncScript
 
+from streams.page_record import (
+    N_SEEN,
+    N_SOURCES,
+    PAGE_DTYPE,
+    PAGE_FORMAT,
+    PAGE_STRUCT,
+    PAGE_VERSION,
+    PageState,
+    estimator_of,
+    estimator_part,
+    ping_fingerprint,
+    record_bytes,
+)
 from streams.records import MAX_IN_FLIGHT, MAX_RATE_PER_S, SOURCES
 from streams.redis_conn import AsyncRedis, connect
 
@@ -117,44 +101,6 @@ __all__ = [
     "truth_key",
 ]
 
-N_SOURCES = len(SOURCES)
-
-#: the page record's first byte (module docstring); not a byte any text record starts with
-PAGE_VERSION = 0xA1
-#: ping fingerprints a page record keeps (its last distinct pings, any source: the dedup)
-N_SEEN = 8
-#: version, importance, prior (NaN = none), last crawl, counts per source, fingerprints
-PAGE_FORMAT = f"<Bffd{N_SOURCES}H{N_SEEN}H"
-PAGE_STRUCT = struct.Struct(PAGE_FORMAT)
-#: the same layout as a numpy structured dtype (a shard's records in one ``frombuffer``)
-PAGE_DTYPE = np.dtype([("version", "u1"), ("importance", "<f4"), ("prior", "<f4"),
-                       ("last_crawl", "<f8"), ("signals", "<u2", (N_SOURCES,)),
-                       ("seen", "<u2", (N_SEEN,))])
-assert PAGE_DTYPE.itemsize == PAGE_STRUCT.size
-_U16 = 0xFFFF
-
-
-def record_bytes(value: str | bytes) -> bytes:
-    """A stored value as bytes (a ``str`` read through a ``surrogateescape`` client)."""
-    return value if isinstance(value, bytes) else value.encode("utf-8", "surrogateescape")
-
-
-def estimator_part(value: str | bytes | None) -> str | None:
-    """The estimator record stored after a binary page record's bytes (None: none)."""
-    if not value:
-        return None
-    raw = record_bytes(value)
-    if raw[0] != PAGE_VERSION or len(raw) <= PAGE_STRUCT.size:
-        return None
-    return raw[PAGE_STRUCT.size :].decode("utf-8", "surrogateescape")
-
-
-def estimator_of(value: str | None, legacy: str | None) -> str | None:
-    """A page's estimator record: in its page value, else (state written before record
-    version 1) the one in ``P:{host}:est``."""
-    return estimator_part(value) or legacy or None
-
-
 _DECODE = operator.methodcaller("decode", "utf-8", "surrogateescape")
 
 
@@ -171,67 +117,6 @@ def _lua(name: str) -> str:
     # next to this file (importlib.resources.files("streams") found tests/streams, a
     # namespace portion earlier on sys.path, under pytest with an editable install)
     return (Path(__file__).resolve().parent / "lua" / name).read_text(encoding="utf-8")
-
-
-@dataclass(frozen=True, slots=True)
-class PageState:
-    """One page as stored in ``P:{host}:pages`` (see the module docstring)."""
-
-    importance: float = 1.0
-    prior_change_rate_per_s: float | None = None
-    last_crawl_s: float = 0.0
-    signals: tuple[int, ...] = (0,) * N_SOURCES
-    #: the 16-bit fingerprints of the page's last N_SEEN pings that were not duplicates,
-    #: newest first (0 = none); bookkeeping of the ping dedup, not part of the page's state
-    #: for equality
-    seen: tuple[int, ...] = field(default=(0,) * N_SEEN, compare=False)
-
-    @property
-    def crawled(self) -> bool:
-        return self.last_crawl_s > 0.0
-
-    def encode(self, estimator: str | bytes | None = None) -> bytes:
-        """The stored value (version 1, module docstring): the page record, then
-        ``estimator`` (an estimator record) if given, else without its trailing zero bytes."""
-        prior = math.nan if self.prior_change_rate_per_s is None else self.prior_change_rate_per_s
-        with np.errstate(over="ignore"):
-            imp, pri = (float(x) for x in np.array([self.importance, prior], dtype=np.float32))
-        page = PAGE_STRUCT.pack(PAGE_VERSION, imp, pri, self.last_crawl_s,
-                                *(min(_U16, max(0, int(n))) for n in self.signals),
-                                *self.seen)
-        return page + record_bytes(estimator) if estimator else page.rstrip(b"\0")
-
-    def encode_text(self) -> str:
-        """The old text record (what state written before version 1 holds; tests)."""
-        prior = "" if self.prior_change_rate_per_s is None else repr(self.prior_change_rate_per_s)
-        last = "0" if self.last_crawl_s == 0 else f"{self.last_crawl_s:.3f}"
-        counts = ",".join(str(n) for n in self.signals)
-        return f"{self.importance!r}|{prior}|{last}|{counts}"
-
-    @classmethod
-    def decode(cls, value: str | bytes) -> PageState:
-        """A stored record: binary (version 1) or the old text; ``ValueError`` if neither."""
-        raw = record_bytes(value)
-        if raw[:1] == bytes((PAGE_VERSION,)):
-            if len(raw) < PAGE_STRUCT.size:  # stored without its trailing zero bytes
-                raw = raw.ljust(PAGE_STRUCT.size, b"\0")
-            try:
-                v = PAGE_STRUCT.unpack_from(raw)
-            except struct.error as exc:
-                raise ValueError(f"page record of {len(raw)} bytes: {exc}") from None
-            n = N_SOURCES
-            prior = None if math.isnan(v[2]) else v[2]
-            return cls(v[1], prior, v[3], tuple(v[4 : 4 + n]), tuple(v[4 + n : 4 + n + N_SEEN]))
-        try:
-            text = raw.decode()
-            imp, prior_s, last, counts = text.split("|")
-            signals = tuple(int(n) for n in counts.split(","))
-        except (UnicodeDecodeError, ValueError) as exc:
-            raise ValueError(f"page record {raw[:40]!r}: {exc}") from None
-        return cls(float(imp), float(prior_s) if prior_s else None, float(last), signals)
-
-    def after_crawl(self, fetched_at_s: float) -> PageState:
-        return replace(self, last_crawl_s=fetched_at_s, signals=(0,) * N_SOURCES)
 
 
 # The scripts live in streams/lua/ (each file's header: its KEYS, ARGV and replies); every
@@ -255,11 +140,6 @@ _EXPIRE = _LIB + _lua("expire.lua")
 #: one ping of :meth:`Store.queue_pings`: offset, url, source, changed_at, received_at,
 #: fingerprint (the event's identity, digested here)
 PingItem = tuple[int, str, str, float | None, float, str]
-
-
-def ping_fingerprint(fp: str) -> int:
-    """A 16-bit digest of a ping's identity, 1..65535 (0 means none in a page record)."""
-    return int.from_bytes(hashlib.blake2b(fp.encode(), digest_size=2).digest(), "little") or 1
 
 
 @dataclass(frozen=True, slots=True)

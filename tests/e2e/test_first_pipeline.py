@@ -56,7 +56,7 @@ def test_page_event_reaches_redis_through_a_worker(settings: Settings, start_wor
     while time.monotonic() < deadline and not r.hexists(key, "https://example.org/a"):
         time.sleep(0.2)
     # version 1, importance, prior (none), last crawl (0: never), signals per source and
-    # 8 ping fingerprints (streams/state.py's docstring); the trailing zero bytes (last
+    # 8 ping fingerprints (streams/page_record.py's docstring); the trailing zero bytes (last
     # crawl, counts, fingerprints) are not stored
     raw = r.hget(key, "https://example.org/a")
     assert len(raw) == 9
