@@ -58,12 +58,23 @@ import json
 import math
 import operator
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from redis.asyncio.cluster import ClusterPipeline
 from redis.commands.core import AsyncScript
+from redis.exceptions import (
+    BusyLoadingError,
+    ClusterDownError,
+    MasterDownError,
+    NoScriptError,
+    OutOfMemoryError,
+    ReadOnlyError,
+    ResponseError,
+    TryAgainError,
+)
+from redis.exceptions import ConnectionError as RedisConnectionError
+from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from streams.page_record import (
     N_SEEN,
@@ -78,8 +89,22 @@ from streams.page_record import (
     ping_fingerprint,
     record_bytes,
 )
-from streams.records import MAX_IN_FLIGHT, MAX_RATE_PER_S, SOURCES
+from streams.records import SOURCES
 from streams.redis_conn import AsyncRedis, connect
+from streams.store.protocol import (
+    ControlOp,
+    HostDump,
+    HostInfo,
+    HostOp,
+    IssueBatch,
+    OutcomeOp,
+    PageOp,
+    PingBatch,
+    PingItem,
+    StoreUnavailable,
+    _host_info,
+    _in_flight,
+)
 
 __all__ = [
     "N_SEEN",
@@ -88,6 +113,8 @@ __all__ = [
     "PAGE_FORMAT",
     "PAGE_STRUCT",
     "PAGE_VERSION",
+    "TRANSIENT_REPLY_PREFIXES",
+    "TRANSIENT_REPLY_TYPES",
     "HostDump",
     "HostInfo",
     "PageState",
@@ -98,6 +125,7 @@ __all__ = [
     "ping_fingerprint",
     "put_truth",
     "record_bytes",
+    "transient_reply",
     "truth_key",
 ]
 
@@ -137,71 +165,36 @@ _ISSUE = _LIB + _lua("issue.lua")
 _EXPIRE = _LIB + _lua("expire.lua")
 
 
-#: one ping of :meth:`Store.queue_pings`: offset, url, source, changed_at, received_at,
-#: fingerprint (the event's identity, digested here)
-PingItem = tuple[int, str, str, float | None, float, str]
+#: one script call: the script, its keys, its arguments
+_Call = tuple[AsyncScript, list[Any], list[Any]]
+
+#: Error replies of a Redis that cannot write now but will (out of memory, a replica after
+#: a failover, loading, cluster resharding or failover, a busy script): the batch is
+#: retried, never rejected (rejecting would let the state diverge from the topics).
+TRANSIENT_REPLY_TYPES = (OutOfMemoryError, ReadOnlyError, BusyLoadingError, TryAgainError,
+                         ClusterDownError, MasterDownError, RedisConnectionError,
+                         RedisTimeoutError)
+#: the same for replies redis-py does not map to a type (the prefix is kept in the text)
+TRANSIENT_REPLY_PREFIXES = ("BUSY", "NOREPLICAS", "OOM", "READONLY", "LOADING")
 
 
-@dataclass(frozen=True, slots=True)
-class HostInfo:
-    rate_per_s: float | None = None
-    max_in_flight: int | None = None
-    tokens: float | None = None
-    updated_s: float | None = None
-    #: source (operator, robots, pushback) -> (rate, reason) as stored
-    limits: dict[str, tuple[float | None, str | None]] | None = None
-    robots_digest: str | None = None
+def transient_reply(res: Any) -> bool:
+    """Whether a pipeline result is an error reply that a retry will get past."""
+    if isinstance(res, TRANSIENT_REPLY_TYPES):
+        return True
+    return isinstance(res, ResponseError) and str(res).lstrip().upper().startswith(
+        TRANSIENT_REPLY_PREFIXES)
 
 
-@dataclass(slots=True)
-class HostDump:
-    """Everything about one host that a shard needs to schedule it."""
-
-    host: str
-    #: url -> stored value (page record, then its estimator record), decoded by the caller
-    #: (bytes when read through :attr:`Store.raw`)
-    pages: dict[str, str | bytes]
-    in_flight: dict[str, tuple[str, float]]
-    #: url -> estimator record still in the old ``est`` hash (state written before record
-    #: version 1); the current ones are in the page values: :meth:`estimator`
-    estimators: dict[str, str]
-    info: HostInfo
-    #: urls its robots.txt disallows
-    blocked: set[str] = field(default_factory=set)
-
-    def estimator(self, url: str) -> str | None:
-        """The page's estimator record (its value's tail, else an old one)."""
-        v = self.pages.get(url)
-        return estimator_of(v if v is None or isinstance(v, str) else
-                            v.decode("utf-8", "surrogateescape"), self.estimators.get(url))
+def _pairs(flat: Sequence[Any]) -> list[tuple[str, str]]:
+    """A script's flat ``code, payload, code, payload, ...`` reply as pairs."""
+    return list(zip(map(_text, flat[0::2]), map(_text, flat[1::2]), strict=True))
 
 
-def _host_info(raw: dict[str, str]) -> HostInfo:
-    """A host's stored capacity and bucket; a stored value outside the schema's bounds (or
-    unreadable: written before the bounds existed) is read as the nearest bound or unset,
-    so that a host can never stop its shard from loading."""
-    def f(k: str, hi: float = math.inf) -> float | None:
-        try:
-            x = float(raw[k]) if k in raw else None
-        except ValueError:
-            return None
-        return None if x is None or math.isnan(x) else max(-hi, min(hi, x))
-
-    rate, mif = f("rate", MAX_RATE_PER_S), f("mif", MAX_IN_FLIGHT)
-    limits = {src: (f(f"rate_{src}", MAX_RATE_PER_S), raw.get(f"reason_{src}"))
-              for src in ("operator", "robots", "pushback") if f"rate_{src}" in raw}
-    return HostInfo(rate if rate is None or rate > 0 else None,
-                    None if mif is None else max(0, int(mif)), f("tokens", 1e18), f("ts", 1e18),
-                    limits, raw.get("robots"))
-
-
-def _text(x: str | bytes) -> str:
-    return x if isinstance(x, str) else x.decode("utf-8", "surrogateescape")
-
-
-def _in_flight(value: str) -> tuple[str, float]:
-    oid, _, at = value.partition("|")
-    return oid, float(at or 0.0)
+def _text(x: Any) -> str:
+    if isinstance(x, bytes):
+        return x.decode("utf-8", "surrogateescape")
+    return x if isinstance(x, str) else str(x)
 
 
 async def _run(script: AsyncScript, keys: list[Any], args: list[Any], client: Any) -> Any:
@@ -232,7 +225,8 @@ async def put_truth(
 
 
 class Store:
-    """Async access to the state; every mutation is one Lua script (see module docstring)."""
+    """The Redis backend of :class:`streams.store.StateStore`: every mutation is one Lua
+    script (see module docstring), a batch one pipeline."""
 
     def __init__(self, client: AsyncRedis, prefix: str, raw: AsyncRedis | None = None) -> None:
         self.redis = client
@@ -307,36 +301,177 @@ class Store:
         e = self.epoch_of(topic, partition)
         return f"{topic}:{partition}" if e == 0 else f"{topic}:{partition}~{e}"
 
-    # -- queued mutations (``client`` may be a pipeline) ------------------------------------
+    # -- the scripts' calls: (script, keys, args) of one item ------------------------------
+    def _page_call(self, op: PageOp) -> _Call:
+        keys = [self.key(op.host, k) for k in ("pages", "offsets", "inflight", "est")]
+        args: list[Any] = [
+            self.offset_field(op.topic, op.partition), op.offset, op.url,
+            "1" if op.deleted else "0", repr(float(op.importance)),
+            "" if op.prior is None else repr(float(op.prior)),
+        ]
+        return self.apply_page_script, keys, args
+
+    def _pings_call(self, b: PingBatch, t_delay_s: float) -> _Call:
+        """One script call for a batch of one host's pings from one partition, in offset
+        order (``_APPLY_PINGS``).  Duplicates are found in the page record (each source's
+        last fingerprints); the two arguments after ``t_delay_s`` are no longer used."""
+        keys = [self.key(b.host, k) for k in ("pages", "offsets")]
+        args: list[Any] = [self.offset_field(b.topic, b.partition), repr(t_delay_s), "0", 0]
+        for offset, url, source, changed_at, received_at, fingerprint in b.pings:
+            args += [offset, url, SOURCES.index(source) + 1,
+                     "" if changed_at is None else repr(changed_at), repr(received_at),
+                     ping_fingerprint(fingerprint)]
+        return self.apply_pings_script, keys, args
+
+    def _outcome_call(self, op: OutcomeOp) -> _Call:
+        keys = [self.key(op.host, k)
+                for k in ("pages", "offsets", "inflight", "est", "blocked", "host")]
+        expect = op.expect
+        args: list[Any] = [
+            self.offset_field(op.topic, op.partition), op.offset, op.url, op.order_id or "",
+            f"{op.fetched_at:.3f}", op.new_estimator or "",
+            "0" if expect is None else "1",
+            "" if expect is None else expect[0] or "",
+            "" if expect is None else expect[1] or "",
+            "1" if op.disallowed else "0", op.robots_digest or "",
+        ]
+        return self.apply_outcome_script, keys, args
+
+    def _host_call(self, op: HostOp) -> _Call:
+        keys = [self.key(op.host, "host"), self.key(op.host, "offsets"),
+                self.key(op.host, "blocked")]
+        args: list[Any] = [
+            self.offset_field(op.topic, op.partition), op.offset,
+            "" if op.rate_per_s is None else repr(float(op.rate_per_s)),
+            "" if op.max_in_flight is None else str(op.max_in_flight),
+            op.source, op.reason or "", op.robots_digest or "", repr(float(op.default_rate_per_s)),
+        ]
+        return self.apply_host_script, keys, args
+
+    def _control_call(self, op: ControlOp) -> _Call:
+        args: list[Any] = [self.offset_field(op.topic, op.partition), op.offset]
+        for k, v in op.fields.items():
+            args += [k, v]
+        return self.apply_control_script, [self.control_key, self.control_offsets_key], args
+
+    def _issue_call(self, b: IssueBatch, now_s: float, default_rate: float, default_mif: int,
+                    burst: float) -> _Call:
+        keys = [self.key(b.host, k) for k in ("pages", "inflight", "host", "blocked")]
+        args: list[Any] = [repr(now_s), repr(default_rate), default_mif, repr(burst)]
+        for url, oid in b.orders:
+            args += [url, oid]
+        return self.issue_script, keys, args
+
+    # -- batches (StateStore): one pipeline each -------------------------------------------
+    async def _batch(self, calls: Sequence[_Call], *, extra: Callable[[Any, int], int] | None
+                     = None) -> list[Any]:
+        """Run ``calls`` in one pipeline, each as a straight EVALSHA (no ``SCRIPT EXISTS``
+        round trip; on a cluster the command is routed by its keys' slot).  Calls that
+        Redis answers NOSCRIPT (a restart, a master that lost its scripts) run again once
+        the scripts are loaded: each is offset- or id-guarded.  A transient error reply
+        raises :class:`StoreUnavailable` (run the batch again).  ``extra(pipe, i)`` queues
+        commands after call ``i`` and returns how many (their replies are dropped)."""
+        out: list[Any] = [None] * len(calls)
+        todo = list(range(len(calls)))
+        for _attempt in range(3):
+            pipe = self.redis.pipeline(transaction=False)
+            at: list[int] = []
+            n = 0
+            for i in todo:
+                script, keys, args = calls[i]
+                pipe.execute_command("EVALSHA", script.sha, len(keys), *keys, *args)
+                at.append(n)
+                n += 1 + (extra(pipe, i) if extra is not None else 0)
+            results = list(await pipe.execute(raise_on_error=False))
+            bad = next((r for r in results if transient_reply(r)), None)
+            if bad is not None:
+                raise StoreUnavailable(repr(bad))
+            missing = []
+            for i, k in zip(todo, at, strict=True):
+                if isinstance(results[k], NoScriptError):
+                    missing.append(i)
+                else:
+                    out[i] = results[k]
+            if not missing:
+                return out
+            await self.load_scripts()
+            todo = missing
+        raise StoreUnavailable("NOSCRIPT after loading the scripts")
+
+    async def apply_pages(self, ops: Sequence[PageOp]) -> list[Any]:
+        def shard(pipe: Any, i: int) -> int:
+            pipe.sadd(self.shard_key(ops[i].partition), ops[i].host)
+            return 1
+        return [r if isinstance(r, Exception) else (_text(r[0]), _text(r[1]))
+                for r in await self._batch([self._page_call(op) for op in ops], extra=shard)]
+
+    async def apply_pings(self, batches: Sequence[PingBatch], *, t_delay_s: float
+                          ) -> list[Any]:
+        res = await self._batch([self._pings_call(b, t_delay_s) for b in batches])
+        return [r if isinstance(r, Exception) else _pairs(r) for r in res]
+
+    async def read_pages(self, items: Sequence[tuple[str, str]]
+                         ) -> list[tuple[str | None, str | None]]:
+        pipe = self.redis.pipeline(transaction=False)
+        for host, url in items:
+            pipe.hget(self.key(host, "pages"), url)
+            pipe.hget(self.key(host, "est"), url)
+        res = list(await pipe.execute(raise_on_error=False))
+        bad = next((r for r in res if isinstance(r, Exception)), None)
+        if bad is not None:
+            raise StoreUnavailable(repr(bad)) if transient_reply(bad) else bad
+        return [(res[2 * i] or None, res[2 * i + 1] or None) for i in range(len(items))]
+
+    async def apply_outcomes(self, ops: Sequence[OutcomeOp]) -> list[Any]:
+        return [r if isinstance(r, Exception) else (_text(r[0]), _text(r[1]), int(r[2]))
+                for r in await self._batch([self._outcome_call(op) for op in ops])]
+
+    async def apply_hosts(self, ops: Sequence[HostOp]) -> list[Any]:
+        def shard(pipe: Any, i: int) -> int:
+            pipe.sadd(self.shard_key(ops[i].partition), ops[i].host)
+            return 1
+        return [r if isinstance(r, Exception) else (_text(r[0]), _text(r[1]), int(r[2]))
+                for r in await self._batch([self._host_call(op) for op in ops], extra=shard)]
+
+    async def apply_control(self, ops: Sequence[ControlOp]) -> list[Any]:
+        return [r if isinstance(r, Exception) else _text(r)
+                for r in await self._batch([self._control_call(op) for op in ops])]
+
+    async def issue(self, batches: Sequence[IssueBatch], *, now_s: float, default_rate: float,
+                    default_mif: int, burst: float) -> list[Any]:
+        """One pipeline, one script call per host; not run again (not guarded): a host
+        whose script Redis lacked gets NoScriptError (scripts loaded for the next tick),
+        and no reply at all raises."""
+        pipe = self.redis.pipeline(transaction=False)
+        for b in batches:
+            script, keys, args = self._issue_call(b, now_s, default_rate, default_mif, burst)
+            # straight EVALSHA: a pipeline would ask SCRIPT EXISTS first (a round trip)
+            pipe.execute_command("EVALSHA", script.sha, len(keys), *keys, *args)
+        results = list(await pipe.execute(raise_on_error=False))
+        if any(isinstance(r, NoScriptError) for r in results):
+            await self.load_scripts()
+        return [r if isinstance(r, Exception) else _pairs(r) for r in results]
+
+    async def expire(self, orders: Sequence[tuple[str, str, str]]) -> list[Any]:
+        return await self._batch([(self.expire_script, [self.key(host, "inflight")], [url, oid])
+                                  for url, host, oid in orders])
+
+    # -- the same, one item queued on ``client`` (a client or a pipeline: tests, tools) ----
     async def queue_page(
         self, client: Any, url: str, host: str, *, importance: float,
         prior: float | None, deleted: bool, topic: str, partition: int, offset: int,
     ) -> Any:
-        keys = [self.key(host, k) for k in ("pages", "offsets", "inflight", "est")]
-        args: list[Any] = [
-            self.offset_field(topic, partition), offset, url, "1" if deleted else "0",
-            repr(float(importance)), "" if prior is None else repr(float(prior)),
-        ]
-        return await _run(self.apply_page_script, keys, args, client)
+        return await _run(*self._page_call(PageOp(url, host, importance, prior, deleted, topic,
+                                                  partition, offset)), client)
 
     def queue_pings(
         self, client: Any, host: str, pings: Sequence[PingItem], *, t_delay_s: float,
         window_s: float, topic: str, partition: int, max_seen: int = 10_000,
     ) -> Any:
-        """One script call for a batch of one host's pings from one partition, in offset
-        order (``_APPLY_PINGS``); the result has ``code, page value`` per ping.  Duplicates
-        are found in the page record (each source's last fingerprint): ``window_s`` and
+        """The result has ``code, page value`` per ping, flat; ``window_s`` and
         ``max_seen`` are kept for callers and no longer used."""
-        keys = [self.key(host, k) for k in ("pages", "offsets")]
-        args: list[Any] = [self.offset_field(topic, partition), repr(t_delay_s),
-                           repr(window_s), max_seen]
-        for offset, url, source, changed_at, received_at, fingerprint in pings:
-            args += [offset, url, SOURCES.index(source) + 1,
-                     "" if changed_at is None else repr(changed_at), repr(received_at),
-                     ping_fingerprint(fingerprint)]
-        # straight EVALSHA (no SCRIPT EXISTS per pipeline); the caller reloads on NOSCRIPT
-        return client.execute_command(
-            "EVALSHA", self.apply_pings_script.sha, len(keys), *keys, *args)
+        script, keys, args = self._pings_call(PingBatch(host, topic, partition, pings), t_delay_s)
+        return client.execute_command("EVALSHA", script.sha, len(keys), *keys, *args)
 
     async def queue_outcome(
         self, client: Any, url: str, host: str, *, order_id: str | None, fetched_at: float,
@@ -344,22 +479,9 @@ class Store:
         expect: tuple[str | None, str | None] | None = None,
         disallowed: bool = False, robots_digest: str | None = None,
     ) -> Any:
-        """``expect``: (page value, estimator record) the new record was computed from;
-        given, nothing is written unless both are still stored ('conflict').
-        ``disallowed``: robots.txt forbade the fetch: no crawl, the page is blocked
-        ('blocked'; 'stale-robots' if a robots.txt other than ``robots_digest`` was
-        announced since)."""
-        keys = [self.key(host, k)
-                for k in ("pages", "offsets", "inflight", "est", "blocked", "host")]
-        args: list[Any] = [
-            self.offset_field(topic, partition), offset, url, order_id or "",
-            f"{fetched_at:.3f}", new_estimator or "",
-            "0" if expect is None else "1",
-            "" if expect is None else expect[0] or "",
-            "" if expect is None else expect[1] or "",
-            "1" if disallowed else "0", robots_digest or "",
-        ]
-        return await _run(self.apply_outcome_script, keys, args, client)
+        return await _run(*self._outcome_call(OutcomeOp(
+            url, host, order_id, fetched_at, new_estimator, topic, partition, offset, expect,
+            disallowed, robots_digest)), client)
 
     async def queue_host(
         self, client: Any, host: str, *, rate_per_s: float | None, max_in_flight: int | None,
@@ -367,38 +489,23 @@ class Store:
         reason: str | None = None, robots_digest: str | None = None,
         default_rate_per_s: float = 1.0,
     ) -> Any:
-        """Returns code, the host's rate now ('' = default), 1 if its blocked set was
-        emptied (``_APPLY_HOST``)."""
-        keys = [self.key(host, "host"), self.key(host, "offsets"), self.key(host, "blocked")]
-        args: list[Any] = [
-            self.offset_field(topic, partition), offset,
-            "" if rate_per_s is None else repr(float(rate_per_s)),
-            "" if max_in_flight is None else str(max_in_flight),
-            source, reason or "", robots_digest or "", repr(float(default_rate_per_s)),
-        ]
-        return await _run(self.apply_host_script, keys, args, client)
+        return await _run(*self._host_call(HostOp(
+            host, rate_per_s, max_in_flight, topic, partition, offset, source, reason,
+            robots_digest, default_rate_per_s)), client)
 
     async def queue_control(
         self, client: Any, fields: dict[str, str], *, topic: str, partition: int, offset: int
     ) -> Any:
-        args: list[Any] = [self.offset_field(topic, partition), offset]
-        for k, v in fields.items():
-            args += [k, v]
-        return await _run(self.apply_control_script,
-                          [self.control_key, self.control_offsets_key], args, client)
+        return await _run(*self._control_call(ControlOp(fields, topic, partition, offset)),
+                          client)
 
     def queue_issue(
         self, client: Any, host: str, orders: Sequence[tuple[str, str]], *, now_s: float,
         default_rate: float, default_mif: int, burst: float,
     ) -> Any:
-        """One script call for all of a tick's ``(url, order_id)`` of one host (``_ISSUE``)."""
-        keys = [self.key(host, k) for k in ("pages", "inflight", "host", "blocked")]
-        args: list[Any] = [repr(now_s), repr(default_rate), default_mif, repr(burst)]
-        for url, oid in orders:
-            args += [url, oid]
-        # straight EVALSHA: a pipeline would ask SCRIPT EXISTS first (a round trip per tick);
-        # the scheduler loads the scripts at start and again on NOSCRIPT
-        return client.execute_command("EVALSHA", self.issue_script.sha, len(keys), *keys, *args)
+        script, keys, args = self._issue_call(IssueBatch(host, orders), now_s, default_rate,
+                                              default_mif, burst)
+        return client.execute_command("EVALSHA", script.sha, len(keys), *keys, *args)
 
     async def queue_expire(self, client: Any, url: str, host: str, *, order_id: str) -> Any:
         return await _run(self.expire_script, [self.key(host, "inflight")], [url, order_id],

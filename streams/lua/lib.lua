@@ -25,10 +25,13 @@ local function load(v)
   return t
 end
 local function dump(t)
-  local a = {__PVER, t.imp, t.prior or (0 / 0), t.last}
+  local a = {__PVER, t.imp, t.prior or 0, t.last}
   for i = 1, __N do a[4 + i] = math.min(t.c[i], 65535) end
   for i = 1, __SEEN do a[4 + __N + i] = t.fp[i] end
   local p = struct.pack('__PFMT', unpack(a))
+  -- no prior: the quiet NaN 0x7fc00000 written as bytes (what Python's struct writes for
+  -- math.nan; 0/0 in C has the sign bit set on x86 and not on ARM)
+  if not t.prior then p = string.sub(p, 1, 5) .. '\0\0\192\127' .. string.sub(p, 10) end
   if t.rest == '' then return (string.gsub(p, '%z+$', '')) end
   return p .. t.rest
 end

@@ -1,0 +1,317 @@
+"""The store contract (``streams.store.StateStore``): one suite, run on both backends, the
+Redis one (the Lua scripts, a real Redis) and the in-memory one; and a differential run of
+random operations on both side by side, reply for reply and record for record.
+
+Integration (it needs the session's Redis for the Redis backend); the in-memory backend's
+cases run here too, so that both answer to the same assertions.
+"""
+
+from __future__ import annotations
+
+import random
+import uuid
+from collections.abc import AsyncIterator
+from typing import Any
+
+import pytest
+
+from streams.page_record import PageState, estimator_part, record_bytes
+from streams.state import Store
+from streams.store import (
+    ControlOp,
+    HostOp,
+    IssueBatch,
+    MemoryStore,
+    OutcomeOp,
+    PageOp,
+    PingBatch,
+    StateStore,
+)
+
+pytestmark = pytest.mark.integration
+
+T = "t.pages"
+
+
+async def _redis_store(redis_url: str) -> Store:
+    store = Store.from_url(redis_url, f"c{uuid.uuid4().hex[:8]}")
+    await store.load_scripts()
+    return store
+
+
+@pytest.fixture(params=["memory", "redis"])
+async def store(request: pytest.FixtureRequest, redis_url: str) -> AsyncIterator[StateStore]:
+    s: StateStore = MemoryStore() if request.param == "memory" else await _redis_store(redis_url)
+    assert isinstance(s, StateStore)
+    yield s
+    await s.delete_all()
+    await s.close()
+
+
+def page(url: str, off: int, *, host: str = "a.org", imp: float = 1.0,
+         prior: float | None = None, deleted: bool = False, partition: int = 0) -> PageOp:
+    return PageOp(url, host, imp, prior, deleted, T, partition, off)
+
+
+async def test_pages_added_updated_deleted_and_redelivered(store: StateStore) -> None:
+    u = "https://a.org/x"
+    (r1,) = await store.apply_pages([page(u, 0, imp=3.0, prior=0.01)])
+    assert r1[0] == "added" and PageState.decode(r1[1]) == PageState(3.0, pytest.approx(0.01))
+    (r2, r3) = await store.apply_pages([page(u, 1, imp=2.0), page(u, 1, imp=9.0)])
+    assert r2[0] == "updated" and r3 == ("dup-offset", r2[1])
+    got = await store.get_page("a.org", u)
+    assert got is not None and got.importance == 2.0  # the prior stays when not given
+    assert got.prior_change_rate_per_s == pytest.approx(0.01)
+    assert await store.shard_hosts(0) == ["a.org"]
+    assert (await store.apply_pages([page(u, 2, deleted=True)]))[0] == ("deleted", "")
+    assert await store.get_page("a.org", u) is None
+
+
+async def test_ping_codes(store: StateStore) -> None:
+    u = "https://a.org/p"
+    await store.apply_pages([page(u, 0)])
+    await store.apply_outcomes([OutcomeOp(u, "a.org", None, 1000.0, None, "t.out", 0, 0)])
+
+    def ping(off: int, src: str, received: float, fp: str, changed: float | None = None
+             ) -> tuple[int, str, str, float | None, float, str]:
+        return (off, u if fp != "new" else "https://a.org/new", src, changed, received, fp)
+
+    (res,) = await store.apply_pings([PingBatch("a.org", "t.pings", 0, [
+        ping(0, "sitemap", 2000.0, "a", changed=900.0),  # change before the crawl
+        ping(1, "indexnow", 1030.0, "b"),  # within T_DELAY
+        ping(2, "indexnow", 2000.0, "c"),
+        ping(3, "indexnow", 2001.0, "c"),  # same fingerprint
+        ping(4, "cdn", 2002.0, "d"),
+        ping(5, "other", 2003.0, "new"),
+    ])], t_delay_s=60.0)
+    assert [c for c, _v in res] == ["before-crawl", "within-delay", "applied", "duplicate",
+                                    "applied", "unknown"]
+    assert PageState.decode(res[4][1]).signals == (0, 1, 0, 1, 0)  # indexnow, cdn
+    # the batch again (a redelivery), and one older ping in a new batch
+    (again,) = await store.apply_pings([PingBatch("a.org", "t.pings", 0, [
+        ping(4, "cdn", 2002.0, "d"), ping(6, "cdn", 2004.0, "e")])], t_delay_s=60.0)
+    assert [c for c, _v in again] == ["dup-offset", "applied"]
+
+
+async def test_outcome_codes_and_flight(store: StateStore) -> None:
+    u, h = "https://a.org/o", "a.org"
+    await store.apply_pages([page(u, 0)])
+    (iss,) = await store.issue([IssueBatch(h, [(u, "o1")])], now_s=100.0, default_rate=1.0,
+                               default_mif=2, burst=1.0)
+    assert iss[0][0] == "ok"
+    other = OutcomeOp(u, h, "o2", 101.0, "EST", "t.out", 0, 0)
+    (r,) = await store.apply_outcomes([other])
+    assert r[0] == "applied" and r[2] == 0  # another order's outcome leaves o1 in flight
+    assert estimator_part(r[1]) == "EST"
+    (r,) = await store.apply_outcomes([OutcomeOp(u, h, "o1", 50.0, None, "t.out", 0, 1)])
+    assert r[0] == "stale" and r[2] == 1 and r[1] == (await store.get_page_raw(h, u))
+    (r,) = await store.apply_outcomes([OutcomeOp(u, h, "o1", 50.0, None, "t.out", 0, 1)])
+    assert r[0] == "dup-offset"
+    (r,) = await store.apply_outcomes([OutcomeOp(u, h, None, 200.0, "X", "t.out", 0, 2,
+                                                 expect=("stale value", None))])
+    assert r[0] == "conflict"
+    cur = await store.get_page_raw(h, u)
+    (r,) = await store.apply_outcomes([OutcomeOp(u, h, None, 200.0, "X", "t.out", 0, 2,
+                                                 expect=(cur, None))])
+    assert r[0] == "applied" and estimator_part(r[1]) == "X"
+    (r,) = await store.apply_outcomes([OutcomeOp("https://a.org/none", h, None, 1.0, None,
+                                                 "t.out", 0, 3)])
+    assert r[0] == "unknown"
+    # robots.txt: blocked while the digest is the stored one, else stale-robots
+    await store.apply_hosts([HostOp(h, None, None, "t.hosts", 0, 0, source="robots",
+                                    robots_digest="r1")])
+    (r,) = await store.apply_outcomes([OutcomeOp(u, h, None, 300.0, None, "t.out", 0, 4,
+                                                 disallowed=True, robots_digest="r0")])
+    assert r[0] == "stale-robots"
+    (r,) = await store.apply_outcomes([OutcomeOp(u, h, None, 300.0, None, "t.out", 0, 5,
+                                                 disallowed=True, robots_digest="r1")])
+    assert r[0] == "blocked" and await store.blocked_among(h, [u, "x"]) == {u}
+    (cleared,) = await store.apply_hosts([HostOp(h, None, None, "t.hosts", 0, 1,
+                                                 source="robots", robots_digest="r2")])
+    assert cleared[2] == 1 and await store.blocked_among(h, [u]) == set()
+
+
+async def test_host_rate_is_the_operators_lowered_by_the_others(store: StateStore) -> None:
+    h = "r.org"
+
+    def op(off: int, rate: float | None, source: str, mif: int | None = None) -> HostOp:
+        return HostOp(h, rate, mif, "t.hosts", 0, off, source=source, reason=f"by {source}",
+                      default_rate_per_s=1.0)
+
+    res = await store.apply_hosts([op(0, 5.0, "operator", 3), op(1, 2.0, "robots"),
+                                   op(2, None, "robots"), op(3, 0.5, "pushback"),
+                                   op(3, 9.0, "pushback"), op(4, None, "operator")])
+    assert [(c, r) for c, r, _ in res] == [("applied", "5.0"), ("applied", "2.0"),
+                                            ("applied", "5.0"), ("applied", "0.5"),
+                                            ("dup-offset", "0.5"), ("applied", "0.5")]
+    info = await store.get_host(h)
+    assert info.rate_per_s == 0.5 and info.max_in_flight is None
+    assert info.limits == {"pushback": (0.5, "by pushback")}
+    (last,) = await store.apply_hosts([op(5, None, "pushback")])
+    assert last[:2] == ("applied", "")  # the default again
+    assert await store.shard_hosts(0) == [h]
+
+
+async def test_control_fields_once_per_offset(store: StateStore) -> None:
+    res = await store.apply_control([ControlOp({"budget_per_s": "3"}, "t.control", 0, 0),
+                                     ControlOp({"budget_per_s": "9"}, "t.control", 0, 0),
+                                     ControlOp({"paused": "1"}, "t.control", 0, 1)])
+    assert res == ["applied", "dup-offset", "applied"]
+    assert await store.get_control() == {"budget_per_s": "3", "paused": "1"}
+
+
+async def test_issue_tokens_flight_and_expire(store: StateStore) -> None:
+    h = "b.org"
+    urls = [f"https://b.org/{i}" for i in range(4)]
+    await store.apply_pages([page(u, i, host=h) for i, u in enumerate(urls)])
+    await store.apply_hosts([HostOp(h, 2.0, 2, "t.hosts", 0, 0)])
+    (r,) = await store.issue([IssueBatch(h, [(urls[0], "x0"), (urls[1], "x1"),
+                                              ("https://b.org/gone", "x9")])],
+                             now_s=10.0, default_rate=1.0, default_mif=5, burst=2.0)
+    assert [c for c, _ in r] == ["ok", "ok", "gone"]
+    (r,) = await store.issue([IssueBatch(h, [(urls[0], "y0"), (urls[2], "y2")])],
+                             now_s=10.1, default_rate=1.0, default_mif=5, burst=2.0)
+    assert r[0] == ("in-flight", "x0|10.0")
+    assert r[1][0] == "no-token" and float(r[1][1]) == pytest.approx((1 - 0.2) / 2.0)
+    (r,) = await store.issue([IssueBatch(h, [(urls[2], "z2")])], now_s=20.0,
+                             default_rate=1.0, default_mif=5, burst=2.0)
+    assert r == [("max-in-flight", "")]
+    assert await store.expire([(urls[0], h, "other"), (urls[0], h, "x0")]) == [0, 1]
+    (r,) = await store.issue([IssueBatch(h, [(urls[2], "z2")])], now_s=20.0,
+                             default_rate=1.0, default_mif=5, burst=2.0)
+    assert r[0][0] == "ok"
+    info = await store.get_host(h)
+    assert info.tokens == pytest.approx(1.0) and info.updated_s == 20.0
+    (dump,) = await store.dump_hosts([h])
+    assert set(dump.in_flight) == {urls[1], urls[2]} and dump.in_flight[urls[2]] == ("z2", 20.0)
+    assert set(dump.pages) == set(urls)
+
+
+# -- the two backends side by side ----------------------------------------------------------
+HOSTS = ("a.org", "b.org", "c.org")
+SOURCES = ("sitemap", "indexnow", "websub", "cdn", "other")
+
+
+def _random_ops(rng: random.Random, n: int) -> list[tuple[str, Any]]:
+    """A sequence of batches: offsets mostly rising, some redelivered; urls of three hosts,
+    some never added; fingerprints from a small pool (duplicates); orders issued and
+    answered, with their ids, sometimes by another."""
+    offs: dict[tuple[str, str], int] = {}
+    oids: list[tuple[str, str, str]] = []
+    now = 1000.0
+    out: list[tuple[str, Any]] = []
+
+    def off(host: str, topic: str) -> int:
+        k = (host, topic)
+        if rng.random() < 0.1 and k in offs:
+            return rng.randint(max(0, offs[k] - 3), offs[k])  # a redelivery
+        offs[k] = offs.get(k, -1) + 1
+        return offs[k]
+
+    def url(host: str) -> str:
+        return f"https://{host}/{rng.randint(0, 6)}"
+
+    for _ in range(n):
+        now += rng.uniform(0, 3)
+        kind = rng.choice(["pages", "pings", "pings", "outcomes", "hosts", "issue", "expire",
+                           "control"])
+        h = rng.choice(HOSTS)
+        if kind == "pages":
+            out.append((kind, [PageOp(url(h), h, rng.choice([0.5, 1.0, 3.0]),
+                                      rng.choice([None, 1e-3, 0.02]), rng.random() < 0.1,
+                                      T, rng.randint(0, 1), off(h, T))
+                               for _ in range(rng.randint(1, 4))]))
+        elif kind == "pings":
+            start = offs.get((h, "t.pings"), -1) + 1
+            if rng.random() < 0.15:
+                start = max(0, start - 2)
+            k = rng.randint(1, 5)
+            offs[(h, "t.pings")] = max(offs.get((h, "t.pings"), -1), start + k - 1)
+            pings = [(start + i, url(h), rng.choice(SOURCES),
+                      rng.choice([None, now - rng.uniform(0, 400)]), now - rng.uniform(0, 50),
+                      f"id{rng.randint(0, 12)}") for i in range(k)]
+            out.append((kind, (PingBatch(h, "t.pings", 0, pings), rng.choice([0.0, 30.0]))))
+        elif kind == "outcomes":
+            ops = []
+            for _ in range(rng.randint(1, 3)):
+                oid = rng.choice(oids)[2] if oids and rng.random() < 0.6 else None
+                ops.append(OutcomeOp(url(h), h, oid, now - rng.uniform(0, 200),
+                                     rng.choice([None, "", f"est{rng.randint(0, 9)}"]), "t.out",
+                                     0, off(h, "t.out"), disallowed=rng.random() < 0.1,
+                                     robots_digest=rng.choice([None, "r1", "r2"])))
+            out.append((kind, ops))
+        elif kind == "hosts":
+            out.append((kind, [HostOp(h, rng.choice([None, 0.5, 2.0, 7.0]),
+                                      rng.choice([None, 1, 3]), "t.hosts", 0, off(h, "t.hosts"),
+                                      source=rng.choice(["operator", "robots", "pushback"]),
+                                      reason=rng.choice([None, "why"]),
+                                      robots_digest=rng.choice([None, None, "r1", "r2"]),
+                                      default_rate_per_s=1.0)]))
+        elif kind == "issue":
+            orders = []
+            for _ in range(rng.randint(1, 4)):
+                oid = f"o{len(oids)}"
+                u = url(h)
+                oids.append((u, h, oid))
+                orders.append((u, oid))
+            out.append((kind, (IssueBatch(h, orders), now)))
+        elif kind == "expire" and oids:
+            out.append((kind, rng.sample(oids, min(len(oids), 3))))
+        elif kind == "control":
+            out.append((kind, [ControlOp({"budget_per_s": str(rng.randint(1, 9))},
+                                         "t.control", 0, off("ctl", "t.control"))]))
+    return out
+
+
+async def _apply(store: StateStore, kind: str, arg: Any) -> Any:
+    if kind == "pages":
+        return await store.apply_pages(arg)
+    if kind == "pings":
+        batch, t_delay = arg
+        return await store.apply_pings([batch], t_delay_s=t_delay)
+    if kind == "outcomes":
+        # the estimator record is computed from what was read, as the agents do
+        reads = await store.read_pages([(o.host, o.url) for o in arg])
+        return await store.apply_outcomes([
+            OutcomeOp(o.url, o.host, o.order_id, o.fetched_at, o.new_estimator, o.topic,
+                      o.partition, o.offset, expect=r if o.new_estimator else None,
+                      disallowed=o.disallowed, robots_digest=o.robots_digest)
+            for o, r in zip(arg, reads, strict=True)])
+    if kind == "hosts":
+        return await store.apply_hosts(arg)
+    if kind == "issue":
+        batch, now = arg
+        return await store.issue([batch], now_s=now, default_rate=1.0, default_mif=2,
+                                 burst=2.0)
+    if kind == "expire":
+        return await store.expire(arg)
+    return await store.apply_control(arg)
+
+
+def _norm(x: Any) -> Any:
+    if isinstance(x, list | tuple):
+        return [_norm(v) for v in x]
+    return x
+
+
+@pytest.mark.parametrize("seed", [1, 2, 3, 4])
+async def test_memory_and_redis_give_the_same_replies_and_records(
+        redis_url: str, seed: int) -> None:
+    rng = random.Random(seed)
+    mem, red = MemoryStore(), await _redis_store(redis_url)
+    try:
+        for step, (kind, arg) in enumerate(_random_ops(rng, 300)):
+            a, b = await _apply(mem, kind, arg), await _apply(red, kind, arg)
+            assert _norm(a) == _norm(b), (step, kind, arg)
+        for partition in (0, 1):
+            assert await mem.shard_hosts(partition) == await red.shard_hosts(partition)
+        assert await mem.get_control() == await red.get_control()
+        dm, dr = await mem.dump_hosts(HOSTS), await red.dump_hosts(HOSTS)
+        for x, y in zip(dm, dr, strict=True):
+            assert {u: record_bytes(v) for u, v in x.pages.items()} == {
+                u: record_bytes(v) for u, v in y.pages.items()}
+            assert (x.in_flight, x.info, x.blocked) == (y.in_flight, y.info, y.blocked)
+        assert any(x.pages for x in dm)  # the run did something
+    finally:
+        await red.delete_all()
+        await red.close()
