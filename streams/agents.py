@@ -1,11 +1,13 @@
-"""Faust agents: decode, validate, write Redis state (one Lua script per event), tell the
-scheduler, and send what cannot be processed to ``recrawl.rejects``.
+"""Faust agents: decode, validate, write the state (:class:`streams.store.StateStore`:
+Redis in production, one Lua script per event; memory in unit tests), tell the scheduler,
+and send what cannot be processed to ``recrawl.rejects``.
 
 Every agent runs with ``concurrency=1`` (faust-streaming issue #606) and takes events in
-batches (``stream.take_events``), applied in one Redis pipeline; a batch is acked only
-after it has been applied.  Nothing escapes an agent (an escaped exception would ack the
-message anyway): bad input goes to rejects with its reason, a Redis or Kafka outage is
-retried with backoff until it ends (the batch waits; offsets make the retry harmless).
+batches (``stream.take_events``), applied in one store call (one Redis pipeline); a batch
+is acked only after it has been applied.  Nothing escapes an agent (an escaped exception
+would ack the message anyway): bad input goes to rejects with its reason, a Redis or Kafka
+outage is retried with backoff until it ends (the batch waits; offsets make the retry
+harmless).
 """
 
 from __future__ import annotations
@@ -29,21 +31,10 @@ from aiokafka.errors import (
     TopicAuthorizationFailedError,
 )
 from pydantic import BaseModel, ValidationError
-from redis.exceptions import (
-    BusyLoadingError,
-    ClusterDownError,
-    MasterDownError,
-    NoScriptError,
-    OutOfMemoryError,
-    ReadOnlyError,
-    ResponseError,
-    TryAgainError,
-)
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from streams.decisions import DecisionRing
-from streams.errors import RecrawlError
 from streams.estimation import Estimation, Observation
 from streams.logs import LogEpochs, kafka_probe
 from streams.metrics import Metrics
@@ -58,7 +49,23 @@ from streams.records import (
     validation_reason,
 )
 from streams.settings import Settings
-from streams.state import PageState, Store, estimator_of
+from streams.state import (
+    TRANSIENT_REPLY_PREFIXES,
+    TRANSIENT_REPLY_TYPES,
+    PageState,
+    Store,
+    estimator_of,
+    transient_reply,
+)
+from streams.store import (
+    ControlOp,
+    HostOp,
+    OutcomeOp,
+    PageOp,
+    PingBatch,
+    StateStore,
+    StoreUnavailable,
+)
 from streams.urls import canonical_host
 
 __all__ = [
@@ -88,15 +95,6 @@ MAX_CAS_ATTEMPTS = 5
 #: Outcomes per vectorised estimator update (``Estimation.observe``, ~70 us a page on this
 #: 2-core machine: a slice holds the event loop for ~35 ms at most).
 OBSERVE_SLICE = 512
-#: Error replies of a Redis that cannot write now but will (out of memory, a replica after
-#: a failover, loading, cluster resharding or failover, a busy script): the batch is
-#: retried, never rejected (rejecting would let the state diverge from the topics).
-TRANSIENT_REPLY_TYPES = (OutOfMemoryError, ReadOnlyError, BusyLoadingError, TryAgainError,
-                         ClusterDownError, MasterDownError, RedisConnectionError,
-                         RedisTimeoutError)
-#: the same for replies redis-py does not map to a type (the prefix is kept in the text)
-TRANSIENT_REPLY_PREFIXES = ("BUSY", "NOREPLICAS", "OOM", "READONLY", "LOADING")
-
 
 #: Kafka errors that no retry gets past (a record too large, a topic that cannot be written)
 KAFKA_PERMANENT = (MessageSizeTooLargeError, RecordTooLargeError, RecordListTooLargeError,
@@ -126,20 +124,11 @@ def _rerouted(msg: Any) -> bool:
     return any(k == REROUTED_HEADER for k, _v in items)
 
 
-class RedisUnavailable(RecrawlError):
-    """A pipeline got a transient error reply (:func:`transient_reply`)."""
-
-
-def transient_reply(res: Any) -> bool:
-    """Whether a pipeline result is an error reply that a retry will get past."""
-    if isinstance(res, TRANSIENT_REPLY_TYPES):
-        return True
-    return isinstance(res, ResponseError) and str(res).lstrip().upper().startswith(
-        TRANSIENT_REPLY_PREFIXES)
-
+#: the store's transient failure under its old name (a batch to run again)
+RedisUnavailable = StoreUnavailable
 
 TRANSIENT = (RedisConnectionError, RedisTimeoutError, ConnectionError, OSError,
-             RedisUnavailable)
+             StoreUnavailable)
 
 
 @dataclass(slots=True)
@@ -157,7 +146,7 @@ class Agents:
     def __init__(
         self,
         settings: Settings,
-        store: Store,
+        store: StateStore,
         metrics: Metrics,
         reject_sink: RejectSink,
         *,
@@ -275,52 +264,11 @@ class Agents:
             jobs.append(Job(ev, rec, msg.topic, msg.partition, msg.offset))
         return jobs, bad, moved
 
-    async def _pipeline(self, queue: Callable[[Any], Awaitable[None]], *,
-                        reload_scripts: bool = True) -> list[Any]:
-        async def run() -> list[Any]:
-            pipe = self.store.redis.pipeline(transaction=False)
-            await queue(pipe)
-            results = list(await pipe.execute(raise_on_error=False))
-            bad = next((r for r in results if transient_reply(r)), None)
-            if bad is not None:  # the whole batch again: every script is offset-guarded
-                raise RedisUnavailable(repr(bad))
-            if reload_scripts and any(isinstance(r, NoScriptError) for r in results):
-                # a Redis Cluster master without the scripts (a cluster pipeline cannot
-                # check first, streams.state._run): load them on every master, run again
-                await self.store.load_scripts()
-                raise RedisUnavailable("NOSCRIPT")
-            return results
-
-        result: list[Any] = await self._retry("redis", run)
+    async def _store(self, call: Callable[[], Awaitable[list[Any]]]) -> list[Any]:
+        """A store batch, run again until the store takes it (an outage; every mutation is
+        offset-guarded, so a batch run twice is applied once)."""
+        result: list[Any] = await self._retry("redis", call)
         return result
-
-    async def _scripted(self, keys: list[Any], queue: Callable[[Any, Any], None]
-                        ) -> dict[Any, Any]:
-        """Queue one straight EVALSHA per key in one pipeline and run it; keys whose script
-        Redis does not have (a restart: NOSCRIPT) run again after the scripts are loaded.
-        Returns key -> the script's result or the error it raised."""
-        out: dict[Any, Any] = {}
-        pending = keys
-        for _attempt in range(3):
-
-            async def fill(pipe: Any, todo: list[Any] = pending) -> None:
-                for key in todo:
-                    queue(pipe, key)
-
-            results = await self._pipeline(fill, reload_scripts=False)
-            missing = []
-            for key, res in zip(pending, results, strict=True):
-                if isinstance(res, NoScriptError):
-                    missing.append(key)
-                else:
-                    out[key] = res
-            if not missing:
-                break
-            await self._retry("redis", self.store.load_scripts)
-            pending = missing
-        for key in pending:
-            out.setdefault(key, RuntimeError("NOSCRIPT after loading the scripts"))
-        return {key: out[key] for key in keys}
 
     async def _safely(self, events: Sequence[faust.types.EventT[Any]], name: str,
                       fn: Callable[[], Awaitable[None]]) -> None:
@@ -344,18 +292,11 @@ class Agents:
 
     async def _pages(self, events: Sequence[faust.types.EventT[Any]]) -> None:
         jobs = await self._checked(events, PageEvent)
-
-        async def queue(pipe: Any) -> None:
-            for j in jobs:
-                p: PageEvent = j.record
-                await self.store.queue_page(
-                    pipe, p.url, p.host, importance=p.importance, prior=p.change_rate_per_s,
-                    deleted=p.deleted, topic=j.topic, partition=j.partition, offset=j.offset,
-                )
-                pipe.sadd(self.store.shard_key(j.partition), p.host)
-
-        results = await self._pipeline(queue)
-        for j, res in zip(jobs, results[0::2], strict=True):
+        ops = [PageOp(j.record.url, j.record.host, j.record.importance,
+                      j.record.change_rate_per_s, j.record.deleted, j.topic, j.partition,
+                      j.offset) for j in jobs]
+        results = await self._store(lambda: self.store.apply_pages(ops))
+        for j, res in zip(jobs, results, strict=True):
             p = j.record
             if isinstance(res, Exception):
                 await self.reject(j.event, f"internal error: {res!r}")
@@ -379,22 +320,15 @@ class Agents:
         for j in jobs:
             groups.setdefault((j.record.host, j.topic, j.partition), []).append(j)
 
-        def queue(pipe: Any, key: tuple[str, str, int]) -> None:
-            host, topic, partition = key
-            self.store.queue_pings(
-                pipe, host, [(j.offset, j.record.url, j.record.source, j.record.changed_at,
-                              j.record.received_at, j.record.fingerprint())
-                             for j in groups[key]],
-                t_delay_s=t_delay, window_s=self.settings.ping_dedup_window_s,
-                max_seen=self.settings.ping_dedup_max_per_host,
-                topic=topic, partition=partition)
-
-        by_group = await self._scripted(list(groups), queue)
+        batches = [PingBatch(host, topic, partition,
+                             [(j.offset, j.record.url, j.record.source, j.record.changed_at,
+                               j.record.received_at, j.record.fingerprint()) for j in group])
+                   for (host, topic, partition), group in groups.items()]
+        replies = await self._store(lambda: self.store.apply_pings(batches, t_delay_s=t_delay))
         results: list[Any] = []
-        for key, res in by_group.items():
-            for k, j in enumerate(groups[key]):
-                results.append((j, res if isinstance(res, Exception)
-                                else (res[2 * k], res[2 * k + 1])))
+        for group, res in zip(groups.values(), replies, strict=True):
+            for k, j in enumerate(group):
+                results.append((j, res if isinstance(res, Exception) else res[k]))
         for j, res in results:
             g = j.record
             if isinstance(res, Exception):
@@ -447,19 +381,14 @@ class Agents:
         log.error("outcomes: %d events kept conflicting; applied without estimator", len(todo))
 
     async def _outcome_attempt(self, jobs: list[Job], *, cas: bool) -> list[Job]:
-        async def read(pipe: Any) -> None:
-            for j in jobs:
-                o: OutcomeEvent = j.record
-                pipe.hget(self.store.key(o.host, "pages"), o.url)
-                pipe.hget(self.store.key(o.host, "est"), o.url)
-
-        current = await self._pipeline(read)
+        current = await self._store(lambda: self.store.read_pages(
+            [(j.record.host, j.record.url) for j in jobs]))
         observations: list[Observation] = []
         observed: list[int] = []
         reads: list[tuple[str | None, str | None]] = []
         for i, j in enumerate(jobs):
             o = j.record
-            value, legacy = _opt(current[2 * i]), _opt(current[2 * i + 1])
+            value, legacy = _opt(current[i][0]), _opt(current[i][1])
             reads.append((value, legacy))  # what the outcome script compares
             est = estimator_of(value, legacy)  # in the page value (or an old est hash)
             if value and o.changed is not None:
@@ -495,22 +424,17 @@ class Agents:
             plans.append((j, new_est, decision,
                           new_est or estimator_of(reads[i][0], reads[i][1])))
 
-        async def write(pipe: Any) -> None:
-            for i, (j, new_est, _decision, _after) in enumerate(plans):
-                o = j.record
-                await self.store.queue_outcome(
-                    pipe, o.url, o.host, order_id=o.order_id, fetched_at=o.fetched_at,
-                    new_estimator=new_est, topic=j.topic, partition=j.partition,
-                    offset=j.offset,
-                    expect=reads[i] if (cas and new_est is not None) else None,
-                    disallowed=o.disallowed, robots_digest=o.robots_digest,
-                )
+        ops = [OutcomeOp(j.record.url, j.record.host, j.record.order_id, j.record.fetched_at,
+                         new_est, j.topic, j.partition, j.offset,
+                         expect=reads[i] if (cas and new_est is not None) else None,
+                         disallowed=j.record.disallowed, robots_digest=j.record.robots_digest)
+               for i, (j, new_est, _decision, _after) in enumerate(plans)]
 
         # robots.txt epochs before the write: a change applied while it runs (the hosts
         # agent interleaves) must not be undone in memory by this batch's 'blocked'
         epochs = ({(j.partition, j.record.host): self.scheduler.robots_epoch(
             j.partition, j.record.host) for j, *_ in plans} if self.scheduler is not None else {})
-        results = await self._pipeline(write)
+        results = await self._store(lambda: self.store.apply_outcomes(ops))
         retry: list[Job] = []
         for (j, _e, decision, est_after), res in zip(plans, results, strict=True):
             o = j.record
@@ -547,19 +471,13 @@ class Agents:
     async def _hosts(self, events: Sequence[faust.types.EventT[Any]]) -> None:
         jobs = await self._checked(events, HostEvent)
 
-        async def queue(pipe: Any) -> None:
-            for j in jobs:
-                h: HostEvent = j.record
-                await self.store.queue_host(
-                    pipe, h.host, rate_per_s=h.max_crawls_per_s, max_in_flight=h.max_in_flight,
-                    topic=j.topic, partition=j.partition, offset=j.offset, source=h.source,
-                    reason=h.reason, robots_digest=h.robots_digest,
-                    default_rate_per_s=self.settings.default_host_crawls_per_s,
-                )
-                pipe.sadd(self.store.shard_key(j.partition), h.host)
-
-        results = await self._pipeline(queue)
-        for j, res in zip(jobs, results[0::2], strict=True):
+        ops = [HostOp(j.record.host, j.record.max_crawls_per_s, j.record.max_in_flight, j.topic,
+                      j.partition, j.offset, source=j.record.source, reason=j.record.reason,
+                      robots_digest=j.record.robots_digest,
+                      default_rate_per_s=self.settings.default_host_crawls_per_s)
+               for j in jobs]
+        results = await self._store(lambda: self.store.apply_hosts(ops))
+        for j, res in zip(jobs, results, strict=True):
             h = j.record
             if isinstance(res, Exception):
                 await self.reject(j.event, f"internal error: {res!r}")
@@ -581,14 +499,8 @@ class Agents:
     async def _control(self, events: Sequence[faust.types.EventT[Any]]) -> None:
         jobs = await self._checked(events, ControlEvent)
 
-        async def queue(pipe: Any) -> None:
-            for j in jobs:
-                await self.store.queue_control(
-                    pipe, j.record.fields(), topic=j.topic, partition=j.partition,
-                    offset=j.offset,
-                )
-
-        results = await self._pipeline(queue)
+        ops = [ControlOp(j.record.fields(), j.topic, j.partition, j.offset) for j in jobs]
+        results = await self._store(lambda: self.store.apply_control(ops))
         for j, res in zip(jobs, results, strict=True):
             if isinstance(res, Exception):
                 await self.reject(j.event, f"internal error: {res!r}")
@@ -616,7 +528,7 @@ def register_agents(
     app: faust.App,
     settings: Settings,
     *,
-    store: Store | None = None,
+    store: StateStore | None = None,
     reject_sink: RejectSink | None = None,
     metrics: Metrics | None = None,
     scheduler: Scheduler | None = None,
@@ -646,7 +558,10 @@ def register_agents(
     async def send_again(topic_name: str, key: bytes, value: bytes | None) -> None:
         await by_name[topic_name].send(key=key, value=value, headers={REROUTED_HEADER: b"1"})
 
-    logs = LogEpochs(store.redis, settings.key_prefix, kafka_probe(settings.kafka_bootstrap))
+    # which incarnation of each input log the offsets belong to: kept in Redis beside them
+    # (an in-memory store starts empty with every process: nothing to tell apart)
+    logs = (LogEpochs(store.redis, settings.key_prefix, kafka_probe(settings.kafka_bootstrap))
+            if isinstance(store, Store) else None)
     logic = Agents(
         settings, store, metrics, reject_sink or send_to_rejects, scheduler=scheduler,
         forward=forward_page if settings.forward_discoveries else None,
@@ -655,7 +570,8 @@ def register_agents(
 
     @app.on_partitions_assigned.connect  # type: ignore[arg-type]
     async def _check_logs_again(sender: Any, assigned: Any, **_kw: Any) -> None:
-        logs.forget()
+        if logs is not None:
+            logs.forget()
     app.recrawl_agents = logic  # type: ignore[attr-defined]
     handlers = {
         "pages": logic.on_pages,

@@ -236,6 +236,8 @@ class Store:
         self.prefix = prefix
         #: the epoch of an input partition's log (streams.logs.LogEpochs sets it)
         self.epoch_of: Callable[[str, int], int] = lambda _topic, _partition: 0
+        #: how many times the scripts were loaded (at start, and after NOSCRIPT)
+        self.script_loads = 0
         self.apply_page_script = client.register_script(_APPLY_PAGE)
         self.apply_pings_script = client.register_script(_APPLY_PINGS)
         self.apply_outcome_script = client.register_script(_APPLY_OUTCOME)
@@ -246,6 +248,7 @@ class Store:
 
     async def load_scripts(self) -> None:
         """Load every script into Redis (after a start or a Redis restart: NOSCRIPT)."""
+        self.script_loads += 1
         for sc in (self.apply_page_script, self.apply_pings_script, self.apply_outcome_script,
                    self.apply_host_script, self.apply_control_script, self.issue_script,
                    self.expire_script):

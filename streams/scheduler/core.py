@@ -32,7 +32,8 @@ from streams.scheduler.heartbeat import (
 from streams.scheduler.issuing import EWMA_S, OrderIssuing
 from streams.scheduler.shard import KEEP, NOT_IN_FLIGHT, Control, Shard
 from streams.settings import Settings
-from streams.state import PageState, Store
+from streams.state import PageState
+from streams.store import StateStore
 
 __all__ = ["EWMA_S", "RATE_WINDOW_S", "OrderSink", "Scheduler", "cancel", "dumps"]
 
@@ -49,7 +50,7 @@ class Scheduler(OrderIssuing):
     def __init__(
         self,
         settings: Settings,
-        store: Store,
+        store: StateStore,
         metrics: Metrics,
         send_order: OrderSink,
         *,

@@ -17,6 +17,7 @@ from models.decision.pacer import CreditPacer
 from streams.decisions import DecisionRing
 from streams.scheduler.loading import ShardLoading
 from streams.scheduler.shard import Shard
+from streams.store import IssueBatch
 
 __all__ = ["EWMA_S", "OrderIssuing"]
 
@@ -63,15 +64,12 @@ class OrderIssuing(ShardLoading):
                 oid = f"{self.worker_id}-{shard.partition}-{self._seq:x}"
                 groups.setdefault((shard.partition, shard.host(url)), []).append(
                     (url, policy, value, oid))
-        pipe = self.store.redis.pipeline(transaction=False)
-        for (_p, host), items in groups.items():
-            self.store.queue_issue(
-                pipe, host, [(url, oid) for url, _pol, _v, oid in items], now_s=now,
-                default_rate=st.default_host_crawls_per_s,
-                default_mif=st.default_host_max_in_flight, burst=st.host_burst,
-            )
+        batches = [IssueBatch(host, [(url, oid) for url, _pol, _v, oid in items])
+                   for (_p, host), items in groups.items()]
         try:
-            results = await pipe.execute(raise_on_error=False)
+            results = await self.store.issue(
+                batches, now_s=now, default_rate=st.default_host_crawls_per_s,
+                default_mif=st.default_host_max_in_flight, burst=st.host_burst)
         except Exception as exc:
             # no reply (a timeout, a dropped connection, Redis paused): the scripts may have
             # run and marked the pages in flight, and no order was sent; clear those marks
@@ -85,16 +83,14 @@ class OrderIssuing(ShardLoading):
         for ((partition, host), items), res in zip(groups.items(), results, strict=True):
             shard = owner[partition]
             if isinstance(res, Exception):
-                if isinstance(res, NoScriptError):
-                    await self.store.load_scripts()
-                else:
+                if not isinstance(res, NoScriptError):  # (the store loaded them again)
                     log.warning("issue failed: %r", res)
                 for url, *_ in items:
                     self._restore(shard, url)
                 continue
             hosts, table, level = shard.hosts, shard.table, shard.level
             for k, (url, policy, value, oid) in enumerate(items):
-                code, payload = _s(res[2 * k]), res[2 * k + 1]
+                code, payload = res[k]
                 if code == "ok":
                     slot = table.slot[url]
                     crawled = bool(table.crawled[slot])
@@ -171,16 +167,11 @@ class OrderIssuing(ShardLoading):
         delay = 0.1
         while True:
             try:
-                pipe = self.store.redis.pipeline(transaction=False)
-                for url, host, oid in orders:
-                    await self.store.queue_expire(pipe, url, host, order_id=oid)
-                results = await pipe.execute(raise_on_error=False)
-                if not any(isinstance(r, Exception) for r in results):
-                    return
-                if not any(isinstance(r, NoScriptError) for r in results):
+                # (a call Redis answered NOSCRIPT runs again in the store, scripts loaded)
+                results = await self.store.expire(orders)
+                if any(isinstance(r, Exception) for r in results):
                     log.warning("clearing in-flight marks: %r", results)
-                    return
-                await self.store.load_scripts()  # Redis restarted: load, then again
+                return
             except Exception as exc:
                 if self.stopping:
                     log.warning("stopping: %d orders stay in flight (%r)", len(orders), exc)

@@ -20,7 +20,8 @@ from streams.metrics import Metrics
 from streams.params import PageParams, page_params, page_params_many
 from streams.scheduler.shard import KEEP, NOT_IN_FLIGHT, Control, Shard
 from streams.settings import Settings
-from streams.state import HostDump, PageState, Store
+from streams.state import HostDump, PageState
+from streams.store import StateStore
 
 __all__ = ["ShardLoading"]
 
@@ -33,7 +34,7 @@ class ShardLoading:
 
     # the scheduler's attributes (set in :class:`streams.scheduler.Scheduler`)
     settings: Settings
-    store: Store
+    store: StateStore
     metrics: Metrics
     clock: Callable[[], float]
     control: Control

@@ -108,6 +108,10 @@ class MemoryStore:
         self.sched_shards: dict[int, str] = {}
         self.truth: dict[str, Any] | None = None
 
+    @property
+    def shards_key(self) -> str:
+        return f"{self.prefix}:sched:shards"
+
     # -- helpers ---------------------------------------------------------------------------
     def offset_field(self, topic: str, partition: int) -> str:
         e = self.epoch_of(topic, partition)
@@ -433,8 +437,9 @@ class MemoryStore:
         """Nothing to load."""
 
     async def delete_all(self) -> int:
-        n = sum(map(len, (self.pages, self.inflight, self.est, self.hosts, self.blocked,
-                          self.offsets))) + len(self.shards)
+        tables: list[dict[Any, Any]] = [self.pages, self.inflight, self.est, self.hosts,
+                                        self.blocked, self.offsets, self.shards]
+        n = sum(len(t) for t in tables)
         self.__init__(self.prefix, self.clock)  # type: ignore[misc]
         return n
 

@@ -211,6 +211,13 @@ class StateStore(Protocol):
     """The state the agents write and the scheduler reads and issues from (module doc)."""
 
     prefix: str
+
+    @property
+    def shards_key(self) -> str:
+        """Where the shards' shares and heartbeats live (:mod:`streams.scheduler.heartbeat`
+        writes it in Redis)."""
+        ...
+
     #: the epoch of an input partition's log (streams.logs.LogEpochs sets it)
     epoch_of: Callable[[str, int], int]
 

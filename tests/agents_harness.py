@@ -1,0 +1,192 @@
+"""The agents through ``agent.test_context()`` (no broker): a harness over any store
+(:class:`streams.store.StateStore`) and the cases every backend must pass.
+
+``tests/unit/test_agents_memory.py`` runs :data:`CASES` on the in-memory store,
+``tests/integration/test_agents_redis.py`` on the real Redis (and its Redis-only cases).
+Each harness gets its own key prefix; rejects are captured by a sink instead of a topic.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+import uuid
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+import faust
+import pytest
+
+from streams.agents import register_agents
+from streams.metrics import Metrics
+from streams.settings import Settings
+from streams.state import PageState, Store
+from streams.store import IssueBatch, StateStore
+
+__all__ = ["CASES", "Harness", "js"]
+
+
+Make = Callable[..., "Harness"]
+
+
+class Harness:
+    def __init__(self, backend: str | StateStore, **overrides: Any) -> None:
+        """``backend``: a Redis url (the Redis store) or a store (e.g. a MemoryStore)."""
+        prefix = backend.prefix if not isinstance(backend, str) else f"u{uuid.uuid4().hex[:8]}"
+        self.settings = Settings(
+            web_enabled=False, topic_prefix="unit", key_prefix=prefix,
+            **({"redis_url": backend} if isinstance(backend, str) else {}), **overrides,
+        )
+        self.app = faust.App(
+            f"unit-{uuid.uuid4().hex[:6]}", broker="kafka://127.0.0.1:9", store="memory://",
+            autodiscover=False,
+        )
+        self.store: Any = (Store.from_url(backend, prefix) if isinstance(backend, str)
+                           else backend)
+        self.metrics = Metrics()
+        self.rejects: list[dict[str, Any]] = []
+        self.offsets: dict[str, int] = {}
+
+        async def sink(key: bytes | None, value: bytes) -> None:
+            self.rejects.append(json.loads(value))
+
+        self.agents = register_agents(
+            self.app, self.settings, store=self.store, reject_sink=sink, metrics=self.metrics,
+            reroute=False,  # no broker to send to: every test event sits on partition 0
+        )
+        self.logic = self.app.recrawl_agents  # type: ignore[attr-defined]
+
+    def tally_retries(self) -> int:
+        return int(self.metrics.tally["retries.redis"])
+
+    def processed(self, topic: str) -> int:
+        t = self.metrics.tally
+        return sum(v for k, v in t.items() if k.startswith(f"{topic}."))
+
+    async def feed(
+        self, topic: str, values: list[bytes], key: bytes | None = None, offset: int | None = None
+    ) -> list[Any]:
+        """Put values into the agent (offsets go on from the last feed unless given) and
+        wait until all are processed (or rejected)."""
+        before = self.processed(topic)
+        events = []
+        async with self.agents[topic].test_context() as agent:
+            agent.sent_offset = self.offsets.get(topic, 0) if offset is None else offset
+            for v in values:
+                events.append(await agent.put(v, key=key, wait=False))
+            deadline = time.monotonic() + 10
+            while self.processed(topic) < before + len(values):
+                assert time.monotonic() < deadline, self.metrics.tally
+                await asyncio.sleep(0.01)
+            self.offsets[topic] = max(self.offsets.get(topic, 0), agent.sent_offset)
+        return events
+
+
+def js(**kw: Any) -> bytes:
+    return json.dumps(kw).encode()
+
+
+async def case_page_event_is_applied_once_even_when_redelivered(make: Make) -> None:
+    h = make()
+    events = await h.feed("pages", [js(url="https://Example.org/x", importance=3)])
+    assert h.rejects == []
+    state = await h.store.get_page("example.org", "https://example.org/x")  # canonical
+    assert state == PageState(importance=3.0)
+    # the same message again (same partition and offset): nothing changes
+    await h.feed("pages", [js(url="https://Example.org/x", importance=9)], offset=0)
+    assert (await h.store.get_page("example.org", "https://example.org/x")).importance == 3.0
+    await h.logic.on_pages(events)
+    assert h.metrics.tally["pages.dup-offset"] == 2
+    assert await h.store.shard_hosts(0) == ["example.org"]
+
+
+async def case_invalid_events_are_rejected_and_the_stream_goes_on(make: Make) -> None:
+    h = make()
+    await h.feed("pages", [
+        b"\xff\xfe not utf8",
+        b'{"url": "https://a.org/", "host": "b.org"}',
+        b'{"url": "https://a.org/", "importance": NaN}',
+        b'{"url": "https://a.org/", "importance": "3"}',
+        b'{"url": "https://a.org/ok"}',
+    ])
+    reasons = [r["reason"] for r in h.rejects]
+    assert len(reasons) == 4, reasons
+    assert "does not match" in reasons[1]
+    assert "finite" in reasons[2]
+    assert "valid number" in reasons[3]
+    assert h.rejects[0]["raw_base64"]  # undecodable bytes are kept, base64
+    assert [r["offset"] for r in h.rejects] == [0, 1, 2, 3]
+    assert await h.store.get_page("a.org", "https://a.org/ok") == PageState()
+
+
+async def case_ping_rules_t_delay_duplicates_and_discoveries(make: Make) -> None:
+    h = make(t_delay_s=60.0)
+    url = "https://p.org/a"
+    now = time.time()
+    crawl = now - 1000
+    await h.feed("pages", [js(url=url)])
+    await h.feed("outcomes", [js(url=url, fetched_at=crawl, changed=False, status=200)])
+    assert (await h.store.get_page("p.org", url)).last_crawl_s == pytest.approx(crawl, abs=1e-3)
+    await h.feed("pings", [
+        js(url=url, source="sitemap", changed_at=crawl - 5, received_at=now - 10),  # before
+        js(url=url, source="indexnow", received_at=crawl + 30),  # within T_DELAY
+        js(url=url, source="indexnow", received_at=now - 5, id="a"),  # counts
+        js(url=url, source="indexnow", received_at=now - 4, id="a"),  # duplicate id
+        js(url=url, source="cdn", changed_at=now - 50, received_at=now - 3),  # counts
+        js(url=url, source="cdn", changed_at=now - 50, received_at=now - 2),  # duplicate
+        js(url=url, source="websub", received_at=now - 1),  # counts
+        js(url="https://p.org/unknown", source="other", received_at=now),  # discovery
+    ])
+    t = h.metrics.tally
+    assert (t["pings.before-crawl"], t["pings.within-delay"], t["pings.duplicate"]) == (1, 1, 2)
+    assert (t["pings.applied"], t["pings.unknown"]) == (3, 1)
+    state = await h.store.get_page("p.org", url)
+    assert state.signals == (0, 1, 1, 1, 0)
+    # why a ping was dropped: the worker's ring, not Redis
+    assert any("T_DELAY" in d for d in h.logic.decisions.get(url))
+    assert any("precedes the last crawl" in d for d in h.logic.decisions.get(url))
+    if isinstance(h.store, Store):
+        assert not [k async for k in h.store.redis.scan_iter(f"{h.settings.key_prefix}:*why*")]
+    assert h.rejects == []
+
+
+async def case_outcome_clears_only_its_own_order_and_resets_signals(make: Make) -> None:
+    h = make()
+    url = "https://o.org/a"
+    await h.feed("pages", [js(url=url)])
+    await h.store.load_scripts()
+    (res,) = await h.store.issue([IssueBatch("o.org", [(url, "ord-1")])], now_s=time.time(),
+                                 default_rate=1.0, default_mif=0, burst=1.0)
+    assert res[0][0] == "ok"
+    now = time.time()
+    await h.feed("pings", [js(url=url, source="sitemap", received_at=now)])
+    await h.feed("outcomes", [js(url=url, order_id="other", fetched_at=now, changed=True)])
+    assert (await h.store.explain_data("o.org", url))["in_flight"][0] == "ord-1"
+    assert (await h.store.get_page("o.org", url)).signals == (0,) * 5
+    await h.feed("outcomes", [js(url=url, order_id="ord-1", fetched_at=now + 1, changed=None)])
+    assert (await h.store.explain_data("o.org", url))["in_flight"] is None
+
+
+async def case_hosts_and_control_are_validated_and_stored(make: Make) -> None:
+    h = make()
+    await h.feed("hosts", [
+        js(host="Slow.org", max_crawls_per_s=2.5, max_in_flight=3),
+        js(host="x.org", max_crawls_per_s=0),
+        js(host="not a host", max_crawls_per_s=1),
+    ])
+    info = await h.store.get_host("slow.org")
+    assert (info.rate_per_s, info.max_in_flight) == (2.5, 3)
+    await h.feed("control", [js(budget_per_s=12.5, paused=False), js(), js(budget_per_s=-1)])
+    assert await h.store.get_control() == {"budget_per_s": "12.5", "paused": "0"}
+    assert len(h.rejects) == 4
+    assert "greater than 0" in h.rejects[0]["reason"]
+
+
+CASES: list[Callable[[Make], Awaitable[None]]] = [
+    case_page_event_is_applied_once_even_when_redelivered,
+    case_invalid_events_are_rejected_and_the_stream_goes_on,
+    case_ping_rules_t_delay_duplicates_and_discoveries,
+    case_outcome_clears_only_its_own_order_and_resets_signals,
+    case_hosts_and_control_are_validated_and_stored,
+]
