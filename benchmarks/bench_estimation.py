@@ -38,10 +38,10 @@ import math
 import pstats
 import time
 import uuid
-from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
+from _common import Ev, Msg
 
 from models.estimators import (
     BatchSignalState,
@@ -199,20 +199,6 @@ def _parts(est: SignalEstimator, states: list[SignalState], obs: list[CrawlInter
 
 
 # -- outcomes through the agent ----------------------------------------------------------------
-@dataclass
-class Msg:
-    value: bytes
-    key: bytes
-    topic: str
-    partition: int
-    offset: int
-
-
-@dataclass
-class Ev:
-    message: Msg
-
-
 STAGES = ("_validate", "read", "observe", "write", "queue_outcome", "_pipeline", "on_page",
           "_outcome_attempt")
 

@@ -29,6 +29,8 @@ import time
 import uuid
 from typing import Any
 
+from _common import set_listpack_value
+
 from streams.estimation import Estimation, EstimatorRecord, Observation, full_estimates
 from streams.metrics import Metrics
 from streams.scheduler import NOT_IN_FLIGHT, Scheduler
@@ -151,14 +153,7 @@ async def run(args: argparse.Namespace, fmt: str) -> None:
 
 
 async def main(args: argparse.Namespace) -> None:
-    if args.listpack_value:
-        # records of crawled pages are ~200 B: above Redis's default of 64 B a hash is a
-        # hashtable (docs/benchmarks.md "Compact binary records": the config
-        # recrawl's Redis should run with)
-        cfg = Store.from_url(args.redis, "cfg")
-        await cfg.redis.config_set("hash-max-listpack-value", args.listpack_value)
-        print(f"hash-max-listpack-value set to {args.listpack_value}")
-        await cfg.close()
+    await set_listpack_value(args.redis, args.listpack_value)
     for fmt in args.formats:
         await run(args, fmt)
 

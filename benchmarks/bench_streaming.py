@@ -18,8 +18,9 @@ import json
 import random
 import time
 import uuid
-from dataclasses import dataclass
 from typing import Any
+
+from _common import Ev, Msg, set_listpack_value
 
 from streams.agents import Agents
 from streams.metrics import Metrics
@@ -28,34 +29,13 @@ from streams.settings import Settings
 from streams.state import Store
 
 
-@dataclass
-class Msg:
-    value: bytes
-    key: bytes
-    topic: str
-    partition: int
-    offset: int
-
-
-@dataclass
-class Ev:
-    message: Msg
-
-
 async def used_memory(store: Store) -> int:
     info: Any = await store.redis.info("memory")
     return int(info["used_memory"])
 
 
 async def main(args: argparse.Namespace) -> None:
-    if args.listpack_value:
-        # records of crawled pages are ~200 B: above Redis's default of 64 B a hash is a
-        # hashtable (docs/benchmarks.md "Compact binary records": the config
-        # recrawl's Redis should run with)
-        cfg = Store.from_url(args.redis, "cfg")
-        await cfg.redis.config_set("hash-max-listpack-value", args.listpack_value)
-        print(f"hash-max-listpack-value set to {args.listpack_value}")
-        await cfg.close()
+    await set_listpack_value(args.redis, args.listpack_value)
     prefix = f"bench{uuid.uuid4().hex[:6]}"
     s = Settings(redis_url=args.redis, key_prefix=prefix, budget_per_s=1e9, tick_s=0.01,
                  default_host_crawls_per_s=1e9, t_delay_s=0.0, partitions=args.shards)

@@ -61,7 +61,6 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from redis.asyncio.cluster import ClusterPipeline
 from redis.commands.core import AsyncScript
 from redis.exceptions import (
     BusyLoadingError,
@@ -195,18 +194,6 @@ def _text(x: Any) -> str:
     if isinstance(x, bytes):
         return x.decode("utf-8", "surrogateescape")
     return x if isinstance(x, str) else str(x)
-
-
-async def _run(script: AsyncScript, keys: list[Any], args: list[Any], client: Any) -> Any:
-    """Call ``script`` on ``client`` (a client or a pipeline, one node or a cluster).
-
-    On a cluster pipeline redis-py refuses ``evalsha()`` but queues the plain command, routed
-    by the keys' slot; a NOSCRIPT reply (a master that lost its scripts) then comes back in
-    the results, and the caller loads the scripts and retries (every script here is
-    offset- or id-guarded).  Elsewhere the script object itself checks and loads."""
-    if isinstance(client, ClusterPipeline):
-        return client.execute_command("EVALSHA", script.sha, len(keys), *keys, *args)
-    return await script(keys=keys, args=args, client=client)
 
 
 def truth_key(prefix: str) -> str:
@@ -458,61 +445,6 @@ class Store:
     async def expire(self, orders: Sequence[tuple[str, str, str]]) -> list[Any]:
         return await self._batch([(self.expire_script, [self.key(host, "inflight")], [url, oid])
                                   for url, host, oid in orders])
-
-    # -- the same, one item queued on ``client`` (a client or a pipeline: tests, tools) ----
-    async def queue_page(
-        self, client: Any, url: str, host: str, *, importance: float,
-        prior: float | None, deleted: bool, topic: str, partition: int, offset: int,
-    ) -> Any:
-        return await _run(*self._page_call(PageOp(url, host, importance, prior, deleted, topic,
-                                                  partition, offset)), client)
-
-    def queue_pings(
-        self, client: Any, host: str, pings: Sequence[PingItem], *, t_delay_s: float,
-        window_s: float, topic: str, partition: int, max_seen: int = 10_000,
-    ) -> Any:
-        """The result has ``code, page value`` per ping, flat; ``window_s`` and
-        ``max_seen`` are kept for callers and no longer used."""
-        script, keys, args = self._pings_call(PingBatch(host, topic, partition, pings), t_delay_s)
-        return client.execute_command("EVALSHA", script.sha, len(keys), *keys, *args)
-
-    async def queue_outcome(
-        self, client: Any, url: str, host: str, *, order_id: str | None, fetched_at: float,
-        new_estimator: str | None, topic: str, partition: int, offset: int,
-        expect: tuple[str | None, str | None] | None = None,
-        disallowed: bool = False, robots_digest: str | None = None,
-    ) -> Any:
-        return await _run(*self._outcome_call(OutcomeOp(
-            url, host, order_id, fetched_at, new_estimator, topic, partition, offset, expect,
-            disallowed, robots_digest)), client)
-
-    async def queue_host(
-        self, client: Any, host: str, *, rate_per_s: float | None, max_in_flight: int | None,
-        topic: str, partition: int, offset: int, source: str = "operator",
-        reason: str | None = None, robots_digest: str | None = None,
-        default_rate_per_s: float = 1.0,
-    ) -> Any:
-        return await _run(*self._host_call(HostOp(
-            host, rate_per_s, max_in_flight, topic, partition, offset, source, reason,
-            robots_digest, default_rate_per_s)), client)
-
-    async def queue_control(
-        self, client: Any, fields: dict[str, str], *, topic: str, partition: int, offset: int
-    ) -> Any:
-        return await _run(*self._control_call(ControlOp(fields, topic, partition, offset)),
-                          client)
-
-    def queue_issue(
-        self, client: Any, host: str, orders: Sequence[tuple[str, str]], *, now_s: float,
-        default_rate: float, default_mif: int, burst: float,
-    ) -> Any:
-        script, keys, args = self._issue_call(IssueBatch(host, orders), now_s, default_rate,
-                                              default_mif, burst)
-        return client.execute_command("EVALSHA", script.sha, len(keys), *keys, *args)
-
-    async def queue_expire(self, client: Any, url: str, host: str, *, order_id: str) -> Any:
-        return await _run(self.expire_script, [self.key(host, "inflight")], [url, order_id],
-                          client)
 
     # -- reads ---------------------------------------------------------------------------
     async def get_page(self, host: str, url: str) -> PageState | None:

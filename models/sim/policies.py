@@ -43,6 +43,7 @@ __all__ = [
     "ScheduledPolicy",
     "StormCrawlerAdaptive",
     "algorithm1",
+    "best_page",
     "value_params",
 ]
 
@@ -113,6 +114,17 @@ def value_params(
         a, b, g = signal_params(delta, np.where(good, lam, 0.0), zeros)
         return a, b, g, None
     raise ValueError(f"unknown policy kind {kind!r}; expected one of {POLICY_NAMES}")
+
+
+def best_page(index: CrawlIndex, t: float, eligible: Eligible) -> int | None:
+    """The index's best page at ``t`` among the ``eligible`` (None: no page): the pick of
+    every Algorithm-1 policy of the simulator."""
+    got = index.best(t, eligible=cast(Callable[[Hashable], bool] | None, eligible))
+    if not got:
+        return None
+    page = got[0][0]
+    assert isinstance(page, int)
+    return page
 
 
 class Algorithm1:
@@ -191,12 +203,7 @@ class Algorithm1:
         self.index.plan(times)
 
     def choose(self, t: float, eligible: Eligible) -> int | None:
-        got = self.index.best(t, eligible=cast(Callable[[Hashable], bool] | None, eligible))
-        if not got:
-            return None
-        page = got[0][0]
-        assert isinstance(page, int)
-        return page
+        return best_page(self.index, t, eligible)
 
     def choose_many(self, t: float, k: int) -> list[int]:
         """The ``k`` pages of largest value at ``t`` (one step of a batched budget)."""

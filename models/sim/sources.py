@@ -56,9 +56,8 @@ from __future__ import annotations
 
 import itertools
 import math
-from collections.abc import Callable, Hashable, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import cast
 
 import numpy as np
 import numpy.typing as npt
@@ -68,6 +67,7 @@ from models.decision.pings import APPLIED, PingRule, ping_verdict
 from models.decision.pooling import pooled_params
 from models.index import CrawlIndex
 from models.sim.events import Events
+from models.sim.policies import Eligible, best_page
 from models.sim.world import World
 from models.values import crawl_value
 
@@ -86,7 +86,6 @@ __all__ = [
 
 FloatArray = npt.NDArray[np.float64]
 IntArray = npt.NDArray[np.int64]
-Eligible = Callable[[int], bool] | None
 
 
 @dataclass(frozen=True)
@@ -462,12 +461,7 @@ class MultiSourceAlgorithm1:
         self.index.plan(times)
 
     def choose(self, t: float, eligible: Eligible) -> int | None:
-        got = self.index.best(t, eligible=cast(Callable[[Hashable], bool] | None, eligible))
-        if not got:
-            return None
-        page = got[0][0]
-        assert isinstance(page, int)
-        return page
+        return best_page(self.index, t, eligible)
 
     def on_crawl(self, page: int, t: float, changed: bool, last_modified: float) -> None:
         self.last_crawl[page] = t

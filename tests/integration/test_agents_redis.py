@@ -18,6 +18,7 @@ from agents_harness import CASES, Harness, js
 
 from streams.scheduler import Scheduler
 from streams.state import PageState
+from streams.store import IssueBatch
 
 pytestmark = pytest.mark.integration
 
@@ -36,25 +37,25 @@ async def test_a_ticks_orders_of_one_host_are_issued_in_one_script_call(redis_ur
     await h.feed("hosts", [js(host="b.org", max_crawls_per_s=1.0, max_in_flight=3)])
     await h.store.load_scripts()
     now = time.time()
-    first = await h.store.queue_issue(h.store.redis, "b.org", [(urls[0], "o0")], now_s=now,
-                                      default_rate=9.0, default_mif=0, burst=2.0)
-    assert first[0] == "ok"
+    issue = h.store.issue
+
+    async def order(pairs: list[tuple[str, str]], at: float) -> list[tuple[str, str]]:
+        (res,) = await issue([IssueBatch("b.org", pairs)], now_s=at, default_rate=9.0,
+                             default_mif=0, burst=2.0)
+        return list(res)
+
+    first = await order([(urls[0], "o0")], now)
+    assert first[0][0] == "ok"
     # burst 2: one token left; in flight 1 of 3
-    res = await h.store.queue_issue(
-        h.store.redis, "b.org", [(urls[0], "x0"), (urls[4], "x4"), (urls[1], "x1"),
-                                 (urls[2], "x2")],
-        now_s=now, default_rate=9.0, default_mif=0, burst=2.0)
-    codes = [res[i] for i in range(0, len(res), 2)]
-    assert codes == ["in-flight", "gone", "ok", "no-token"]
-    assert res[1].startswith("o0|")
-    assert float(res[7]) == pytest.approx(1.0, abs=1e-6)  # a token per second at rate 1
+    res = await order([(urls[0], "x0"), (urls[4], "x4"), (urls[1], "x1"), (urls[2], "x2")], now)
+    assert [c for c, _ in res] == ["in-flight", "gone", "ok", "no-token"]
+    assert res[0][1].startswith("o0|")
+    assert float(res[3][1]) == pytest.approx(1.0, abs=1e-6)  # a token per second at rate 1
     flights = await h.store.redis.hgetall(h.store.key("b.org", "inflight"))
     assert sorted(flights) == [urls[0], urls[1]]
     # two seconds later two tokens, but room for only one more order (max in flight 3)
-    res = await h.store.queue_issue(
-        h.store.redis, "b.org", [(urls[2], "y2"), (urls[3], "y3")], now_s=now + 2.0,
-        default_rate=9.0, default_mif=0, burst=2.0)
-    assert [res[0], res[2]] == ["ok", "max-in-flight"]
+    res = await order([(urls[2], "y2"), (urls[3], "y3")], now + 2.0)
+    assert [res[0][0], res[1][0]] == ["ok", "max-in-flight"]
     bucket = await h.store.redis.hgetall(h.store.key("b.org", "host"))
     assert float(bucket["tokens"]) == pytest.approx(1.0) and float(bucket["ts"]) == now + 2.0
 

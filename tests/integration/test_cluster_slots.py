@@ -21,6 +21,7 @@ import redis.asyncio.cluster
 from redis.crc import key_slot
 
 from streams.state import Store
+from streams.store import ControlOp, HostOp, IssueBatch, OutcomeOp, PageOp, PingBatch
 
 pytestmark = pytest.mark.integration
 
@@ -59,32 +60,20 @@ def test_the_slot_check_catches_keys_of_two_slots() -> None:
 
 
 async def _every_script(store: Store) -> list[Any]:
-    """Each mutation of the store once, as the agents and the scheduler queue them."""
+    """Each mutation of the store once, as the agents and the scheduler call them."""
     host, url = "slots.example", "https://slots.example/a"
     out: list[Any] = []
-    pipe = store.redis.pipeline(transaction=False)
-    await store.queue_page(pipe, url, host, importance=1.0, prior=None, deleted=False,
-                           topic="t.pages", partition=0, offset=1)
-    pipe.sadd(store.shard_key(0), host)
-    await store.queue_host(pipe, host, rate_per_s=5.0, max_in_flight=2, topic="t.hosts",
-                           partition=0, offset=1)
-    await store.queue_control(pipe, {"budget_per_s": "3"}, topic="t.control", partition=0,
-                              offset=1)
-    out += await pipe.execute(raise_on_error=False)
-    pipe = store.redis.pipeline(transaction=False)
-    store.queue_pings(pipe, host, [(2, url, "sitemap", None, 50.0, "fp1")], t_delay_s=1.0,
-                      window_s=3600.0, topic="t.pings", partition=0)
-    store.queue_issue(pipe, host, [(url, "o1")], now_s=100.0, default_rate=1.0,
-                      default_mif=0, burst=1.0)
-    out += await pipe.execute(raise_on_error=False)
-    pipe = store.redis.pipeline(transaction=False)
-    await store.queue_outcome(pipe, url, host, order_id="o1", fetched_at=101.0,
-                              new_estimator=None, topic="t.outcomes", partition=0, offset=3,
-                              expect=(None, None))
-    await store.queue_outcome(pipe, url, host, order_id="o1", fetched_at=101.0,
-                              new_estimator=None, topic="t.outcomes", partition=0, offset=4)
-    await store.queue_expire(pipe, url, host, order_id="o1")
-    out += await pipe.execute(raise_on_error=False)
+    out += await store.apply_pages([PageOp(url, host, 1.0, None, False, "t.pages", 0, 1)])
+    out += await store.apply_hosts([HostOp(host, 5.0, 2, "t.hosts", 0, 1)])
+    out += await store.apply_control([ControlOp({"budget_per_s": "3"}, "t.control", 0, 1)])
+    out += await store.apply_pings(
+        [PingBatch(host, "t.pings", 0, [(2, url, "sitemap", None, 50.0, "fp1")])], t_delay_s=1.0)
+    out += await store.issue([IssueBatch(host, [(url, "o1")])], now_s=100.0, default_rate=1.0,
+                             default_mif=0, burst=1.0)
+    out += await store.apply_outcomes([
+        OutcomeOp(url, host, "o1", 101.0, None, "t.outcomes", 0, 3, expect=(None, None)),
+        OutcomeOp(url, host, "o1", 101.0, None, "t.outcomes", 0, 4)])
+    out += await store.expire([(url, host, "o1")])
     return out
 
 

@@ -29,6 +29,7 @@ from streams.params import page_params
 from streams.records import SOURCES
 from streams.settings import Settings
 from streams.state import PageState
+from streams.store import OutcomeOp
 
 HOUR = 3600.0
 
@@ -277,17 +278,13 @@ async def test_a_write_that_lost_the_race_is_not_applied(redis_url: str) -> None
     url, host = "https://c.org/a", "c.org"
     await h.feed("pages", [js(url=url)])
     value = await h.store.get_page_raw(host, url)
-    res = await h.store.queue_outcome(
-        h.store.redis, url, host, order_id=None, fetched_at=100.0, new_estimator="x|y",
-        topic="t", partition=0, offset=7, expect=(value + "stale", None),
-    )
+    (res,) = await h.store.apply_outcomes([OutcomeOp(
+        url, host, None, 100.0, "x|y", "t", 0, 7, expect=(value + "stale", None))])
     assert res[0] == "conflict"
     assert await h.store.get_pages(host, [url]) == {url: (value, None, None)}
     assert await h.store.redis.hget(h.store.key(host, "offsets"), "t:0") is None  # not consumed
-    res = await h.store.queue_outcome(
-        h.store.redis, url, host, order_id=None, fetched_at=100.0, new_estimator="x|y",
-        topic="t", partition=0, offset=7, expect=(value, None),
-    )
+    (res,) = await h.store.apply_outcomes([OutcomeOp(
+        url, host, None, 100.0, "x|y", "t", 0, 7, expect=(value, None))])
     assert res[0] == "applied"
     assert (await h.store.get_pages(host, [url]))[url][2] == "x|y"
 

@@ -14,6 +14,7 @@ import pytest
 from models.decision.pings import VERDICTS, ping_verdict
 from streams.records import SOURCES
 from streams.state import N_SEEN, PageState, Store, record_bytes
+from streams.store import PingBatch
 
 pytestmark = pytest.mark.integration
 
@@ -46,11 +47,10 @@ async def test_lua_ping_rule_equals_the_decision_core(redis_url: str) -> None:
             host, url = f"h{i}.test", f"http://h{i}.test/p"
             await store.redis.hset(store.key(host, "pages"), url,
                                    PageState(last_crawl_s=last).encode())
-            res = await store.queue_pings(
-                store.redis, host, [(i, url, "sitemap", changed, received, f"f{i}")],
-                t_delay_s=t_delay, window_s=86400.0, topic="pings", partition=0,
-            )
-            got.append(res[0])
+            (res,) = await store.apply_pings(
+                [PingBatch(host, "pings", 0, [(i, url, "sitemap", changed, received, f"f{i}")])],
+                t_delay_s=t_delay)
+            got.append(res[0][0])
             v = ping_verdict("live", t_delay, last if last > 0 else -math.inf, received,
                              math.nan if changed is None else changed)
             want.append(VERDICTS[v])
@@ -90,9 +90,9 @@ async def test_a_batch_decides_as_the_pings_one_at_a_time(redis_url: str) -> Non
             codes: list[str] = []
             for part in ([pings, replay] if mode == "batch"
                          else [[p] for p in pings + replay]):
-                res = await store.queue_pings(store.redis, host, part, t_delay_s=30.0,
-                                              window_s=100.0, topic="pings", partition=0)
-                codes += res[0::2]
+                (res,) = await store.apply_pings([PingBatch(host, "pings", 0, part)],
+                                                 t_delay_s=30.0)
+                codes += [c for c, _v in res]
             state = await store.redis.hgetall(store.key(host, "pages"))
             offset = await store.redis.hget(store.key(host, "offsets"), "pings:0")
             results[mode] = (codes, state, offset)
@@ -120,10 +120,9 @@ async def test_dedup_lives_in_the_page_record(redis_url: str) -> None:
             nonlocal offset
             offset += 1
             fp = f"i:{source}:{ident}"  # as PingEvent.fingerprint
-            res = await store.queue_pings(store.redis, host, [(offset, url, source, None, at, fp)],
-                                          t_delay_s=0.0, window_s=1.0, topic="pings",
-                                          partition=0)
-            return str(res[0])
+            (res,) = await store.apply_pings(
+                [PingBatch(host, "pings", 0, [(offset, url, source, None, at, fp)])], t_delay_s=0.0)
+            return str(res[0][0])
 
         assert await ping("indexnow", "a", 1000.0) == "applied"
         assert await ping("indexnow", "a", 1000.0 + 30 * 86400) == "duplicate"  # however late
@@ -137,12 +136,10 @@ async def test_dedup_lives_in_the_page_record(redis_url: str) -> None:
         assert await ping("indexnow", "a", 2002.0) == "applied"  # N_SEEN since: forgotten
         # a flood of distinct pings: still one record of 43 bytes, no other key
         for b in range(3):
-            res = await store.queue_pings(
-                store.redis, host,
-                [(100 + b * 100 + i, url, "sitemap", None, 3000.0 + b * 100 + i, f"x{b}.{i}")
-                 for i in range(100)],
-                t_delay_s=0.0, window_s=86400.0, topic="pings", partition=0)
-            assert set(res[0::2]) <= {"applied", "duplicate"}
+            (res,) = await store.apply_pings([PingBatch(host, "pings", 0, [
+                (100 + b * 100 + i, url, "sitemap", None, 3000.0 + b * 100 + i, f"x{b}.{i}")
+                for i in range(100)])], t_delay_s=0.0)
+            assert {c for c, _v in res} <= {"applied", "duplicate"}
         state = await store.get_page(host, url)
         assert state is not None and state.signals[SOURCES.index("websub")] == 1
         assert len(record_bytes(await store.get_page_raw(host, url) or "")) == 43
@@ -163,10 +160,10 @@ async def test_an_old_text_page_is_read_and_rewritten_binary(redis_url: str) -> 
         old = PageState(2.5, 1e-4, 1000.25, (1, 0, 2, 0, 0))
         await store.redis.hset(store.key(host, "pages"), url, old.encode_text())
         assert await store.get_page(host, url) == old
-        res = await store.queue_pings(store.redis, host,
-                                      [(1, url, "sitemap", None, 2000.0, "s1")],
-                                      t_delay_s=0.0, window_s=1.0, topic="pings", partition=0)
-        assert res[0] == "applied"
+        (res,) = await store.apply_pings(
+            [PingBatch(host, "pings", 0, [(1, url, "sitemap", None, 2000.0, "s1")])],
+            t_delay_s=0.0)
+        assert res[0][0] == "applied"
         raw = record_bytes(await store.get_page_raw(host, url) or "")
         # 27 bytes, then the one fingerprint (the zero bytes after it are not stored)
         assert raw[0] == 0xA1 and len(raw) == 29

@@ -9,6 +9,8 @@ import time
 import pytest
 from test_agents_redis import Harness, js
 
+from streams.store import IssueBatch
+
 pytestmark = pytest.mark.integration
 
 
@@ -81,9 +83,9 @@ async def test_disallowed_pages_are_blocked_until_the_robots_txt_changes(
                                  error="robots.txt disallows", robots_digest="d1")])
     assert await h.store.redis.smembers(blocked) == {url}
     assert not (await h.store.get_page("r.org", url)).crawled  # not fetched: no crawl
-    res = await h.store.queue_issue(h.store.redis, "r.org", [(url, "o1"), (other, "o2")],
-                                    now_s=now, default_rate=10.0, default_mif=0, burst=5.0)
-    assert [res[0], res[2]] == ["blocked", "ok"]
+    (res,) = await h.store.issue([IssueBatch("r.org", [(url, "o1"), (other, "o2")])],
+                                 now_s=now, default_rate=10.0, default_mif=0, burst=5.0)
+    assert [res[0][0], res[1][0]] == ["blocked", "ok"]
     # a new robots.txt empties the set; a late outcome of the old one does not block again
     await h.feed("hosts", [js(host="r.org", source="robots", robots_digest="d2")])
     assert await h.store.redis.scard(blocked) == 0

@@ -16,6 +16,7 @@ from streams.redis_conn import connect_sync
 from streams.scheduler import SHARD_ALIVE_S, Heartbeat, Scheduler
 from streams.settings import Settings
 from streams.state import Store
+from streams.store import PageOp
 
 pytestmark = pytest.mark.integration
 
@@ -118,14 +119,12 @@ def _fill(redis_url: str, prefix: str, partition: int, hosts: int, per_host: int
             names = [f"p{partition}h{h}.org" for h in range(hosts)]
             off = 0
             for host in names:
-                pipe = store.redis.pipeline(transaction=False)
+                ops = []
                 for j in range(per_host):
                     off += 1
-                    await store.queue_page(pipe, f"https://{host}/{j}", host, importance=1.0,
-                                           prior=None, deleted=False, topic="pages",
-                                           partition=partition, offset=off)
-                pipe.sadd(store.shard_key(partition), host)
-                await pipe.execute()
+                    ops.append(PageOp(f"https://{host}/{j}", host, 1.0, None, False, "pages",
+                                      partition, off))
+                await store.apply_pages(ops)
         finally:
             await store.close()
 
