@@ -34,6 +34,10 @@ A :class:`SignalState` keeps, with exponential forgetting (weights halve every
   crawls: the summary then under-states the rate (still finite and far above the prior).
 
 The state serialises to at most 256 bytes (``SignalState.to_bytes``) whatever the page's age.
+
+Over 600 lines on purpose: the state, its update (ring, eviction into the quadratic
+summary, the Newton step) and the estimate read from it are one derivation over one state
+layout; the offline fits that need none of it are in :mod:`models.estimators.signal_fit`.
 """
 
 from __future__ import annotations
