@@ -5,6 +5,7 @@ partition is assigned and when the agents change a page (a base of
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import heapq
 import logging
 import math
@@ -23,9 +24,12 @@ from streams.settings import Settings
 from streams.state import HostDump, PageState
 from streams.store import StateStore
 
-__all__ = ["ShardLoading"]
+__all__ = ["LOAD_HOSTS", "ShardLoading"]
 
 log = logging.getLogger(__name__)
+
+#: hosts read from Redis at a time in a rebuild (one pipeline; 100 pages a host: ~1 MB)
+LOAD_HOSTS = 50
 
 
 class ShardLoading:
@@ -97,19 +101,37 @@ class ShardLoading:
         if flight is not KEEP and flight is not NOT_IN_FLIGHT:
             self._set_flight(shard, url, host, flight)
 
+    async def _load_all(self, shard: Shard, hosts: list[str]) -> None:
+        """Every host's pages, ``LOAD_HOSTS`` hosts a read: the next read is on its way
+        (Redis answers it on its own core) while this one's pages are put in the book."""
+        batches = [hosts[i : i + LOAD_HOSTS] for i in range(0, len(hosts), LOAD_HOSTS)]
+        if not batches:
+            return
+        ahead = asyncio.ensure_future(self.store.dump_hosts(batches[0]))
+        try:
+            for k in range(len(batches)):
+                dumps = await ahead
+                if k + 1 < len(batches):
+                    ahead = asyncio.ensure_future(self.store.dump_hosts(batches[k + 1]))
+                    await asyncio.sleep(0)  # let it send its commands
+                for dump in dumps:
+                    if dump.blocked:
+                        shard.blocked[dump.host] = set(dump.blocked)
+                self._load_hosts(shard, dumps)
+                await asyncio.sleep(0)
+        finally:
+            if not ahead.done():
+                ahead.cancel()
+                with contextlib.suppress(BaseException):
+                    await ahead
+
     async def _load(self, shard: Shard) -> None:
         """Rebuild a shard from Redis (its hosts set, then each host's pages)."""
         t0 = time.monotonic()
         while True:
             try:
                 hosts = await self.store.shard_hosts(shard.partition)
-                for i in range(0, len(hosts), 50):
-                    dumps = await self.store.dump_hosts(hosts[i : i + 50])
-                    for dump in dumps:
-                        if dump.blocked:
-                            shard.blocked[dump.host] = set(dump.blocked)
-                    self._load_hosts(shard, dumps)
-                    await asyncio.sleep(0)
+                await self._load_all(shard, hosts)
                 while shard.dirty:
                     batch = list(shard.dirty)
                     shard.dirty.clear()
