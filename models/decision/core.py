@@ -65,6 +65,11 @@ class ShardBook:
     #: page -> (order id, issued at): out of the index and fresh pages until it ends
     in_flight: dict[Hashable, tuple[str, float]] = field(default_factory=dict)
 
+    def __post_init__(self) -> None:
+        # the floor's due times live by the table's slots (models/decision/floor.py)
+        if not self.floor.uses(self.table):
+            self.floor.bind(self.table)
+
     def __len__(self) -> int:
         return len(self.table)
 
@@ -126,7 +131,7 @@ class ShardBook:
         t.estimated[slots] = estimated
         t.src_beta[slots] = src_beta
         if floor_due_s is not None:
-            self.floor.set_many(pages, np.asarray(floor_due_s, dtype=np.float64).tolist())
+            self.floor.set_slots(slots, floor_due_s)
         if self.in_flight.keys().isdisjoint(pages):
             free = np.ones(len(pages), dtype=bool)
         else:
@@ -173,9 +178,9 @@ class ShardBook:
 
     def remove_page(self, page: Hashable) -> None:
         host = self.table.host_of(page)
+        self.floor.discard(page)  # by its slot: before the table frees it
         self.table.remove(page)
         self.fresh.remove(page)
-        self.floor.discard(page)
         self.index.forget(page)
         if self.in_flight.pop(page, None) is not None and host is not None:
             self.hosts.add_in_flight(host, -1)

@@ -5,7 +5,6 @@ partition is assigned and when the agents change a page (a base of
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import heapq
 import logging
 import math
@@ -102,28 +101,16 @@ class ShardLoading:
             self._set_flight(shard, url, host, flight)
 
     async def _load_all(self, shard: Shard, hosts: list[str]) -> None:
-        """Every host's pages, ``LOAD_HOSTS`` hosts a read: the next read is on its way
-        (Redis answers it on its own core) while this one's pages are put in the book."""
-        batches = [hosts[i : i + LOAD_HOSTS] for i in range(0, len(hosts), LOAD_HOSTS)]
-        if not batches:
-            return
-        ahead = asyncio.ensure_future(self.store.dump_hosts(batches[0]))
-        try:
-            for k in range(len(batches)):
-                dumps = await ahead
-                if k + 1 < len(batches):
-                    ahead = asyncio.ensure_future(self.store.dump_hosts(batches[k + 1]))
-                    await asyncio.sleep(0)  # let it send its commands
-                for dump in dumps:
-                    if dump.blocked:
-                        shard.blocked[dump.host] = set(dump.blocked)
-                self._load_hosts(shard, dumps)
-                await asyncio.sleep(0)
-        finally:
-            if not ahead.done():
-                ahead.cancel()
-                with contextlib.suppress(BaseException):
-                    await ahead
+        """Every host's pages, ``LOAD_HOSTS`` hosts a read.  (Reading the next hosts while
+        this one's pages go in the book was slower: 6.0 s against 5.3-5.7 s per 10^6 pages
+        with ``benchmarks/bench_rebuild.py``; the reads' cost is parsing in this process.)"""
+        for i in range(0, len(hosts), LOAD_HOSTS):
+            dumps = await self.store.dump_hosts(hosts[i : i + LOAD_HOSTS])
+            for dump in dumps:
+                if dump.blocked:
+                    shard.blocked[dump.host] = set(dump.blocked)
+            self._load_hosts(shard, dumps)
+            await asyncio.sleep(0)
 
     async def _load(self, shard: Shard) -> None:
         """Rebuild a shard from Redis (its hosts set, then each host's pages)."""
