@@ -574,3 +574,18 @@ def test_ticks_equal_brute_force_with_parking_pings_and_outcomes(
                                   alpha=p["alpha"], beta=p["beta"], gamma=p["gamma"],
                                   mu=p["mu"], max_value=p["max_value"],
                                   floor_due_s=None if p["due"] == math.inf else p["due"])
+
+
+def test_floor_due_with_many_due_pages_looks_further_when_ok_refuses() -> None:
+    """More pages due than one chunk (argpartition): the earliest that ``ok`` accepts, in
+    due order, even when it refuses the earliest thousands."""
+    q = FloorQueue()
+    rng = np.random.default_rng(5)
+    due = rng.uniform(0, 100, 5000)
+    for p, d in enumerate(due.tolist()):
+        q.set(p, d)
+    accepted = set(range(0, 5000, 97))  # ~26 due: every chunk is looked at
+    got = q.due(50.0, 20, ok=lambda p: p in accepted)
+    want = sorted((d, p) for p, d in enumerate(due.tolist()) if d <= 50.0 and p in accepted)
+    assert len(want) > 20 and got == want[:20]
+    assert q.due(50.0, 5000) == sorted((d, p) for p, d in enumerate(due.tolist()) if d <= 50.0)
