@@ -7,16 +7,61 @@ and the HTTP views (:mod:`streams.web`), sharing one Redis store and one metrics
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from typing import Any
 
 import faust
+from aiokafka import AIOKafkaProducer
 
 from streams.settings import Settings
 
-__all__ = ["create_app"]
+__all__ = ["OrdersProducer", "create_app"]
 
 log = logging.getLogger(__name__)
+
+
+class OrdersProducer:
+    """The orders' own Kafka producer, idempotent: a send that aiokafka retries across a
+    broker restart is written once (Faust's producer is not idempotent, and an order
+    written twice reached the fetcher twice: two fetches, two outcomes for one order, seen
+    by ``tests/integration/test_faults.py`` on a broker restart).  Started at the first
+    order; :meth:`stop` flushes what is buffered (the worker's shutdown)."""
+
+    def __init__(self, bootstrap: str) -> None:
+        self.bootstrap = bootstrap
+        self._producer: AIOKafkaProducer | None = None
+        self._lock = asyncio.Lock()
+        self.stopped = False
+
+    async def _started(self) -> AIOKafkaProducer:
+        async with self._lock:
+            if self.stopped:
+                raise RuntimeError("the orders producer is stopped")
+            if self._producer is None:
+                # aiokafka's default partitioner is murmur2 on the key, as Kafka's Java
+                # clients: an order lands on its host's partition
+                p = AIOKafkaProducer(bootstrap_servers=self.bootstrap, acks="all",
+                                     enable_idempotence=True, linger_ms=5)
+                try:
+                    await p.start()
+                except BaseException:
+                    await p.stop()
+                    raise
+                self._producer = p
+            return self._producer
+
+    async def send(self, topic: str, key: bytes, value: bytes) -> None:
+        """Returns once the record is in the producer's batch (delivery not awaited)."""
+        p = self._producer if self._producer is not None else await self._started()
+        await p.send(topic, value, key=key)
+
+    async def stop(self) -> None:
+        async with self._lock:
+            self.stopped = True
+            if self._producer is not None:
+                await self._producer.stop()  # flushes first
+                self._producer = None
 
 
 def create_app(settings: Settings) -> faust.App:
@@ -53,11 +98,17 @@ def create_app(settings: Settings) -> faust.App:
 
     orders_name = settings.topic("orders")
 
+    orders = OrdersProducer(settings.kafka_bootstrap)
+
     async def send_order(key: bytes, value: bytes) -> None:
-        # straight to the producer (no Faust message object per order): the call returns
-        # once the record is in the producer's batch, its delivery is not awaited; keys
-        # are partitioned by murmur2 as by Kafka's Java clients
-        await app.producer.send(orders_name, key, value, None, None, None)
+        # no Faust message object per order: the call returns once the record is in the
+        # producer's batch, its delivery is not awaited
+        await orders.send(orders_name, key, value)
+
+    @app.on_before_shutdown.connect  # type: ignore[arg-type]
+    async def _flush_orders(sender: Any, **_kw: Any) -> None:
+        scheduler.stopping = True
+        await orders.stop()
 
     def assignment() -> set[int]:
         return {tp.partition for tp in app.consumer.assignment() if tp.topic == pages_topic_name}
