@@ -54,6 +54,7 @@ stored: why a page was or wasn't crawled is kept by the worker that decided it
 
 from __future__ import annotations
 
+import itertools
 import json
 import math
 import operator
@@ -186,8 +187,10 @@ def transient_reply(res: Any) -> bool:
 
 
 def _pairs(flat: Sequence[Any]) -> list[tuple[str, str]]:
-    """A script's flat ``code, payload, code, payload, ...`` reply as pairs."""
-    return list(zip(map(_text, flat[0::2]), map(_text, flat[1::2]), strict=True))
+    """A script's flat ``code, payload, code, payload, ...`` reply as pairs (the client
+    decodes replies: they are text already)."""
+    it = iter(flat)
+    return list(zip(it, it, strict=True))
 
 
 def _text(x: Any) -> str:
@@ -344,14 +347,6 @@ class Store:
             args += [k, v]
         return self.apply_control_script, [self.control_key, self.control_offsets_key], args
 
-    def _issue_call(self, b: IssueBatch, now_s: float, default_rate: float, default_mif: int,
-                    burst: float) -> _Call:
-        keys = [self.key(b.host, k) for k in ("pages", "inflight", "host", "blocked")]
-        args: list[Any] = [repr(now_s), repr(default_rate), default_mif, repr(burst)]
-        for url, oid in b.orders:
-            args += [url, oid]
-        return self.issue_script, keys, args
-
     # -- batches (StateStore): one pipeline each -------------------------------------------
     async def _batch(self, calls: Sequence[_Call], *, extra: Callable[[Any, int], int] | None
                      = None) -> list[Any]:
@@ -433,10 +428,16 @@ class Store:
         whose script Redis lacked gets NoScriptError (scripts loaded for the next tick),
         and no reply at all raises."""
         pipe = self.redis.pipeline(transaction=False)
+        # KEYS pages, inflight, host, blocked; ARGV now, default rate, default max in
+        # flight, burst, then (url, order id) pairs (streams/lua/issue.lua).  Built here in
+        # one loop (10^4 hosts a tick at 10^4 orders/s): straight EVALSHA, no SCRIPT EXISTS
+        head = (repr(now_s), repr(default_rate), default_mif, repr(burst))
+        sha, p, run = self.issue_script.sha, self.prefix, pipe.execute_command
         for b in batches:
-            script, keys, args = self._issue_call(b, now_s, default_rate, default_mif, burst)
-            # straight EVALSHA: a pipeline would ask SCRIPT EXISTS first (a round trip)
-            pipe.execute_command("EVALSHA", script.sha, len(keys), *keys, *args)
+            h = b.host
+            run("EVALSHA", sha, 4, f"{p}:{{{h}}}:pages", f"{p}:{{{h}}}:inflight",
+                f"{p}:{{{h}}}:host", f"{p}:{{{h}}}:blocked", *head,
+                *itertools.chain.from_iterable(b.orders))
         results = list(await pipe.execute(raise_on_error=False))
         if any(isinstance(r, NoScriptError) for r in results):
             await self.load_scripts()
