@@ -29,6 +29,28 @@ DEFAULT_LEVELS: tuple[float, ...] = tuple(2.0 ** (k / 32.0) for k in range(-1600
 _IOTA_MARGIN = 1e-9
 
 
+def checked_columns(page_ids: Sequence[Hashable], hosts: Sequence[Hashable] | None,
+                    origin: npt.ArrayLike, alpha: npt.ArrayLike, beta: npt.ArrayLike,
+                    gamma: npt.ArrayLike, mu: npt.ArrayLike
+                    ) -> tuple[FloatArray, list[FloatArray], int]:
+    """The bulk upserts' arguments checked (``CrawlIndex.upsert_many``,
+    ``HostIndex.upsert_many``): ``origin``, ``[alpha, beta, gamma, mu]`` as flat float64
+    arrays of one length ``n``; origin a number or -inf, the others >= 0 and finite (beta
+    may be +inf: a source that never signals)."""
+    o = np.asarray(origin, dtype=np.float64).ravel()
+    cols = [np.asarray(x, dtype=np.float64).ravel() for x in (alpha, beta, gamma, mu)]
+    n = len(page_ids)
+    if o.size != n or any(c.size != n for c in cols) or (
+            hosts is not None and len(hosts) != n):
+        raise ValueError("page_ids, hosts and the parameters differ in length")
+    if np.isnan(o).any() or (o == math.inf).any():
+        raise ValueError("origin must be a number or -inf")
+    for name, v in zip(("alpha", "beta", "gamma", "mu"), cols, strict=True):
+        if (np.isnan(v) | (v < 0)).any() or (name != "beta" and np.isinf(v).any()):
+            raise ValueError(f"{name} must be finite and >= 0")
+    return o, cols, n
+
+
 class _ValueFn(Protocol):
     def __call__(
         self,

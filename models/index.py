@@ -50,6 +50,7 @@ from models._index_store import (
     DEFAULT_LEVELS,
     FloatArray,
     IndexStats,
+    checked_columns,
 )
 
 __all__ = ["DEFAULT_LEVELS", "CrawlIndex", "IndexStats"]
@@ -159,17 +160,7 @@ class CrawlIndex(_PlannedIndex):
         parameters and hosts on arrays and wait for their keys in the pending set, as
         :meth:`upsert` leaves a new page; otherwise (a page already here, one given
         twice, free slots to reuse) it is :meth:`upsert` page by page."""
-        o = np.asarray(origin, dtype=np.float64).ravel()
-        cols = [np.asarray(x, dtype=np.float64).ravel() for x in (alpha, beta, gamma, mu)]
-        n = len(page_ids)
-        if o.size != n or any(c.size != n for c in cols) or (
-                hosts is not None and len(hosts) != n):
-            raise ValueError("page_ids, hosts and the parameters differ in length")
-        if np.isnan(o).any() or (o == math.inf).any():
-            raise ValueError("origin must be a number or -inf")
-        for name, v in zip(("alpha", "beta", "gamma", "mu"), cols, strict=True):
-            if (np.isnan(v) | (v < 0)).any() or (name != "beta" and np.isinf(v).any()):
-                raise ValueError(f"{name} must be finite and >= 0")
+        o, cols, n = checked_columns(page_ids, hosts, origin, alpha, beta, gamma, mu)
         slot = self._slot
         if (self._free or len(set(page_ids)) != n
                 or any(p in slot for p in page_ids)):

@@ -47,6 +47,8 @@ from collections.abc import Callable, Hashable, Iterator, Sequence
 import numpy as np
 import numpy.typing as npt
 
+from models._index_store import checked_columns
+
 __all__ = ["HostIndex", "HostIndexStats"]
 
 FloatArray = npt.NDArray[np.float64]
@@ -232,17 +234,7 @@ class HostIndex:
                     origin: npt.ArrayLike, alpha: npt.ArrayLike, beta: npt.ArrayLike,
                     gamma: npt.ArrayLike, mu: npt.ArrayLike) -> None:
         """:meth:`upsert` of many pages in order (a shard's rebuild)."""
-        o = np.asarray(origin, dtype=np.float64).ravel()
-        cols = [np.asarray(x, dtype=np.float64).ravel() for x in (alpha, beta, gamma, mu)]
-        n = len(page_ids)
-        if o.size != n or any(c.size != n for c in cols) or (
-                hosts is not None and len(hosts) != n):
-            raise ValueError("page_ids, hosts and the parameters differ in length")
-        if np.isnan(o).any() or (o == math.inf).any():
-            raise ValueError("origin must be a number or -inf")
-        for name, v in zip(("alpha", "beta", "gamma", "mu"), cols, strict=True):
-            if (np.isnan(v) | (v < 0)).any() or (name != "beta" and np.isinf(v).any()):
-                raise ValueError(f"{name} must be finite and >= 0")
+        o, cols, n = checked_columns(page_ids, hosts, origin, alpha, beta, gamma, mu)
         slot = self._slot
         if self._free or len(set(page_ids)) != n or not slot.keys().isdisjoint(page_ids):
             for i, p in enumerate(page_ids):
