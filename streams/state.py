@@ -348,35 +348,34 @@ class Store:
         return self.apply_control_script, [self.control_key, self.control_offsets_key], args
 
     # -- batches (StateStore): one pipeline each -------------------------------------------
-    async def _batch(self, calls: Sequence[_Call], *, extra: Callable[[Any, int], int] | None
-                     = None) -> list[Any]:
+    async def _batch(self, calls: Sequence[_Call], *,
+                     shards: Sequence[PageOp | HostOp] | None = None) -> list[Any]:
         """Run ``calls`` in one pipeline, each as a straight EVALSHA (no ``SCRIPT EXISTS``
         round trip; on a cluster the command is routed by its keys' slot).  Calls that
         Redis answers NOSCRIPT (a restart, a master that lost its scripts) run again once
         the scripts are loaded: each is offset- or id-guarded.  A transient error reply
-        raises :class:`StoreUnavailable` (run the batch again).  ``extra(pipe, i)`` queues
-        commands after call ``i`` and returns how many (their replies are dropped)."""
+        raises :class:`StoreUnavailable` (run the batch again).  ``shards``: the events of the
+        calls, each host then recorded as one of its partition's (``SADD``, reply dropped)."""
         out: list[Any] = [None] * len(calls)
         todo = list(range(len(calls)))
         for _attempt in range(3):
             pipe = self.redis.pipeline(transaction=False)
-            at: list[int] = []
-            n = 0
             for i in todo:
                 script, keys, args = calls[i]
                 pipe.execute_command("EVALSHA", script.sha, len(keys), *keys, *args)
-                at.append(n)
-                n += 1 + (extra(pipe, i) if extra is not None else 0)
+                if shards is not None:
+                    pipe.sadd(self.shard_key(shards[i].partition), shards[i].host)
+            step = 1 if shards is None else 2
             results = list(await pipe.execute(raise_on_error=False))
             bad = next((r for r in results if transient_reply(r)), None)
             if bad is not None:
                 raise StoreUnavailable(repr(bad))
             missing = []
-            for i, k in zip(todo, at, strict=True):
-                if isinstance(results[k], NoScriptError):
+            for i, res in zip(todo, results[::step], strict=True):
+                if isinstance(res, NoScriptError):
                     missing.append(i)
                 else:
-                    out[i] = results[k]
+                    out[i] = res
             if not missing:
                 return out
             await self.load_scripts()
@@ -384,11 +383,8 @@ class Store:
         raise StoreUnavailable("NOSCRIPT after loading the scripts")
 
     async def apply_pages(self, ops: Sequence[PageOp]) -> list[Any]:
-        def shard(pipe: Any, i: int) -> int:
-            pipe.sadd(self.shard_key(ops[i].partition), ops[i].host)
-            return 1
         return [r if isinstance(r, Exception) else (_text(r[0]), _text(r[1]))
-                for r in await self._batch([self._page_call(op) for op in ops], extra=shard)]
+                for r in await self._batch([self._page_call(op) for op in ops], shards=ops)]
 
     async def apply_pings(self, batches: Sequence[PingBatch], *, t_delay_s: float
                           ) -> list[Any]:
@@ -412,11 +408,8 @@ class Store:
                 for r in await self._batch([self._outcome_call(op) for op in ops])]
 
     async def apply_hosts(self, ops: Sequence[HostOp]) -> list[Any]:
-        def shard(pipe: Any, i: int) -> int:
-            pipe.sadd(self.shard_key(ops[i].partition), ops[i].host)
-            return 1
         return [r if isinstance(r, Exception) else (_text(r[0]), _text(r[1]), int(r[2]))
-                for r in await self._batch([self._host_call(op) for op in ops], extra=shard)]
+                for r in await self._batch([self._host_call(op) for op in ops], shards=ops)]
 
     async def apply_control(self, ops: Sequence[ControlOp]) -> list[Any]:
         return [r if isinstance(r, Exception) else _text(r)
