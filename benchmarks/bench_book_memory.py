@@ -1,6 +1,8 @@
 """Memory of a shard's book per page: ``tracemalloc`` over ``ShardBook.set_pages`` of
 ``--pages`` crawled pages (floor due times included, as a rebuild sets them), grouped by
-source line.  No Redis, no Kafka.
+source line; and the worker's decisions ring (``streams.decisions``) at ``--ring-pages``
+pages of four ~100-character entries, against the layout it replaced (a ``deque`` per
+page).  No Redis, no Kafka.
 
     .venv/bin/python benchmarks/bench_book_memory.py --pages 200000 --hosts 2000
 """
@@ -11,12 +13,51 @@ import argparse
 import gc
 import time
 import tracemalloc
+from collections import OrderedDict, deque
+from typing import Any
 
 import numpy as np
 
 from models.decision.core import ShardBook
 from models.decision.hosts import HostBuckets
 from models.decision.table import PageTable
+from streams.decisions import DecisionRing
+
+
+def _traced(build: Any) -> float:
+    """MiB that ``build()``'s result holds (tracemalloc)."""
+    tracemalloc.start()
+    try:
+        keep = build()
+        size = tracemalloc.get_traced_memory()[0]
+        del keep
+        return size / 2**20
+    finally:
+        tracemalloc.stop()
+
+
+def ring_memory(pages: int) -> None:
+    urls = [f"https://host{i % 10_000}.example/page/{i:08d}" for i in range(pages)]
+    texts = [f"{1764000000.123 + k:.3f} ordered w1-0-{k:x} (greedy): value 0.01234 >= "
+             "threshold 0.01, tau_eff 3600s" for k in range(4)]
+
+    def ring() -> DecisionRing:
+        r = DecisionRing(max_pages=pages)
+        for u in urls:
+            for t in texts:
+                r.add(u, t + u[-4:])
+        return r
+
+    def deques() -> OrderedDict[str, deque[str]]:
+        d: OrderedDict[str, deque[str]] = OrderedDict()
+        for u in urls:
+            q = d[u] = deque(maxlen=4)
+            for t in texts:
+                q.append(t + u[-4:])
+        return d
+
+    print(f"decisions ring, {pages} pages x 4 entries: {_traced(ring):.0f} MiB "
+          f"(a deque per page: {_traced(deques):.0f} MiB)")
 
 
 def main() -> None:
@@ -25,7 +66,9 @@ def main() -> None:
     ap.add_argument("--hosts", type=int, default=2_000)
     ap.add_argument("--batch", type=int, default=5_000, help="pages per set_pages call")
     ap.add_argument("--top", type=int, default=10)
+    ap.add_argument("--ring-pages", type=int, default=100_000)
     args = ap.parse_args()
+    ring_memory(args.ring_pages)
     n_all, h_all = args.pages, args.hosts
     urls = [f"https://host{i % h_all}.example/page/{i:08d}" for i in range(n_all)]
     hosts = [f"host{i % h_all}.example" for i in range(n_all)]

@@ -7,8 +7,9 @@ whatever the input.  A worker answers for the pages of the shards it runs (the d
 are made there); after a restart or a rebalance the ring starts empty.
 
 A page's entries are one string, joined by a separator: 100,000 pages of four ~100
-character entries take ~60 MiB, against ~140 MiB with a ``deque`` per page (its block of
-64 slots) and four ``str`` objects (``tests/unit/test_decisions.py`` measures both).
+character entries take ~48 MiB, against ~134 MiB with a ``deque`` per page (its block of
+64 slots) and four ``str`` objects (``benchmarks/bench_book_memory.py``;
+``tests/unit/test_decisions.py`` checks the ratio).
 """
 
 from __future__ import annotations
