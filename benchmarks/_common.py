@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from streams.state import Store
+from streams.store.redis_store import Store
 
 __all__ = ["Ev", "Msg", "set_listpack_value"]
 

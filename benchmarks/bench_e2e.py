@@ -53,7 +53,7 @@ from rich.table import Table
 from infra import stack
 from infra.kafka import create_topics
 from infra.proc import free_port, spawn, stop_group, tail
-from streams.redis_conn import connect_sync as connect_redis_sync
+from streams.store.redis_conn import connect_sync as connect_redis_sync
 
 REPO = Path(__file__).resolve().parent.parent
 TOPICS = ("pages", "pings", "outcomes", "hosts", "control", "orders", "rejects")

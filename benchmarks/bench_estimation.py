@@ -1,4 +1,5 @@
-"""The outcome estimator update of the service (``streams/estimation.py``), scalar vs batch.
+"""The outcome estimator update of the service (``streams/estimates/estimation.py``), scalar vs
+batch.
 
     .venv/bin/python benchmarks/bench_estimation.py updates --pages 1000 10000 100000
     .venv/bin/python benchmarks/bench_estimation.py outcomes --redis redis://127.0.0.1:6379/0 \\
@@ -55,8 +56,8 @@ from models.estimators import (
     states_to_batch,
     update_many,
 )
-from streams.estimation import N_GROUPS, Estimation, EstimatorRecord, Observation
-from streams.records import SOURCES
+from streams.estimates.estimation import N_GROUPS, Estimation, EstimatorRecord, Observation
+from streams.events.records import SOURCES
 
 HOUR_S = 3600.0
 
@@ -172,7 +173,7 @@ def _per_source(groups: tuple[float, ...]) -> tuple[int, ...]:
 
 def _observe_scalar(estimation: Estimation, observations: list[Observation]) -> list[str]:
     """``Estimation.observe`` as it was before ``update_many`` (scalar update per page)."""
-    from streams.estimation import group_counts
+    from streams.estimates.estimation import group_counts
 
     states = []
     for o in observations:
@@ -204,10 +205,10 @@ STAGES = ("_validate", "read", "observe", "write", "queue_outcome", "_pipeline",
 
 
 async def bench_outcomes(args: argparse.Namespace) -> None:
-    from streams.agents import Agents
-    from streams.metrics import Metrics
     from streams.settings import Settings
-    from streams.state import Store
+    from streams.store.redis_store import Store
+    from streams.worker.agents import Agents
+    from streams.worker.metrics import Metrics
 
     prefix = f"bench{uuid.uuid4().hex[:6]}"
     s = Settings(redis_url=args.redis, key_prefix=prefix, budget_per_s=1e9, tick_s=0.01,

@@ -5,11 +5,11 @@ and how many bytes of Redis each page takes.
         --pages 1000000 --hosts 10000 --formats binary text
 
 Writes ``--pages`` crawled and pinged pages on ``--hosts`` hosts into one shard, each with an
-estimator record made by the real :class:`streams.estimation.Estimation` (so every page
+estimator record made by the real :class:`streams.estimates.estimation.Estimation` (so every page
 takes the estimates path), a signal count and a ping fingerprint, then measures the Redis
 bytes per page (``INFO memory`` ``used_memory`` delta after ``MEMORY PURGE``) and times
 ``Scheduler`` rebuilding the shard (arrays: ``Scheduler._load_hosts``).  ``--formats``:
-``binary`` is the record of ``streams/state.py`` (page + estimator record in one field);
+``binary`` is the record of ``streams/store/redis_store.py`` (page + estimator record in one field);
 ``text`` is the same pages written as before record version 1 (text page value, text
 estimator record with the model's default ring in ``P:{host}:est``; the old per-ping
 ``seen`` set, ~108 B per ping, is not written), a same-run reference that the current code
@@ -31,11 +31,11 @@ from typing import Any
 
 from _common import set_listpack_value
 
-from streams.estimation import Estimation, EstimatorRecord, Observation, full_estimates
-from streams.metrics import Metrics
+from streams.estimates.estimation import Estimation, EstimatorRecord, Observation, full_estimates
 from streams.scheduler import NOT_IN_FLIGHT, Scheduler
 from streams.settings import Settings
-from streams.state import N_SEEN, PageState, Store, ping_fingerprint, record_bytes
+from streams.store.redis_store import N_SEEN, PageState, Store, ping_fingerprint, record_bytes
+from streams.worker.metrics import Metrics
 
 
 def records(fmt: str) -> list[bytes | str]:

@@ -7,8 +7,8 @@ Sizing: :func:`models.sim.scaleout.size` on the measured per-worker and per-page
 (:class:`models.sim.scaleout.Measured`, docs/benchmarks.md "Streaming worker") for 10^7,
 10^8, 10^9 pages at 10^3 and 10^4 orders/s with pings at twice the order rate
 (``--ping-ratio``).  Protocol: :func:`models.sim.scaleout.simulate_split` with the real split
-rule (``streams.budget.live``, ``ready_weights``, ``split``) and pacer; the rates are counted
-over the given windows, the worst window of 1/5/60 s against ``R (L + tick) + workers``
+rule (``streams.scheduler.budget.live``, ``ready_weights``, ``split``) and pacer; the rates are
+counted over the given windows, the worst window of 1/5/60 s against ``R (L + tick) + workers``
 (one order of slack per worker's pacer).  Pure and deterministic: no Redis, no Kafka.
 """
 
@@ -19,13 +19,13 @@ import json
 from typing import Any
 
 from models.sim.scaleout import SplitRule, Worker, simulate_split, size, worst_window
-from streams import budget
 from streams.scheduler import (
     HEARTBEAT_S,
     LOOP_HUNG_S,
     LOOP_STALL_S,
     RESPLIT_S,
     SHARD_ALIVE_S,
+    budget,
 )
 
 RULE = SplitRule(budget.live, budget.ready_weights, budget.split)

@@ -25,10 +25,10 @@ from typing import Any
 
 import numpy as np
 
-from streams.metrics import Metrics
 from streams.scheduler import Scheduler
 from streams.settings import Settings
-from streams.state import PageState, Store
+from streams.store.redis_store import PageState, Store
+from streams.worker.metrics import Metrics
 
 
 async def one_rate(args: argparse.Namespace, rate: float) -> dict[str, Any]:

@@ -22,11 +22,11 @@ from typing import Any
 
 from _common import Ev, Msg, set_listpack_value
 
-from streams.agents import Agents
-from streams.metrics import Metrics
 from streams.scheduler import Scheduler
 from streams.settings import Settings
-from streams.state import Store
+from streams.store.redis_store import Store
+from streams.worker.agents import Agents
+from streams.worker.metrics import Metrics
 
 
 async def used_memory(store: Store) -> int:

@@ -54,10 +54,10 @@ class RedisConfig:
         return f"redis://127.0.0.1:{self.port}/0"
 
 
-#: A page record with its estimator record is 43 + 129 + 20 x ring bytes (streams/state.py):
-#: over Redis's default ``hash-max-listpack-value 64``, which would turn every host's page
-#: hash into a hashtable (304 instead of 248 B per page at 10^5 pages:
-#: docs/benchmarks.md "Compact records").  Users' own Redis should set the same.
+#: A page record with its estimator record is 43 + 129 + 20 x ring bytes
+#: (streams/store/redis_store.py): over Redis's default ``hash-max-listpack-value 64``,
+#: which would turn every host's page hash into a hashtable (304 instead of 248 B per page at
+#: 10^5 pages: docs/benchmarks.md "Compact records").  Users' own Redis should set the same.
 LISTPACK_ARGS = ("--hash-max-listpack-value", "256")
 
 
@@ -101,7 +101,7 @@ def wait_ready(proc: subprocess.Popen[bytes], cfg: RedisConfig, timeout_s: float
 
 # -- Redis Cluster ---------------------------------------------------------------------------
 #: scheme of a cluster address: ``redis+cluster://127.0.0.1:7000,127.0.0.1:7001`` (seed
-#: nodes; the client discovers the rest).  Read by :mod:`streams.redis_conn`.
+#: nodes; the client discovers the rest).  Read by :mod:`streams.store.redis_conn`.
 CLUSTER_SCHEME = "redis+cluster"
 
 

@@ -5,7 +5,7 @@ work from another process (``recrawl infra status``).  ``up`` is idempotent: a h
 running stack is reused.  Every service runs in its own process group and ``down`` stops
 the whole group.  ``up(redis_cluster=N)`` runs Redis as a local Redis Cluster of N masters
 instead of one node (:func:`infra.redis.start_cluster`); its address is a
-``redis+cluster://`` URL that :mod:`streams.redis_conn` turns into a cluster client.
+``redis+cluster://`` URL that :mod:`streams.store.redis_conn` turns into a cluster client.
 """
 
 from __future__ import annotations

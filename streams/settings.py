@@ -82,7 +82,7 @@ class Settings(BaseSettings):
     #: after at most this long (Faust's default is 60 s); heartbeats every third of it.
     session_timeout_s: float = Field(default=10.0, ge=6.0, le=300.0)
     #: Not used since the binary page records (a duplicate is a ping whose fingerprint is
-    #: among the last 8 in its page's record, streams/page_record.py); still accepted so that
+    #: among the last 8 in its page's record, streams/store/page_record.py); still accepted so that
     #: existing configurations load.  Was: the window in which a ping id counted once ...
     ping_dedup_window_s: float = Field(default=7 * 86400.0, gt=0.0)
     #: ... and the most fingerprints remembered per host.  Not used either (above).

@@ -18,11 +18,11 @@ from typing import Any
 import faust
 import pytest
 
-from streams.agents import register_agents
-from streams.metrics import Metrics
 from streams.settings import Settings
-from streams.state import PageState, Store
 from streams.store import IssueBatch, StateStore
+from streams.store.redis_store import PageState, Store
+from streams.worker.agents import register_agents
+from streams.worker.metrics import Metrics
 
 __all__ = ["CASES", "Harness", "js"]
 

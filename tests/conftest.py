@@ -34,8 +34,8 @@ from hypothesis import settings as hypothesis_settings
 from kinds import kind_of, misplaced_unit_items
 from worker_process import IN_CI, Worker, settings_env  # noqa: F401 (re-exported)
 
-from streams.redis_conn import connect as connect_redis
 from streams.settings import Settings
+from streams.store.redis_conn import connect as connect_redis
 from streams.testweb.server import TestWeb
 from streams.testweb.world import generate_world
 
@@ -85,7 +85,7 @@ def _reachable(hostport: str) -> bool:
 def _redis_hostport(url: str) -> str:
     from urllib.parse import urlsplit
 
-    from streams.redis_conn import cluster_nodes, is_cluster_url
+    from streams.store.redis_conn import cluster_nodes, is_cluster_url
 
     if is_cluster_url(url):  # the first seed node
         host, port = cluster_nodes(url)[0][0]
@@ -155,7 +155,7 @@ def redis_cluster_url(services: Services, tmp_path_factory: pytest.TempPathFacto
     from infra import InfraError
     from infra import redis as infra_redis
     from infra.proc import stop_group
-    from streams.redis_conn import is_cluster_url
+    from streams.store.redis_conn import is_cluster_url
 
     if is_cluster_url(services.redis_url):
         yield services.redis_url

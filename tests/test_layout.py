@@ -15,11 +15,12 @@ REPO = Path(__file__).resolve().parent.parent
 def test_streams_models_infra_import_from_this_repository() -> None:
     # In a fresh interpreter started elsewhere: "streams" and "models" are generic names,
     # a same-named package from site-packages must not win.
-    code = "import streams, models, infra; print(streams.__file__, models.__file__, infra.__file__)"
+    code = ("import streams, models, infra, experiments; "
+            "print(streams.__file__, models.__file__, infra.__file__, experiments.__file__)")
     out = subprocess.run(
         [sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd="/"
     ).stdout.split()
-    assert [Path(p).resolve().parent.parent for p in out] == [REPO] * 3
+    assert [Path(p).resolve().parent.parent for p in out] == [REPO] * 4
 
 
 def test_dependencies_are_pinned_exactly_and_faust_avoids_broken_releases() -> None:
@@ -85,7 +86,7 @@ def test_public_streams_modules_declare_all_and_errors_share_a_root() -> None:
         for name in mod.__all__:
             assert hasattr(mod, name), (rel, name)
     assert missing == []
-    for dotted in ("streams.agents.RedisUnavailable", "streams.edges.indexnow.Rejection",
+    for dotted in ("streams.worker.agents.RedisUnavailable", "streams.edges.indexnow.Rejection",
                    "streams.edges.sitemaps.SitemapRefused", "streams.edges.websub.WebSubError",
                    "streams.fetcher.client.BodyTooLarge",
                    "streams.fetcher.egress.RefusedTarget"):

@@ -15,7 +15,8 @@ paper 004 discards it:
 ``"live"``
     the service's rule: ``strict`` (a ping received before the last crawl also counts as
     announcing an earlier change), then ``tdelay``.  It is what ``recrawl worker`` applies
-    (its Lua mirror in :mod:`streams.state` is checked against this function in the tests).
+    (its Lua mirror in :mod:`streams.store.redis_store` is checked against this function in the
+    tests).
 
 A page never crawled has ``last_crawl = -inf`` (the service stores 0 and converts): no
 rule discards its pings.  An unknown change time is ``nan``.

@@ -13,7 +13,7 @@ Two pure parts, no clock, no I/O:
 * :func:`simulate_split` -- the budget split protocol itself: several simulated workers
   with shards, each with the real credit pacer (:class:`models.decision.pacer.CreditPacer`)
   and a resplit every ``resplit_s`` that applies the real split rule (passed in as
-  :class:`SplitRule`: ``streams.budget.live``, ``ready_weights``, ``split``; ``models``
+  :class:`SplitRule`: ``streams.scheduler.budget.live``, ``ready_weights``, ``split``; ``models``
   does not import ``streams``), entries re-stamped by a heartbeat (or, ``heartbeat=False``,
   only by the loop's resplit, as before issue 15's fix), and events: a worker killed (its
   partitions move to the survivors after the session timeout and rebuild there), a loop
@@ -180,7 +180,7 @@ def size(pages: float, orders_per_s: float, pings_per_s: float, *,
 
 @dataclass(frozen=True, slots=True)
 class SplitRule:
-    """The split rule under test (``streams.budget``'s functions)."""
+    """The split rule under test (``streams.scheduler.budget``'s functions)."""
 
     live: Callable[[Mapping[int, Mapping[str, Any]], float, float],
                    Mapping[int, Mapping[str, Any]]]

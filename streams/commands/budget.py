@@ -46,7 +46,7 @@ async def _send(settings: object, body: dict[str, object]) -> None:
 
 
 async def _show(settings: object) -> int:
-    from streams.state import Store
+    from streams.store.redis_store import Store
 
     store = Store.from_url(settings.redis_url, settings.key_prefix)  # type: ignore[attr-defined]
     try:

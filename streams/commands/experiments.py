@@ -7,12 +7,12 @@ import importlib
 
 #: experiment name -> module with ``main(argv) -> int`` taking the name as first argument.
 EXPERIMENTS: dict[str, str] = {
-    "app-e": "streams.experiments.estimation",
-    "paper003": "streams.experiments.estimation",
+    "app-e": "experiments.estimation",
+    "paper003": "experiments.estimation",
     # simulator experiments of paper 004 Sec. 6 and the peers comparison (issue 5)
-    **{name: "streams.experiments.papers" for name in (
+    **{name: "experiments.papers" for name in (
         "fig3", "fig4", "fig6", "fig8", "fig11", "fig12", "peers", "est")},
-    **{name: "streams.experiments.beyond" for name in ("uncertainty", "sources", "floor")},
+    **{name: "experiments.beyond" for name in ("uncertainty", "sources", "floor")},
 }
 
 

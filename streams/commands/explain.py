@@ -24,11 +24,11 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
 
 
 def run(args: argparse.Namespace) -> int:
-    from streams.explain import explain
-    from streams.plan import steady_threshold
     from streams.scheduler import SHARD_ALIVE_S
     from streams.settings import load_settings
-    from streams.state import Store
+    from streams.store.redis_store import Store
+    from streams.worker.explain import explain
+    from streams.worker.plan import steady_threshold
 
     settings = load_settings()
 

@@ -34,8 +34,8 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
 
 def keys(args: argparse.Namespace) -> int:
     from streams.edges.indexnow import KeyRegistry
-    from streams.redis_conn import connect as connect_redis
     from streams.settings import load_settings
+    from streams.store.redis_conn import connect as connect_redis
 
     s = load_settings()
 
@@ -64,8 +64,8 @@ def serve(args: argparse.Namespace) -> int:
     from streams.edges.indexnow import IndexNowReceiver, KeyRegistry, start_receiver
     from streams.edges.pings import PingProducer
     from streams.fetcher.client import FetchLimits, SafeClient
-    from streams.redis_conn import connect as connect_redis
     from streams.settings import load_settings
+    from streams.store.redis_conn import connect as connect_redis
 
     s = load_settings()
     policy = policy_from_args(args)

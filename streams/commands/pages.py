@@ -60,7 +60,7 @@ async def _load(settings: Any, path: Path) -> int:
     from pydantic import ValidationError
     from rich.progress import Progress
 
-    from streams.records import PageEvent, validation_reason
+    from streams.events.records import PageEvent, validation_reason
 
     total = sum(1 for _ in _rows(path))
     producer = AIOKafkaProducer(bootstrap_servers=settings.kafka_bootstrap, linger_ms=20)

@@ -1,5 +1,5 @@
 """``recrawl plan --budget 10 100 1000``: what each budget buys under the current estimates
-(:mod:`streams.plan`); ``--png PATH`` plots it, ``--json PATH`` writes it."""
+(:mod:`streams.worker.plan`); ``--png PATH`` plots it, ``--json PATH`` writes it."""
 
 from __future__ import annotations
 
@@ -27,9 +27,9 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
 
 
 def run(args: argparse.Namespace) -> int:
-    from streams.plan import plan_from_store
     from streams.settings import load_settings
-    from streams.state import Store
+    from streams.store.redis_store import Store
+    from streams.worker.plan import plan_from_store
 
     budgets = args.budget or list(DEFAULT_BUDGETS)
     bad = [b for b in budgets if not b > 0]

@@ -24,8 +24,8 @@ def run(args: argparse.Namespace) -> int:
     from streams.edges.pings import PingProducer
     from streams.edges.sitemaps import MAX_BYTES, SitemapPoller
     from streams.fetcher.client import FetchLimits, SafeClient
-    from streams.redis_conn import connect as connect_redis
     from streams.settings import load_settings
+    from streams.store.redis_conn import connect as connect_redis
 
     s = load_settings()
     policy = policy_from_args(args)

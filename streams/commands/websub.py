@@ -45,8 +45,8 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
 
 def manage(args: argparse.Namespace) -> int:
     from streams.edges.websub import WebSubError, WebSubSubscriber
-    from streams.redis_conn import connect as connect_redis
     from streams.settings import load_settings
+    from streams.store.redis_conn import connect as connect_redis
 
     s = load_settings()
 
@@ -79,8 +79,8 @@ def manage(args: argparse.Namespace) -> int:
 def serve(args: argparse.Namespace) -> int:
     from streams.edges.pings import PingProducer
     from streams.edges.websub import WebSubSubscriber, renew_loop, start_subscriber
-    from streams.redis_conn import connect as connect_redis
     from streams.settings import load_settings
+    from streams.store.redis_conn import connect as connect_redis
 
     s = load_settings()
 

@@ -15,8 +15,8 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
 def run(args: argparse.Namespace) -> int:
     import faust
 
-    from streams.app import create_app
     from streams.settings import load_settings
+    from streams.worker.app import create_app
 
     overrides = {}
     if args.web_port is not None:

@@ -13,8 +13,8 @@ from aiokafka import AIOKafkaProducer
 
 from streams.demo.config import DemoConfig, host_limit_of
 from streams.fetcher.client import SafeClient
-from streams.redis_conn import AsyncRedis
 from streams.settings import Settings
+from streams.store.redis_conn import AsyncRedis
 from streams.testweb.server import TestWeb
 
 __all__ = ["initial_crawl", "load_inputs"]

@@ -21,9 +21,9 @@ from streams.edges.pings import Ping, PingProducer
 from streams.edges.sitemaps import MAX_BYTES, SitemapPoller
 from streams.fetcher.client import FetchLimits, SafeClient
 from streams.fetcher.service import FetcherService
-from streams.redis_conn import connect as connect_redis
 from streams.settings import Settings
-from streams.state import put_truth
+from streams.store.redis_conn import connect as connect_redis
+from streams.store.redis_store import put_truth
 from streams.testweb.expected import RunRecord
 from streams.testweb.server import TestWeb
 from streams.testweb.world import World

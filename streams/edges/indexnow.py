@@ -48,10 +48,10 @@ from aiohttp import web
 
 from streams.edges.pings import Ping, PingProducer, new_ping_id
 from streams.errors import RecrawlError
+from streams.events.records import check_url, host_of
+from streams.events.urls import canonical_host, in_scope
 from streams.fetcher.client import SafeClient
-from streams.records import check_url, host_of
-from streams.redis_conn import AsyncRedis
-from streams.urls import canonical_host, in_scope
+from streams.store.redis_conn import AsyncRedis
 
 __all__ = [
     "KEY_RE",
@@ -259,7 +259,7 @@ def validate_submission(
     host: Any, key: Any, key_location: Any, url_list: Any
 ) -> Submission:
     """Check the protocol's rules; raises :class:`Rejection` with the status to answer.
-    URLs are compared and published in their canonical form (:mod:`streams.urls`)."""
+    URLs are compared and published in their canonical form (:mod:`streams.events.urls`)."""
     if not isinstance(host, str) or not host.strip():
         raise Rejection(400, "'host' must be a non-empty string")
     if not isinstance(key, str) or not key:

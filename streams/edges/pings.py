@@ -21,7 +21,7 @@ from typing import Any
 
 from aiokafka import AIOKafkaProducer
 
-from streams.records import SOURCES, check_url, host_of
+from streams.events.records import SOURCES, check_url, host_of
 from streams.settings import Settings
 
 __all__ = [
@@ -34,7 +34,7 @@ __all__ = [
     "publish_pings",
 ]
 
-#: the ping sources the worker knows (one list: :data:`streams.records.SOURCES`)
+#: the ping sources the worker knows (one list: :data:`streams.events.records.SOURCES`)
 PING_SOURCES = SOURCES
 
 
@@ -47,7 +47,7 @@ class Ping:
     id: str | None = None
 
     def __post_init__(self) -> None:
-        # the canonical form (streams.urls): one page is one key whatever the spelling
+        # the canonical form (streams.events.urls): one page is one key whatever the spelling
         object.__setattr__(self, "url", check_url(self.url))
         if self.source not in PING_SOURCES:
             known = ", ".join(PING_SOURCES)

@@ -19,7 +19,7 @@ hide the URL's later changes: after one, any other ``lastmod`` counts as a chang
 A URL seen for the first time is remembered without a ping (there is no earlier lastmod
 to compare with) unless ``ping_new``.  Pings are published before the memory is updated:
 a crash in between re-pings (at least once), never loses one. URLs are compared in their
-canonical form (:mod:`streams.urls`). The protocol's location rule holds: a sitemap
+canonical form (:mod:`streams.events.urls`). The protocol's location rule holds: a sitemap
 lists only URLs under its own folder with its scheme, host and port
 (``http://h:8080/~bob/sitemap.xml`` cannot list ``http://h:8080/``, nor the pages of
 ``http://h/``); an index lists sitemaps under its folder, and those may list any URL
@@ -46,10 +46,10 @@ from defusedxml.ElementTree import iterparse
 from streams.edges.pings import Ping, PingProducer, new_ping_id
 from streams.edges.timeparse import parse_w3c_datetime
 from streams.errors import RecrawlError
+from streams.events.records import check_url, host_of
+from streams.events.urls import in_scope
 from streams.fetcher.client import SafeClient
-from streams.records import check_url, host_of
-from streams.redis_conn import AsyncRedis
-from streams.urls import in_scope
+from streams.store.redis_conn import AsyncRedis
 
 __all__ = [
     "FUTURE_SLACK_S",

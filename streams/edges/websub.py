@@ -81,8 +81,8 @@ from streams.edges.websub_protocol import (
     subscribe,
     unsubscribe,
 )
-from streams.records import check_url, host_of
-from streams.redis_conn import AsyncRedis
+from streams.events.records import check_url, host_of
+from streams.store.redis_conn import AsyncRedis
 
 __all__ = [
     "MAX_BODY_BYTES",

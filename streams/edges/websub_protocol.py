@@ -18,7 +18,7 @@ from typing import Any
 import aiohttp
 
 from streams.errors import RecrawlError
-from streams.records import check_url
+from streams.events.records import check_url
 
 __all__ = [
     "MAX_BODY_BYTES",

@@ -44,14 +44,14 @@ from typing import Any
 
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
 
+from streams.events.records import MAX_RATE_PER_S, HostEvent, host_of
 from streams.fetcher.client import FetchLimits, FetchResult, SafeClient
 from streams.fetcher.egress import EgressPolicy
 from streams.fetcher.pushback import Change, HostThrottle, PushbackPolicy, pushback_of
 from streams.fetcher.robots import RobotsCache, RobotsPolicy, RobotsRules, origin_of
-from streams.records import MAX_RATE_PER_S, HostEvent, host_of
-from streams.redis_conn import AsyncRedis
-from streams.redis_conn import connect as connect_redis
 from streams.settings import Settings
+from streams.store.redis_conn import AsyncRedis
+from streams.store.redis_conn import connect as connect_redis
 
 __all__ = ["DigestStore", "FetcherService", "FetcherStats", "outcome_for", "robots_outcome"]
 

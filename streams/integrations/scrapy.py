@@ -61,10 +61,10 @@ from scrapy.settings import Settings as ScrapySettings
 from twisted.internet import defer
 from twisted.python.failure import Failure
 
+from streams.events.records import MAX_RATE_PER_S, HostEvent, host_of
 from streams.fetcher.service import DigestStore
-from streams.records import MAX_RATE_PER_S, HostEvent, host_of
-from streams.redis_conn import connect as connect_redis
 from streams.settings import Settings
+from streams.store.redis_conn import connect as connect_redis
 
 log = logging.getLogger(__name__)
 

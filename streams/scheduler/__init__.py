@@ -18,14 +18,14 @@ marks the page in flight; only then the order is sent.  In any window of ``L`` s
 worker emits at most ``S * (L + tick) + 1`` orders (no spikes), unspent credit is never
 banked beyond one tick, and while the loop wakes up at least once per tick the emitted
 rate is ``S`` within one order (the pacer's docstring).  Decisions go to an in-memory ring
-(:mod:`streams.decisions`) for explain.
+(:mod:`streams.worker.decisions`) for explain.
 
 Budget
 ------
 ``R`` and the switches come from ``P:control`` (written by the control agent), read every
 0.25 s.  Every 0.25 s each worker publishes its shards' thresholds and weights to Redis and
-re-reads everyone's; shares are ``R * w_p / sum w`` (:mod:`streams.budget`).  All shards of
-a worker publish the worker's threshold (an EWMA of the log-values it ordered), so their
+re-reads everyone's; shares are ``R * w_p / sum w`` (:mod:`streams.scheduler.budget`).  All shards
+of a worker publish the worker's threshold (an EWMA of the log-values it ordered), so their
 weights move together and the controller only splits R between workers.  A worker whose
 share gave it no credit in an interval publishes the value it would order at now (its best
 page) when that is higher: otherwise its stale threshold would hold its share at nothing

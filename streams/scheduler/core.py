@@ -19,11 +19,9 @@ from models.decision.core import ShardBook, choose, level_of
 from models.decision.hosts import HostBuckets
 from models.decision.pacer import CreditPacer
 from models.decision.table import PageTable
-from streams import budget
-from streams.decisions import DecisionRing
-from streams.estimation import Estimates
-from streams.metrics import Metrics
-from streams.records import SOURCES
+from streams.estimates.estimation import Estimates
+from streams.events.records import SOURCES
+from streams.scheduler import budget
 from streams.scheduler.heartbeat import (
     RESPLIT_S,
     SHARD_ALIVE_S,
@@ -32,8 +30,10 @@ from streams.scheduler.heartbeat import (
 from streams.scheduler.issuing import EWMA_S, OrderIssuing
 from streams.scheduler.shard import KEEP, NOT_IN_FLIGHT, Control, Shard
 from streams.settings import Settings
-from streams.state import PageState
 from streams.store import StateStore
+from streams.store.redis_store import PageState
+from streams.worker.decisions import DecisionRing
+from streams.worker.metrics import Metrics
 
 __all__ = ["EWMA_S", "RATE_WINDOW_S", "OrderSink", "Scheduler", "cancel", "dumps"]
 

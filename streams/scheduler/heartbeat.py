@@ -10,7 +10,7 @@ import threading
 import time
 from typing import Any
 
-from streams.redis_conn import connect_sync
+from streams.store.redis_conn import connect_sync
 
 __all__ = ["HEARTBEAT_S", "LOOP_HUNG_S", "LOOP_STALL_S", "RESPLIT_S", "SHARD_ALIVE_S",
            "Heartbeat"]

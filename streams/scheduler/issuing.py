@@ -14,10 +14,10 @@ from typing import Any
 from redis.exceptions import NoScriptError
 
 from models.decision.pacer import CreditPacer
-from streams.decisions import DecisionRing
 from streams.scheduler.loading import ShardLoading
 from streams.scheduler.shard import Shard
 from streams.store import IssueBatch
+from streams.worker.decisions import DecisionRing
 
 __all__ = ["EWMA_S", "OrderIssuing"]
 
@@ -96,7 +96,7 @@ class OrderIssuing(ShardLoading):
                     crawled = bool(table.crawled[slot])
                     tau = max(0.0, now - float(table.origin[slot]))
                     tau_eff = tau if crawled and math.isfinite(tau) else None
-                    # the Order record's fields (streams/records.py), built as a plain dict
+                    # the Order record's fields (streams/events/records.py), built as a plain dict
                     order = {
                         "order_id": oid, "url": url, "host": host, "issued_at": issued_at,
                         "crawl_value": float(value), "threshold": level, "tau_eff": tau_eff,

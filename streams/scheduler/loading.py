@@ -15,13 +15,13 @@ from typing import Any
 import numpy as np
 
 from models.decision.table import PageTable
-from streams.estimation import Estimates, estimates_of
-from streams.metrics import Metrics
-from streams.params import PageParams, page_params, page_params_many
+from streams.estimates.estimation import Estimates, estimates_of
+from streams.estimates.params import PageParams, page_params, page_params_many
 from streams.scheduler.shard import KEEP, NOT_IN_FLIGHT, Control, Shard
 from streams.settings import Settings
-from streams.state import HostDump, PageState
 from streams.store import StateStore
+from streams.store.redis_store import HostDump, PageState
+from streams.worker.metrics import Metrics
 
 __all__ = ["LOAD_HOSTS", "ShardLoading"]
 
@@ -140,7 +140,7 @@ class ShardLoading:
 
     def _load_hosts(self, shard: Shard, dumps: list[HostDump]) -> None:
         """Some hosts of a shard's rebuild: their pages' parameters computed on arrays
-        (:func:`streams.params.page_params_many`, equal to :meth:`_apply` page by page)
+        (:func:`streams.estimates.params.page_params_many`, equal to :meth:`_apply` page by page)
         and put in the book at once; a page whose stored text does not parse or whose
         parameters are not usable goes page by page (counted ``pages.unusable``)."""
         urls: list[str] = []
@@ -252,7 +252,7 @@ class ShardLoading:
 
 
 def _cached_params(t: PageTable, slot: int, state: PageState) -> PageParams:
-    """:func:`streams.params.page_params` of a page whose estimate is unchanged, from the
+    """:func:`streams.estimates.params.page_params` of a page whose estimate is unchanged, from the
     table: ``mu`` is the importance, ``origin = last_crawl - sum_s beta_s n_s`` (paper 004
     Sec. 3, one factor per source)."""
     betas = tuple(float(b) for b in t.src_beta[slot])

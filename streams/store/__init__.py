@@ -1,5 +1,6 @@
 """The state behind the agents and the scheduler: :class:`StateStore` and its backends,
-Redis (:class:`streams.state.Store`, production) and memory (:class:`MemoryStore`, tests)."""
+Redis (:class:`streams.store.redis_store.Store`, production) and memory (:class:`MemoryStore`,
+tests)."""
 
 from streams.store.memory import MemoryStore
 from streams.store.protocol import (

@@ -1,5 +1,5 @@
 """The in-memory backend of :class:`streams.store.StateStore`: the Lua scripts of
-``streams/lua/`` written again in Python over dictionaries, for the agents' unit tests
+``streams/store/lua/`` written again in Python over dictionaries, for the agents' unit tests
 (``agent.test_context()``, no Redis) and tools that need no shared state.
 
 It stores exactly what the Redis backend stores (the same page records, byte for byte, the
@@ -18,7 +18,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import replace
 from typing import Any
 
-from streams.page_record import (
+from streams.events.records import SOURCES
+from streams.store.page_record import (
     N_SEEN,
     N_SOURCES,
     PageState,
@@ -27,7 +28,6 @@ from streams.page_record import (
     ping_fingerprint,
     record_bytes,
 )
-from streams.records import SOURCES
 from streams.store.protocol import (
     ControlOp,
     HostDump,
@@ -89,7 +89,7 @@ def _each(fn: Callable[..., Any], items: Sequence[Any], *args: Any) -> list[Any]
 
 
 class MemoryStore:
-    """Every key of the Redis layout (:mod:`streams.state`) as a dictionary."""
+    """Every key of the Redis layout (:mod:`streams.store.redis_store`) as a dictionary."""
 
     def __init__(self, prefix: str = "recrawl", clock: Callable[[], float] = time.time) -> None:
         self.prefix = prefix
@@ -426,7 +426,7 @@ class MemoryStore:
         return None if self.truth is None else dict(self.truth)
 
     async def put_truth(self, truth: dict[str, Any]) -> None:
-        """What :func:`streams.state.put_truth` writes to Redis (no expiry here)."""
+        """What :func:`streams.store.redis_store.put_truth` writes to Redis (no expiry here)."""
         self.truth = {k: (None if isinstance(v, float) and not math.isfinite(v) else v)
                       for k, v in truth.items()}
 

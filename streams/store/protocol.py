@@ -1,7 +1,7 @@
 """What the agents and the scheduler need of the state, whatever holds it.
 
-Two backends implement :class:`StateStore`: :class:`streams.state.Store` (Redis; every
-mutation one Lua script of ``streams/lua/``, the source of truth in production) and
+Two backends implement :class:`StateStore`: :class:`streams.store.redis_store.Store` (Redis; every
+mutation one Lua script of ``streams/store/lua/``, the source of truth in production) and
 :class:`streams.store.memory.MemoryStore` (plain dictionaries in this process: the agents'
 unit tests, with ``agent.test_context()``).  ``tests/integration/test_store_contract.py``
 runs one suite on both (the same operations give the same replies and the same stored
@@ -40,8 +40,8 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
 
 from streams.errors import RecrawlError
-from streams.page_record import PageState, estimator_of
-from streams.records import MAX_IN_FLIGHT, MAX_RATE_PER_S
+from streams.events.records import MAX_IN_FLIGHT, MAX_RATE_PER_S
+from streams.store.page_record import PageState, estimator_of
 
 __all__ = [
     "ControlOp",
@@ -58,7 +58,7 @@ __all__ = [
 ]
 
 #: one ping: offset, url, source, changed_at, received_at, fingerprint (the event's
-#: identity, digested by the store: :func:`streams.page_record.ping_fingerprint`)
+#: identity, digested by the store: :func:`streams.store.page_record.ping_fingerprint`)
 PingItem = tuple[int, str, str, float | None, float, str]
 
 
@@ -218,7 +218,7 @@ class StateStore(Protocol):
         writes it in Redis)."""
         ...
 
-    #: the epoch of an input partition's log (streams.logs.LogEpochs sets it)
+    #: the epoch of an input partition's log (streams.store.logs.LogEpochs sets it)
     epoch_of: Callable[[str, int], int]
 
     # -- mutations -------------------------------------------------------------------------

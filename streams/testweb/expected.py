@@ -2,9 +2,11 @@
 
 Two policies run in the simulator's timed loop (:func:`models.sim.live.run_timed`):
 
-* :class:`WorkerMirror` - the worker's own parameter code (:func:`streams.params.page_params`
-  over :class:`streams.state.PageState` and :class:`streams.estimation.Estimation`): the
-  true change rate as a prior until a page's first observed crawl interval, the online
+* :class:`WorkerMirror` - the worker's own parameter code
+  (:func:`streams.estimates.params.page_params` over
+  :class:`streams.store.redis_store.PageState` and
+  :class:`streams.estimates.estimation.Estimation`): the true change rate
+  as a prior until a page's first observed crawl interval, the online
   estimates (change rate and per-source-group ping quality) after; the worker's ping rules
   (before-crawl, ``t_delay``).  It is what the worker would decide if its pipeline added
   nothing of its own (no sharding, no Kafka lag, no batching).
@@ -31,11 +33,11 @@ from models.index import CrawlIndex
 from models.sim.events import Events
 from models.sim.live import LiveRuleAlgorithm1, run_timed, testweb_events, windowed_accuracy
 from models.sim.policies import value_params
-from streams.estimation import Estimation, Observation, estimates_of
-from streams.params import page_params
-from streams.records import SOURCES
+from streams.estimates.estimation import Estimation, Observation, estimates_of
+from streams.estimates.params import page_params
+from streams.events.records import SOURCES
 from streams.settings import Settings
-from streams.state import PageState
+from streams.store.redis_store import PageState
 from streams.testweb.world import World
 
 #: Fresh draws run in "epoch" seconds from here (the worker treats time 0 as never).

@@ -28,8 +28,8 @@ from kafka_io import produce_json, wait_for
 
 from infra import InfraError
 from infra.chromium import ensure_chromium
-from streams.redis_conn import connect as connect_redis
 from streams.settings import Settings
+from streams.store.redis_conn import connect as connect_redis
 
 pytestmark = pytest.mark.integration
 
@@ -124,7 +124,7 @@ def test_dashboard_in_chromium_shows_the_workers_stats(
     settings: Settings, start_worker, tmp_path: Path
 ) -> None:
     from infra.proc import free_port
-    from streams.state import put_truth
+    from streams.store.redis_store import put_truth
 
     try:
         chromium = ensure_chromium()

@@ -9,8 +9,8 @@ import sys
 
 import pytest
 
-from streams.experiments import beyond, papers
-from streams.experiments._common import help_text
+from experiments import beyond, papers
+from experiments._common import help_text
 
 
 def recrawl_help(name: str) -> str:

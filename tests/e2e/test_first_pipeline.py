@@ -11,9 +11,9 @@ import time
 import pytest
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
 
-from streams.redis_conn import connect_sync as connect_redis_sync
 from streams.settings import Settings
-from streams.state import PageState
+from streams.store.redis_conn import connect_sync as connect_redis_sync
+from streams.store.redis_store import PageState
 
 pytestmark = pytest.mark.integration
 
@@ -56,7 +56,7 @@ def test_page_event_reaches_redis_through_a_worker(settings: Settings, start_wor
     while time.monotonic() < deadline and not r.hexists(key, "https://example.org/a"):
         time.sleep(0.2)
     # version 1, importance, prior (none), last crawl (0: never), signals per source and
-    # 8 ping fingerprints (streams/page_record.py's docstring); the trailing zero bytes (last
+    # 8 ping fingerprints (streams/store/page_record.py's docstring); the trailing zero bytes (last
     # crawl, counts, fingerprints) are not stored
     raw = r.hget(key, "https://example.org/a")
     assert len(raw) == 9
@@ -99,7 +99,7 @@ def test_events_on_the_wrong_partition_are_moved_to_their_hosts_partition(
     """A producer with another partitioner (librdkafka's default, kcat) or without a key
     puts a host's events on any partition: the worker sends each again keyed by its host,
     so all of a host's events are applied from its own partition (one shard, in order)."""
-    from streams.records import shard_of
+    from streams.events.records import shard_of
 
     start_worker(settings)
     host = "moved.example"
@@ -134,7 +134,7 @@ def test_spellings_of_one_url_are_one_page(settings: Settings, start_worker) -> 
     events = [(b"Example.COM", json.dumps({"url": spellings[0], "importance": 2.0}).encode()),
               (b"b\xc3\xbccher.example", json.dumps({"url": idn}).encode())]
     asyncio.run(_produce(settings, "pages", events))
-    # binary records: decoded with surrogateescape, as streams.state.Store reads them
+    # binary records: decoded with surrogateescape, as streams.store.redis_store.Store reads them
     r = connect_redis_sync(settings.redis_url, decode_responses=True,
                            encoding_errors="surrogateescape")
     key = f"{settings.key_prefix}:{{example.com}}:pages"

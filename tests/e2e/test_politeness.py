@@ -21,13 +21,13 @@ import pytest
 from aiokafka import AIOKafkaConsumer
 from edges_helpers import LOOPBACK, produce
 
+from streams.events.records import host_of
 from streams.fetcher.client import FetchLimits
 from streams.fetcher.pushback import PushbackPolicy
 from streams.fetcher.robots import RobotsPolicy
 from streams.fetcher.service import FetcherService
-from streams.records import host_of
-from streams.redis_conn import connect as connect_redis
 from streams.settings import Settings
+from streams.store.redis_conn import connect as connect_redis
 from streams.testweb.server import TestWeb
 from streams.testweb.world import generate_world
 

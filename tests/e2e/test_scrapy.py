@@ -25,11 +25,11 @@ from test_politeness import Tap
 from worker_process import REPO, settings_env
 
 from infra.proc import spawn
+from streams.events.records import host_of
 from streams.integrations.scrapy import ROBOTS_ERROR, outcome
-from streams.records import host_of
-from streams.redis_conn import connect as connect_redis
 from streams.settings import Settings
-from streams.state import PageState
+from streams.store.redis_conn import connect as connect_redis
+from streams.store.redis_store import PageState
 from streams.testweb.server import TestWeb
 
 pytestmark = pytest.mark.integration
@@ -89,7 +89,7 @@ async def test_scrapy_fetches_orders_and_the_worker_applies_outcomes(
     log = tmp_path / "scrapy.log"
     outcomes = Tap(s, "outcomes")
     await outcomes.start()
-    # binary records: decoded with surrogateescape, as streams.state.Store reads them
+    # binary records: decoded with surrogateescape, as streams.store.redis_store.Store reads them
     r = connect_redis(s.redis_url, decode_responses=True, encoding_errors="surrogateescape")
     proc = _scrapy(s, log)
 

@@ -30,11 +30,11 @@ from aiokafka.admin import AIOKafkaAdminClient
 
 from infra import kafka, redis
 from infra.proc import stop_group
-from streams.estimation import EstimatorRecord
-from streams.records import SOURCES
-from streams.redis_conn import connect_sync as connect_redis_sync
+from streams.estimates.estimation import EstimatorRecord
+from streams.events.records import SOURCES
 from streams.settings import Settings
-from streams.state import PageState, estimator_of
+from streams.store.redis_conn import connect_sync as connect_redis_sync
+from streams.store.redis_store import PageState, estimator_of
 
 INPUT = ("pages", "pings", "outcomes", "hosts", "control")
 
@@ -364,7 +364,7 @@ def copy_inputs(src: Settings, dst: Settings, topics: tuple[str, ...]) -> int:
 def page_state(s: Settings) -> dict[str, dict[str, dict[str, str]]]:
     """kind -> url -> value for every page of the world (``pages``: the stored value,
     ``est``: the estimator record in it, ``inflight``)."""
-    # binary records: decoded with surrogateescape, as streams.state.Store reads them
+    # binary records: decoded with surrogateescape, as streams.store.redis_store.Store reads them
     r = connect_redis_sync(s.redis_url, decode_responses=True, encoding_errors="surrogateescape")
     out: dict[str, dict[str, str]] = {"pages": {}, "est": {}, "inflight": {}}
     for h in CRAWL_HOSTS + PING_HOSTS:

@@ -2,7 +2,7 @@
 ``(key, value)`` of each input topic, schema-valid extremes and malformed ones mixed.
 
 A record is drawn in two steps: a *payload* (a dict close to the topic's schema, with values
-at and just past the bounds of ``streams/records.py``), then a *wrapping* (serialised as is,
+at and just past the bounds of ``streams/events/records.py``), then a *wrapping* (serialised as is,
 or broken: a field dropped, a type changed, NaN, truncated or non-UTF-8 bytes, not a JSON
 object, no value at all) and a *key* (the URL's host as a producer should send it, no key,
 another host's, upper case, non-UTF-8).  :func:`generate` collects ``n`` records per topic
@@ -19,7 +19,7 @@ from typing import Any
 from hypothesis import HealthCheck, Phase, given, seed, settings
 from hypothesis import strategies as st
 
-from streams.records import (
+from streams.events.records import (
     MAX_BUDGET_PER_S,
     MAX_IMPORTANCE,
     MAX_IN_FLIGHT,
@@ -29,7 +29,7 @@ from streams.records import (
     SOURCES,
     host_of,
 )
-from streams.urls import MAX_URL_BYTES
+from streams.events.urls import MAX_URL_BYTES
 
 #: ``(key, value, partition, rerouted)``: ``partition`` None lets the producer's partitioner
 #: choose (murmur2 of the key, random without one); ``rerouted`` sets the header a worker

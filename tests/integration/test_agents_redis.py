@@ -17,8 +17,8 @@ import pytest
 from agents_harness import CASES, Harness, js
 
 from streams.scheduler import Scheduler
-from streams.state import PageState
 from streams.store import IssueBatch
+from streams.store.redis_store import PageState
 
 pytestmark = pytest.mark.integration
 

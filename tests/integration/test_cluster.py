@@ -11,9 +11,9 @@ from typing import Any
 import pytest
 from kafka_io import consume, produce_json, wait_for
 
-from streams.redis_conn import connect_sync
 from streams.settings import Settings
-from streams.state import PageState
+from streams.store.redis_conn import connect_sync
+from streams.store.redis_store import PageState
 
 pytestmark = pytest.mark.integration
 
@@ -36,7 +36,8 @@ def test_worker_on_a_redis_cluster_orders_and_applies_outcomes_and_pings(
     cluster_settings: Settings, start_worker: Any
 ) -> None:
     s = cluster_settings
-    # binary page records: decoded with surrogateescape, as streams.state.Store reads them
+    # binary page records: decoded with surrogateescape, as
+    # streams.store.redis_store.Store reads them
     r: Any = connect_sync(s.redis_url, decode_responses=True, encoding_errors="surrogateescape")
     p = s.key_prefix
     # the hosts' keys are spread over the masters (else this would prove little)

@@ -20,8 +20,8 @@ import redis.asyncio.client
 import redis.asyncio.cluster
 from redis.crc import key_slot
 
-from streams.state import Store
 from streams.store import ControlOp, HostOp, IssueBatch, OutcomeOp, PageOp, PingBatch
+from streams.store.redis_store import Store
 
 pytestmark = pytest.mark.integration
 

@@ -12,9 +12,9 @@ from dataclasses import dataclass
 import pytest
 from test_agents_redis import Harness, js
 
-import streams.agents as agents_module
+import streams.worker.agents as agents_module
 from models.estimators import CrawlInterval, fit_signal_mle
-from streams.estimation import (
+from streams.estimates.estimation import (
     GROUP_OF,
     STREAM_RING,
     Estimation,
@@ -24,12 +24,12 @@ from streams.estimation import (
     full_estimates,
     group_counts,
 )
-from streams.explain import estimates_view
-from streams.params import page_params
-from streams.records import SOURCES
+from streams.estimates.params import page_params
+from streams.events.records import SOURCES
 from streams.settings import Settings
-from streams.state import PageState
 from streams.store import OutcomeOp
+from streams.store.redis_store import PageState
+from streams.worker.explain import estimates_view
 
 HOUR = 3600.0
 
@@ -116,7 +116,8 @@ def test_records_round_trip_and_bad_ones_restart_from_the_prior() -> None:
     record = simulate(est, 1.0 / HOUR, 12)
     back = EstimatorRecord.decode(record)
     assert back.encode() == record
-    # binary: 129 bytes and 20 per interval in the ring (streams/estimation.py's docstring)
+    # binary: 129 bytes and 20 per interval in the ring (streams/estimates/estimation.py's
+    # docstring)
     assert len(back.to_bytes()) == 129 + 20 * STREAM_RING
     assert estimates_of(record) == back.estimates
     assert est.state_of("garbage|###") == est.estimator.init()

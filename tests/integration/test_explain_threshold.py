@@ -11,10 +11,10 @@ import time
 import pytest
 from test_plan import eq5_by_hand, put_pages, settings_for
 
-from streams.explain import explain
-from streams.plan import steady_threshold
-from streams.records import shard_of
-from streams.state import PageState, Store
+from streams.events.records import shard_of
+from streams.store.redis_store import PageState, Store
+from streams.worker.explain import explain
+from streams.worker.plan import steady_threshold
 
 HOUR = 3600.0
 

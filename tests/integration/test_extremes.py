@@ -21,12 +21,12 @@ from redis.exceptions import (
 )
 from test_agents_redis import Harness, js
 
-from streams.agents import Agents, kafka_transient, transient_reply
-from streams.metrics import Metrics
-from streams.records import SOURCES, HostEvent, Order, PageEvent, reject_payload
+from streams.events.records import SOURCES, HostEvent, Order, PageEvent, reject_payload
 from streams.scheduler import Scheduler
 from streams.settings import Settings
-from streams.state import PageState, Store
+from streams.store.redis_store import PageState, Store
+from streams.worker.agents import Agents, kafka_transient, transient_reply
+from streams.worker.metrics import Metrics
 
 pytestmark = pytest.mark.integration
 

@@ -43,8 +43,8 @@ from worker_process import IN_CI, Worker
 from infra import InfraError
 from infra.kafka import create_topics
 from infra.stack import default_cache
-from streams.redis_conn import connect_sync as connect_redis_sync
 from streams.settings import Settings
+from streams.store.redis_conn import connect_sync as connect_redis_sync
 
 pytestmark = pytest.mark.integration
 

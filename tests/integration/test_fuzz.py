@@ -35,10 +35,10 @@ from fuzz_events import Record, generate
 from worker_process import IN_CI, Worker
 
 from infra.proc import free_port
-from streams.agents import REROUTED_HEADER
-from streams.records import Order
-from streams.redis_conn import connect_sync as connect_redis_sync
+from streams.events.records import Order
 from streams.settings import INPUT_TOPICS, Settings
+from streams.store.redis_conn import connect_sync as connect_redis_sync
+from streams.worker.agents import REROUTED_HEADER
 
 pytestmark = pytest.mark.integration
 

@@ -103,7 +103,7 @@ def test_cluster_ids_never_start_with_a_dash(monkeypatch: pytest.MonkeyPatch) ->
 
 
 def test_redis_cluster_forms_and_restarts_with_its_data(tmp_path: Path) -> None:
-    from streams.redis_conn import connect_sync
+    from streams.store.redis_conn import connect_sync
 
     procs, cfg = redis.start_cluster(tmp_path / "rc", 3, tie_to_parent=True)
     try:

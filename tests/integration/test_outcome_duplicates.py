@@ -8,7 +8,7 @@ import time
 
 from test_agents_redis import Harness, js
 
-from streams.estimation import estimates_of
+from streams.estimates.estimation import estimates_of
 
 HOUR = 3600.0
 

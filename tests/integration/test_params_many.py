@@ -1,4 +1,4 @@
-"""The rebuild's vectorised parameters equal the page-by-page ones (streams/params.py)."""
+"""The rebuild's vectorised parameters equal the page-by-page ones (streams/estimates/params.py)."""
 
 from __future__ import annotations
 
@@ -10,11 +10,11 @@ from urllib.parse import urlsplit
 import numpy as np
 import pytest
 
-from streams.estimation import Estimation, EstimatorRecord, Observation, full_estimates
-from streams.params import page_params, page_params_many
-from streams.records import SOURCES
+from streams.estimates.estimation import Estimation, EstimatorRecord, Observation, full_estimates
+from streams.estimates.params import page_params, page_params_many
+from streams.events.records import SOURCES
 from streams.settings import Settings
-from streams.state import PageState
+from streams.store.redis_store import PageState
 
 
 def _records() -> list[str]:
@@ -83,9 +83,9 @@ def test_a_bulk_rebuild_equals_a_page_by_page_one(redis_url: str) -> None:
     import uuid
 
     from models.decision.core import choose
-    from streams.metrics import Metrics
     from streams.scheduler import NOT_IN_FLIGHT, Scheduler
-    from streams.state import Store
+    from streams.store.redis_store import Store
+    from streams.worker.metrics import Metrics
 
     async def go() -> None:
         prefix = f"pm{uuid.uuid4().hex[:8]}"

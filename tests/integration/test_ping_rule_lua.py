@@ -1,5 +1,5 @@
-"""The worker's Lua ping script (``_APPLY_PINGS`` in :mod:`streams.state`) on a real Redis:
-its rule against the one rule of :mod:`models.decision.pings` (every verdict the same), a
+"""The worker's Lua ping script (``_APPLY_PINGS`` in :mod:`streams.store.redis_store`) on a real
+Redis: its rule against the one rule of :mod:`models.decision.pings` (every verdict the same), a
 batch against the same pings one call at a time (same verdicts, same state), and the dedup
 kept in the page record (each source's last fingerprint)."""
 
@@ -12,9 +12,9 @@ import numpy as np
 import pytest
 
 from models.decision.pings import VERDICTS, ping_verdict
-from streams.records import SOURCES
-from streams.state import N_SEEN, PageState, Store, record_bytes
+from streams.events.records import SOURCES
 from streams.store import PingBatch
+from streams.store.redis_store import N_SEEN, PageState, Store, record_bytes
 
 pytestmark = pytest.mark.integration
 

@@ -1,4 +1,4 @@
-"""The budget planner (streams/plan.py) against the real Redis, checked against independent
+"""The budget planner (streams/worker/plan.py) against the real Redis, checked against independent
 computations: eq. 5 of paper 004 solved here with plain root finding (pages without
 signals), and a renewal simulation of the threshold policy (pages with signals)."""
 
@@ -15,10 +15,10 @@ from scipy.optimize import brentq
 from scipy.special import gammainc
 
 from models.policies import optimal_thresholds
-from streams.estimation import Estimation, Observation
-from streams.plan import load_inputs, plan
+from streams.estimates.estimation import Estimation, Observation
 from streams.settings import Settings
-from streams.state import PageState, Store
+from streams.store.redis_store import PageState, Store
+from streams.worker.plan import load_inputs, plan
 
 HOUR = 3600.0
 
@@ -59,7 +59,7 @@ def settings_for(redis_url: str, **kw: object) -> Settings:
 
 async def put_pages(store: Store, settings: Settings,
                     pages: list[tuple[str, str, PageState, str | None]]) -> None:
-    from streams.records import shard_of
+    from streams.events.records import shard_of
 
     r = store.redis
     for host, url, state, est in pages:

@@ -16,8 +16,8 @@ from test_plan import eq5_by_hand
 from test_scheduler import free_port, get
 from worker_process import settings_env
 
-from streams.redis_conn import connect_sync as connect_redis_sync
 from streams.settings import Settings
+from streams.store.redis_conn import connect_sync as connect_redis_sync
 
 pytestmark = pytest.mark.integration
 
@@ -37,7 +37,8 @@ def test_plan_endpoint_and_command_agree_with_eq5(settings: Settings, start_work
         return sum(int(r.hlen(f"{settings.key_prefix}:{{h{i}.org}}:pages")) for i in range(5)) == 30
 
     wait_for(applied, 30, "pages applied")
-    # the page record keeps importance and prior change rate as float32 (streams/page_record.py,
+    # the page record keeps importance and prior change rate as float32
+    # (streams/store/page_record.py,
     # PAGE_FORMAT): eq. 5 by hand on what is stored, to the solver's precision
     mu = [float(np.float32(p[2])) for p in pages]
     delta = [float(np.float32(p[3])) for p in pages]

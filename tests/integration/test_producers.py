@@ -19,8 +19,8 @@ from streams.edges.indexnow import IndexNowReceiver, KeyRegistry, start_receiver
 from streams.edges.pings import PingProducer
 from streams.edges.sitemaps import SitemapPoller
 from streams.fetcher.client import FetchLimits, SafeClient
-from streams.redis_conn import connect as connect_redis
 from streams.settings import Settings
+from streams.store.redis_conn import connect as connect_redis
 from streams.testweb.server import TestWeb
 
 pytestmark = pytest.mark.integration

@@ -11,9 +11,9 @@ import pytest
 from kafka_io import consume, produce_json, wait_for
 
 from infra.proc import free_port
-from streams.redis_conn import connect_sync as connect_redis_sync
 from streams.settings import Settings
-from streams.state import PageState
+from streams.store.redis_conn import connect_sync as connect_redis_sync
+from streams.store.redis_store import PageState
 
 pytestmark = pytest.mark.integration
 

@@ -15,9 +15,9 @@ import pytest
 from kafka_io import consume, produce_json, wait_for
 from worker_process import settings_env
 
-from streams.redis_conn import connect_sync as connect_redis_sync
 from streams.settings import Settings
-from streams.state import PageState
+from streams.store.redis_conn import connect_sync as connect_redis_sync
+from streams.store.redis_store import PageState
 
 pytestmark = pytest.mark.integration
 
@@ -35,7 +35,7 @@ def get(port: int, path: str) -> Any:
 
 
 def page_value(s: Settings, host: str, url: str) -> str | None:
-    # binary records: decoded with surrogateescape, as streams.state.Store reads them
+    # binary records: decoded with surrogateescape, as streams.store.redis_store.Store reads them
     r = connect_redis_sync(s.redis_url, decode_responses=True, encoding_errors="surrogateescape")
     v = r.hget(f"{s.key_prefix}:{{{host}}}:pages", url)
     return str(v) if v is not None else None

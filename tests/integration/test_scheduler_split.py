@@ -11,12 +11,12 @@ import uuid
 
 import pytest
 
-from streams.metrics import Metrics
-from streams.redis_conn import connect_sync
 from streams.scheduler import SHARD_ALIVE_S, Heartbeat, Scheduler
 from streams.settings import Settings
-from streams.state import Store
 from streams.store import PageOp
+from streams.store.redis_conn import connect_sync
+from streams.store.redis_store import Store
+from streams.worker.metrics import Metrics
 
 pytestmark = pytest.mark.integration
 
@@ -153,10 +153,10 @@ def _wait(pred: object, timeout_s: float, what: str) -> None:
 # assigned and ready and the issued_at of its orders
 _LOADER = """
 import asyncio, json, sys, time
-from streams.metrics import Metrics
+from streams.worker.metrics import Metrics
 from streams.scheduler import Scheduler
 from streams.settings import Settings
-from streams.state import Store
+from streams.store.redis_store import Store
 url, prefix, rate, secs = sys.argv[1], sys.argv[2], float(sys.argv[3]), float(sys.argv[4])
 issued = []
 async def sink(k, v):
@@ -319,7 +319,7 @@ def test_a_hung_loop_stops_its_heartbeat(redis_url: str) -> None:
 
 def _sim_kill(heartbeat: bool, alive_s: float) -> tuple[float, dict[float, int]]:
     from models.sim.scaleout import SplitRule, Worker, simulate_split, worst_window
-    from streams import budget
+    from streams.scheduler import budget
 
     rule = SplitRule(budget.live, budget.ready_weights, budget.split)
     ws = [Worker(i, {2 * i: 0.0, 2 * i + 1: 0.0}, resplit_phase_s=0.17 * i,

@@ -15,8 +15,6 @@ from typing import Any
 
 import pytest
 
-from streams.page_record import PageState, estimator_part, record_bytes
-from streams.state import Store
 from streams.store import (
     ControlOp,
     HostOp,
@@ -27,6 +25,8 @@ from streams.store import (
     PingBatch,
     StateStore,
 )
+from streams.store.page_record import PageState, estimator_part, record_bytes
+from streams.store.redis_store import Store
 
 pytestmark = pytest.mark.integration
 

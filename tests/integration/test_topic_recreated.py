@@ -1,5 +1,5 @@
 """Issue 14 #17: an input topic deleted and created again (offsets restart at 0) must not
-make its events look like redeliveries of the old log's (streams/logs.py)."""
+make its events look like redeliveries of the old log's (streams/store/logs.py)."""
 
 from __future__ import annotations
 
@@ -15,8 +15,8 @@ from aiokafka.errors import KafkaError
 
 from infra.errors import InfraError
 from infra.kafka import create_topics
-from streams.redis_conn import connect_sync as connect_redis_sync
 from streams.settings import Settings
+from streams.store.redis_conn import connect_sync as connect_redis_sync
 
 pytestmark = pytest.mark.integration
 

@@ -16,8 +16,8 @@ import pytest
 from kafka_io import consume, produce_json, wait_for
 
 from infra.kafka import create_topics
-from streams.redis_conn import connect_sync as connect_redis_sync
 from streams.settings import Settings
+from streams.store.redis_conn import connect_sync as connect_redis_sync
 
 pytestmark = pytest.mark.integration
 

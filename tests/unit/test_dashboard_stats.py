@@ -6,9 +6,9 @@ from __future__ import annotations
 
 import pytest
 
-from streams.metrics import Metrics
 from streams.scheduler import RATE_WINDOW_S, Scheduler
 from streams.settings import Settings
+from streams.worker.metrics import Metrics
 
 
 def _scheduler(clock: list[float]) -> Scheduler:

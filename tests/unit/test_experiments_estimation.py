@@ -7,7 +7,7 @@ import pathlib
 
 import pytest
 
-from streams.experiments.estimation import main, theoretical_cost_per_hour
+from experiments.estimation import main, theoretical_cost_per_hour
 
 
 def test_app_e_quick(tmp_path: pathlib.Path) -> None:

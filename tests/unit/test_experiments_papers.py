@@ -7,14 +7,14 @@ from pathlib import Path
 
 import pytest
 
+from experiments import papers
 from models.sim import POLICY_NAMES
 from streams.commands.experiments import EXPERIMENTS
-from streams.experiments import papers
 
 
 def test_registry_has_simulator_experiments() -> None:
     for name in ("fig3", "fig4", "fig6", "fig8", "fig11", "fig12", "peers", "est"):
-        assert EXPERIMENTS[name] == "streams.experiments.papers"
+        assert EXPERIMENTS[name] == "experiments.papers"
     assert "app-e" in EXPERIMENTS and "paper003" in EXPERIMENTS
 
 

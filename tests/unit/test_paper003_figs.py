@@ -1,4 +1,4 @@
-"""Paper 003's Figs. 1, 2, 3, 6 and 7 (streams/experiments/paper003_figs.py).
+"""Paper 003's Figs. 1, 2, 3, 6 and 7 (experiments/paper003_figs.py).
 
 Expectations come from paper 003's model (Sec. 3.1 cost, Sec. 3.2 optimum, Sec. 3.4
 asymptote; computed by ``models.cost``) and from its stated claims, never from this code's
@@ -14,9 +14,8 @@ import pathlib
 import numpy as np
 import pytest
 
-from models import cost
-from streams.experiments.estimation import main
-from streams.experiments.paper003_figs import (
+from experiments.estimation import main
+from experiments.paper003_figs import (
     cost_over_time,
     fig2_grid,
     fig3_curves,
@@ -24,6 +23,7 @@ from streams.experiments.paper003_figs import (
     optimal_ratio_by_search,
     simulate_fixed_interval_cost,
 )
+from models import cost
 
 DELTA = 24.0
 

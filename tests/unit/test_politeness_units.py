@@ -9,9 +9,9 @@ import pytest
 from protego import Protego
 from pydantic import ValidationError
 
+from streams.events.records import HostEvent
 from streams.fetcher.pushback import HostThrottle, PushbackPolicy, parse_retry_after, pushback_of
 from streams.fetcher.robots import MAX_TTL_S, RobotsRules, origin_of, product_token, ttl_of
-from streams.records import HostEvent
 
 NOW = 1_800_000_000.0  # 2027-01-15T08:00:00Z
 

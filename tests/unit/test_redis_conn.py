@@ -6,7 +6,7 @@ import pytest
 from redis.asyncio import Redis
 from redis.asyncio.cluster import RedisCluster
 
-from streams.redis_conn import cluster_nodes, connect, is_cluster_url
+from streams.store.redis_conn import cluster_nodes, connect, is_cluster_url
 
 
 def test_cluster_addresses_are_parsed_into_seed_nodes_and_options() -> None:

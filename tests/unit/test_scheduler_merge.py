@@ -7,10 +7,9 @@ from __future__ import annotations
 
 import time
 
-from streams import budget
-from streams.metrics import Metrics
-from streams.scheduler import Scheduler, Shard
+from streams.scheduler import Scheduler, Shard, budget
 from streams.settings import Settings
+from streams.worker.metrics import Metrics
 
 
 def _shard(sch: Scheduler, p: int, pages: dict[str, tuple[str, float]],
@@ -148,10 +147,10 @@ def test_a_ping_reuses_the_tables_estimate_exactly() -> None:
     import asyncio
     import random
 
-    from streams.estimation import Estimation, Observation, estimates_of
-    from streams.params import page_params
+    from streams.estimates.estimation import Estimation, Observation, estimates_of
+    from streams.estimates.params import page_params
     from streams.scheduler import NOT_IN_FLIGHT
-    from streams.state import PageState
+    from streams.store.redis_store import PageState
 
     est = Estimation()
     record = None

@@ -1,11 +1,12 @@
-"""docs/schemas/*.json are the pydantic models' schemas (regenerate: python -m streams.schemas)."""
+"""docs/schemas/*.json are the pydantic models' schemas (regenerate: python -m
+streams.events.schemas)."""
 
 from __future__ import annotations
 
 import json
 from pathlib import Path
 
-from streams.schemas import schemas
+from streams.events.schemas import schemas
 
 DOCS = Path(__file__).resolve().parents[2] / "docs" / "schemas"
 

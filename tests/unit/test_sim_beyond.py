@@ -1,4 +1,4 @@
-"""models.sim.variants and streams.experiments.beyond: uncertainty-aware Algorithm 1,
+"""models.sim.variants and experiments.beyond: uncertainty-aware Algorithm 1,
 several ping sources, the longest-interval floor, and the three experiments' --quick runs."""
 
 from __future__ import annotations
@@ -281,10 +281,10 @@ def test_uncertainty_raises_the_value_of_uncertain_pages() -> None:
 # ----------------------------------------------------------------------------- experiments
 @pytest.mark.parametrize("name", ["uncertainty", "sources", "floor"])
 def test_experiment_quick_writes_rows(name: str, tmp_path: Path) -> None:
+    from experiments.beyond import main
     from streams.commands.experiments import EXPERIMENTS
-    from streams.experiments.beyond import main
 
-    assert EXPERIMENTS[name] == "streams.experiments.beyond"
+    assert EXPERIMENTS[name] == "experiments.beyond"
     out = tmp_path / "out.json"
     assert main([name, "--quick", "--jobs", "1", "--no-progress", "--out", str(tmp_path),
                  "--json", str(out)]) == 0

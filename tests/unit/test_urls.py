@@ -1,4 +1,4 @@
-"""URL canonicalisation (streams.urls): one page, one key, whatever the spelling."""
+"""URL canonicalisation (streams.events.urls): one page, one key, whatever the spelling."""
 
 from __future__ import annotations
 
@@ -7,8 +7,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 from pydantic import ValidationError
 
-from streams.records import HostEvent, PageEvent, PingEvent, host_of
-from streams.urls import canonical_host, canonical_url, in_scope
+from streams.events.records import HostEvent, PageEvent, PingEvent, host_of
+from streams.events.urls import canonical_host, canonical_url, in_scope
 
 SAME_PAGE = [
     "http://example.com/a",

@@ -1,7 +1,7 @@
 """Per-page estimators in the stream: crawl intervals in, ``(alpha, beta_s, gamma)`` out.
 
 Each page with at least one observed crawl interval has an :class:`EstimatorRecord` appended
-to its page record in ``P:{host}:pages`` (``streams/state.py``): helper B's
+to its page record in ``P:{host}:pages`` (``streams/store/redis_store.py``): helper B's
 :class:`models.estimators.SignalEstimator` state plus the converged ``alpha``, its standard
 error and ``kappa`` (what the crawl value needs that only the MLE solve gives), so the
 scheduler rebuilds a shard without re-solving any MLE (``batch_result`` over 10^6 pages
@@ -27,8 +27,8 @@ The old text record ``"<estimates>|<base64 SignalState>"`` (kept in ``P:{host}:e
 version 1) is still read.
 
 Only the outcomes agent writes a record, in the outcome's offset-guarded Lua step with a
-compare-and-set on the page value and the old record (``streams/state.py``), so redelivery
-never applies an observation twice.
+compare-and-set on the page value and the old record (``streams/store/redis_store.py``), so
+redelivery never applies an observation twice.
 
 Source groups
 -------------
@@ -85,7 +85,7 @@ from models.estimators import (
     states_to_batch,
     update_many,
 )
-from streams.records import SOURCES
+from streams.events.records import SOURCES
 
 __all__ = [
     "GROUPS",

@@ -1,6 +1,6 @@
 """The numbers behind paper 003's Figs. 1, 2, 3, 6 and 7 (no plotting).
 
-The Monte Carlo simulations and searches that :mod:`streams.experiments.paper003_figs`
+The Monte Carlo simulations and searches that :mod:`experiments.paper003_figs`
 draws; split out of it (issue 17), which re-exports every name.  What each figure shows,
 the formulas and the paper's sections: see that module's docstring.
 

@@ -1,6 +1,7 @@
 """Which incarnation of an input partition's log the stored offsets belong to.
 
-Every event is applied once thanks to the offsets kept with the state (``streams/state.py``):
+Every event is applied once thanks to the offsets kept with the state
+(``streams/store/redis_store.py``):
 an event at or below the last applied offset of its (host, topic, partition) is a
 redelivery.  That holds while a partition's offsets name the same records.  If an input
 topic is deleted and created again (or its log replaced), offsets start again at 0 and
@@ -20,8 +21,8 @@ after an assignment is checked against the anchor before anything is applied:
   log (a new one starts at 0).
 
 A new log gets the next epoch, and its offsets are stored under ``<topic>:<partition>~<epoch>``
-(:meth:`streams.state.Store.offset_field`), so the old offsets no longer hide its events.
-Consumer-group offsets reset *backwards* on the same log are not a new log: those events
+(:meth:`streams.store.redis_store.Store.offset_field`), so the old offsets no longer hide its
+events. Consumer-group offsets reset *backwards* on the same log are not a new log: those events
 were applied, and are skipped as the redeliveries they are.  After each batch the anchor
 moves to the batch's last record (one ``HSET`` per batch).
 """

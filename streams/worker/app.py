@@ -1,8 +1,8 @@
 """The Faust application: built by :func:`create_app` from :class:`~streams.settings.Settings`.
 
 No module-level app: tests build one per test (own topics, consumer group, key prefix).
-Pieces: the agents (:mod:`streams.agents`), one scheduler task (:mod:`streams.scheduler`)
-and the HTTP views (:mod:`streams.web`), sharing one Redis store and one metrics registry.
+Pieces: the agents (:mod:`streams.worker.agents`), one scheduler task (:mod:`streams.scheduler`)
+and the HTTP views (:mod:`streams.worker.web`), sharing one Redis store and one metrics registry.
 """
 
 from __future__ import annotations
@@ -65,11 +65,11 @@ class OrdersProducer:
 
 
 def create_app(settings: Settings) -> faust.App:
-    from streams.agents import register_agents
-    from streams.metrics import Metrics
     from streams.scheduler import Scheduler
-    from streams.state import Store
-    from streams.web import register_views
+    from streams.store.redis_store import Store
+    from streams.worker.agents import register_agents
+    from streams.worker.metrics import Metrics
+    from streams.worker.web import register_views
 
     app = faust.App(
         settings.app_id,

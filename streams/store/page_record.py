@@ -1,5 +1,5 @@
-"""The page record: how one page is stored in ``P:{host}:pages`` (:mod:`streams.state` has
-the key layout).
+"""The page record: how one page is stored in ``P:{host}:pages`` (:mod:`streams.store.redis_store`
+has the key layout).
 
 Page record (version 1, little-endian, ``PAGE_FORMAT`` = ``<Bffd5H8H``, 43 bytes): a
 version byte ``0xA1``; ``importance`` float32 (a weight: 7 digits are plenty, and a value
@@ -9,7 +9,7 @@ float32 (NaN = none; a rate is an estimate, 7 digits suffice, smallest normal 1e
 five per-source signal counts since the last crawl, uint16 (saturating at 65535); eight
 ping fingerprints, uint16 (16-bit digests of the page's last 8 pings that were not
 duplicates, any source, newest first, 0 = none: ping dedup without a per-ping set, see
-``streams/lua/apply_pings.lua``).  The Lua scripts pack and unpack it with Redis's built-in
+``streams/store/lua/apply_pings.lua``).  The Lua scripts pack and unpack it with Redis's built-in
 ``struct``; Python with :data:`PAGE_STRUCT` / :data:`PAGE_DTYPE` (numpy, for the rebuild).
 A page record without an estimator record after it is stored without its trailing zero
 bytes (a page never crawled nor pinged: 9 bytes; readers pad it back).
@@ -19,7 +19,7 @@ the next script that changes the page: no upgrade step).  Binary values reach Py
 a client decoding with ``surrogateescape`` (:meth:`Store.from_url`), so they stay ``str``
 and round-trip byte for byte; :func:`record_bytes` gives the bytes back.
 
-Ping dedup (``streams/lua/apply_pings.lua``): a ping whose fingerprint (its id and source,
+Ping dedup (``streams/store/lua/apply_pings.lua``): a ping whose fingerprint (its id and source,
 ``PingEvent.fingerprint``) is among the page record's last 8 is a duplicate.  It catches a
 ping re-sent or produced twice (another offset) however late, as long as fewer than 8 other
 pings of that page came in between; a redelivered event is caught before, by its offset.
@@ -39,7 +39,7 @@ from dataclasses import dataclass, field, replace
 
 import numpy as np
 
-from streams.records import SOURCES
+from streams.events.records import SOURCES
 
 __all__ = [
     "N_SEEN",

@@ -1,8 +1,8 @@
 """A page's crawl-value parameters ``(alpha, beta, gamma, mu)`` and ``origin`` from its state.
 
 This is the one place that decides where parameters come from: the page's estimates
-(``streams/estimation.py``: helper B's ``SignalEstimator`` over three source groups) once it
-has an observed crawl interval, priors before.
+(``streams/estimates/estimation.py``: helper B's ``SignalEstimator`` over three source groups) once
+it has an observed crawl interval, priors before.
 
 ``tau_eff(t) = t - origin`` with ``origin = last_crawl - sum_s beta_s n_s`` (paper 004
 Sec. 3: every signal of source ``s`` since the last crawl adds ``beta_s``).  A page never
@@ -31,7 +31,7 @@ import numpy.typing as npt
 from models.decision.pooling import pooled_params
 from models.estimators import _numeric as nm
 from models.estimators import conservative_change_rate
-from streams.estimation import (
+from streams.estimates.estimation import (
     GROUP_OF,
     GROUPS,
     RECORD_HEAD,
@@ -40,9 +40,9 @@ from streams.estimation import (
     gamma_from_totals,
     value_parameters,
 )
-from streams.records import SOURCES
+from streams.events.records import SOURCES
 from streams.settings import Settings
-from streams.state import PAGE_DTYPE, PAGE_STRUCT, PAGE_VERSION, PageState, record_bytes
+from streams.store.redis_store import PAGE_DTYPE, PAGE_STRUCT, PAGE_VERSION, PageState, record_bytes
 
 __all__ = ["PageParams", "ParamsMany", "page_params", "page_params_many"]
 
@@ -106,7 +106,7 @@ def page_params(
     return PageParams(alpha, beta, gamma, state.importance, delta, betas, origin, estimated)
 
 
-#: columns of :meth:`streams.estimation.Estimates.encode` the crawl value needs
+#: columns of :meth:`streams.estimates.estimation.Estimates.encode` the crawl value needs
 _N_EST = 4 + 6 * len(GROUPS) + 1
 _KAPPA = slice(4 + len(GROUPS), 4 + 2 * len(GROUPS))
 _GAMMA = slice(4, 4 + len(GROUPS))
@@ -186,7 +186,7 @@ def page_params_many(values: Sequence[str | bytes], estimators: Sequence[str | b
 
 
 _PSIZE = PAGE_STRUCT.size
-#: :data:`streams.estimation.RECORD_HEAD` as a numpy dtype
+#: :data:`streams.estimates.estimation.RECORD_HEAD` as a numpy dtype
 _EST_DTYPE = np.dtype([("tag", "u1"), ("n", "<u4"), ("alpha", "<f4"), ("alpha_se", "<f4"),
                        ("kappa", "<f4", (len(GROUPS),)), ("theta", "<f4", (1 + len(GROUPS),)),
                        ("unchanged", "<f4", (1 + len(GROUPS),)),
@@ -291,7 +291,7 @@ def _estimates_many(
     alpha_se, Delta, -, gamma, kappa, then only n_intervals is filled); a record that does
     not parse counts as none, as :func:`estimates_of` reads it.  Binary records (``heads``
     from the page values, or standalone in ``records``): their fixed heads as arrays,
-    ``gamma`` and ``Delta`` derived as :func:`streams.estimation.estimates_of` derives
+    ``gamma`` and ``Delta`` derived as :func:`streams.estimates.estimation.estimates_of` derives
     them."""
     rows: list[int] = []
     texts: list[str] = []

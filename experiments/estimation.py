@@ -1,8 +1,8 @@
 """Reproductions of the estimation experiments of paper 004 (App. E) and paper 003 (Sec. 5).
 
-``python -m streams.experiments.estimation app-e [--quick] [--seed N] [--out DIR] [--json PATH]``
-``python -m streams.experiments.estimation paper003 [--figures] [...]`` (``--figures``: also
-paper 003's Figs. 1-3, 6 and 7, from :mod:`streams.experiments.paper003_figs`)
+``python -m experiments.estimation app-e [--quick] [--seed N] [--out DIR] [--json PATH]``
+``python -m experiments.estimation paper003 [--figures] [...]`` (``--figures``: also
+paper 003's Figs. 1-3, 6 and 7, from :mod:`experiments.paper003_figs`)
 
 Each run writes PNG plots and a markdown table (``app_e.md`` / ``paper003.md``) into ``--out``
 and, with ``--json``, the numbers as JSON.  All the estimation code is in ``models``; this
@@ -29,6 +29,7 @@ import numpy as np
 import numpy.typing as npt
 from rich.progress import Progress
 
+from experiments.paper003_figs import figures_table, run_figures
 from models.estimators import (
     ChangeRateEstimator,
     SignalEstimator,
@@ -39,7 +40,6 @@ from models.estimators import (
     naive_precision_recall,
 )
 from models.simulate_estimation import simulate_page_intervals
-from streams.experiments.paper003_figs import figures_table, run_figures
 
 FloatArray = npt.NDArray[np.float64]
 HOUR_S = 3600.0

@@ -1,6 +1,6 @@
 """JSON Schemas of every topic, generated from the pydantic models (``docs/schemas/``).
 
-``python -m streams.schemas`` rewrites ``docs/schemas/*.json``; a test checks they match.
+``python -m streams.events.schemas`` rewrites ``docs/schemas/*.json``; a test checks they match.
 """
 
 from __future__ import annotations
@@ -12,7 +12,14 @@ from typing import Any
 
 from pydantic import BaseModel
 
-from streams.records import ControlEvent, HostEvent, Order, OutcomeEvent, PageEvent, PingEvent
+from streams.events.records import (
+    ControlEvent,
+    HostEvent,
+    Order,
+    OutcomeEvent,
+    PageEvent,
+    PingEvent,
+)
 
 __all__ = ["MODELS", "REJECT_SCHEMA", "schemas", "write"]
 

@@ -3,11 +3,11 @@
 Key layout (``P`` = ``settings.key_prefix``; ``{...}`` is a Redis Cluster hash tag: only
 the text between the braces decides a key's slot, so every key of one host lives in one
 slot, the two control keys share one, and every script below touches one slot only; the
-same code runs on one Redis node and on a Redis Cluster, :mod:`streams.redis_conn`)::
+same code runs on one Redis node and on a Redis Cluster, :mod:`streams.store.redis_conn`)::
 
-    P:{host}:pages      HASH  url -> page record (streams/page_record.py), followed by the page's
-                              estimator record once it has an observed crawl interval
-                              (streams/estimation.py)
+    P:{host}:pages      HASH  url -> page record (streams/store/page_record.py), followed by the
+                              page's estimator record once it has an observed crawl interval
+                              (streams/estimates/estimation.py)
     P:{host}:inflight   HASH  url -> "order_id|issued_at"   (only pages with an order out)
     P:{host}:est        HASH  url -> estimator record in the old text form (only state
                               written before record version 1: read, and deleted when the
@@ -26,7 +26,7 @@ same code runs on one Redis node and on a Redis Cluster, :mod:`streams.redis_con
     P:control:{ctl}:offsets  HASH  "<topic>:<partition>[~<epoch>]" -> last applied offset
     P:{logs}            HASH  "<topic>:<partition>" -> "epoch|offset|timestamp_ms": which
                               incarnation of each input partition's log the offsets
-                              belong to (a topic created again: streams/logs.py)
+                              belong to (a topic created again: streams/store/logs.py)
     P:sched:shards      HASH  partition -> JSON {weight, log_threshold, share_per_s, ts
                               (Redis's clock), worker, ready, web (the worker's HTTP
                               address), budget_per_s (the budget the worker runs with),
@@ -36,7 +36,7 @@ same code runs on one Redis node and on a Redis Cluster, :mod:`streams.redis_con
                               writes it every second with a 10 s expiry); ``/stats`` and
                               ``/dashboard`` show it only while it exists
 
-The page record's layout and the ping dedup: :mod:`streams.page_record`.
+The page record's layout and the ping dedup: :mod:`streams.store.page_record`.
 
 Redis configuration: a crawled page's value (page and estimator record) is ~200 bytes;
 above ``hash-max-listpack-value`` (Redis's default 64) a host's hash is a hashtable
@@ -49,7 +49,7 @@ applied offset of its (host, topic, partition) and records it, so a redelivered 
 (Faust is at-least-once) changes nothing.  ``recrawl explain`` shows a page's record
 decoded (``HGET`` in ``redis-cli`` shows bytes).  No decision text is
 stored: why a page was or wasn't crawled is kept by the worker that decided it
-(:mod:`streams.decisions`, a bounded ring served by ``GET /pages``).
+(:mod:`streams.worker.decisions`, a bounded ring served by ``GET /pages``).
 """
 
 from __future__ import annotations
@@ -76,7 +76,8 @@ from redis.exceptions import (
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
-from streams.page_record import (
+from streams.events.records import SOURCES
+from streams.store.page_record import (
     N_SEEN,
     N_SOURCES,
     PAGE_DTYPE,
@@ -89,8 +90,6 @@ from streams.page_record import (
     ping_fingerprint,
     record_bytes,
 )
-from streams.records import SOURCES
-from streams.redis_conn import AsyncRedis, connect
 from streams.store.protocol import (
     ControlOp,
     HostDump,
@@ -105,6 +104,7 @@ from streams.store.protocol import (
     _host_info,
     _in_flight,
 )
+from streams.store.redis_conn import AsyncRedis, connect
 
 __all__ = [
     "N_SEEN",
@@ -141,13 +141,13 @@ def _text_keys(values: dict[Any, Any]) -> dict[str, Any]:
 
 
 def _lua(name: str) -> str:
-    """A script of ``streams/lua/`` (what its keys and arguments are: the file's header)."""
+    """A script of ``streams/store/lua/`` (what its keys and arguments are: the file's header)."""
     # next to this file (importlib.resources.files("streams") found tests/streams, a
     # namespace portion earlier on sys.path, under pytest with an editable install)
     return (Path(__file__).resolve().parent / "lua" / name).read_text(encoding="utf-8")
 
 
-# The scripts live in streams/lua/ (each file's header: its KEYS, ARGV and replies); every
+# The scripts live in streams/store/lua/ (each file's header: its KEYS, ARGV and replies); every
 # one starts with lib.lua's helpers; ``__N`` is the number of ping sources, ``__PFMT`` the
 # page record's struct format, ``__PVER`` its version byte.
 # (Redis's struct takes no repeat counts: "5H" is written "HHHHH")
@@ -224,7 +224,7 @@ class Store:
         #: records); None: ``client`` is used
         self.raw = raw
         self.prefix = prefix
-        #: the epoch of an input partition's log (streams.logs.LogEpochs sets it)
+        #: the epoch of an input partition's log (streams.store.logs.LogEpochs sets it)
         self.epoch_of: Callable[[str, int], int] = lambda _topic, _partition: 0
         #: how many times the scripts were loaded (at start, and after NOSCRIPT)
         self.script_loads = 0
@@ -246,9 +246,9 @@ class Store:
 
     @classmethod
     def from_url(cls, url: str, prefix: str) -> Store:
-        """One Redis node or a Redis Cluster (``redis+cluster://``, :mod:`streams.redis_conn`);
-        replies decoded with ``surrogateescape``, so a binary record is a ``str`` that
-        encodes back to the same bytes (:func:`record_bytes`)."""
+        """One Redis node or a Redis Cluster (``redis+cluster://``,
+        :mod:`streams.store.redis_conn`); replies decoded with ``surrogateescape``, so a
+        binary record is a ``str`` that encodes back to the same bytes (:func:`record_bytes`)."""
         return cls(connect(url, decode_responses=True, encoding_errors="surrogateescape"),
                    prefix, raw=connect(url, decode_responses=False))
 
@@ -290,7 +290,7 @@ class Store:
     def offset_field(self, topic: str, partition: int) -> str:
         """The offsets hash field of ``topic``'s ``partition``: ``<topic>:<partition>``, or
         ``<topic>:<partition>~<epoch>`` once the partition's log was replaced (a topic
-        deleted and created again: :mod:`streams.logs`)."""
+        deleted and created again: :mod:`streams.store.logs`)."""
         e = self.epoch_of(topic, partition)
         return f"{topic}:{partition}" if e == 0 else f"{topic}:{partition}~{e}"
 
@@ -422,7 +422,7 @@ class Store:
         and no reply at all raises."""
         pipe = self.redis.pipeline(transaction=False)
         # KEYS pages, inflight, host, blocked; ARGV now, default rate, default max in
-        # flight, burst, then (url, order id) pairs (streams/lua/issue.lua).  Built here in
+        # flight, burst, then (url, order id) pairs (streams/store/lua/issue.lua).  Built here in
         # one loop (10^4 hosts a tick at 10^4 orders/s): straight EVALSHA, no SCRIPT EXISTS
         head = (repr(now_s), repr(default_rate), default_mif, repr(burst))
         sha, p, run = self.issue_script.sha, self.prefix, pipe.execute_command

@@ -34,11 +34,8 @@ from pydantic import BaseModel, ValidationError
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
-from streams.decisions import DecisionRing
-from streams.estimation import Estimation, Observation
-from streams.logs import LogEpochs, kafka_probe
-from streams.metrics import Metrics
-from streams.records import (
+from streams.estimates.estimation import Estimation, Observation
+from streams.events.records import (
     ControlEvent,
     HostEvent,
     OutcomeEvent,
@@ -48,15 +45,8 @@ from streams.records import (
     shard_of,
     validation_reason,
 )
+from streams.events.urls import canonical_host
 from streams.settings import Settings
-from streams.state import (
-    TRANSIENT_REPLY_PREFIXES,
-    TRANSIENT_REPLY_TYPES,
-    PageState,
-    Store,
-    estimator_of,
-    transient_reply,
-)
 from streams.store import (
     ControlOp,
     HostOp,
@@ -66,7 +56,17 @@ from streams.store import (
     StateStore,
     StoreUnavailable,
 )
-from streams.urls import canonical_host
+from streams.store.logs import LogEpochs, kafka_probe
+from streams.store.redis_store import (
+    TRANSIENT_REPLY_PREFIXES,
+    TRANSIENT_REPLY_TYPES,
+    PageState,
+    Store,
+    estimator_of,
+    transient_reply,
+)
+from streams.worker.decisions import DecisionRing
+from streams.worker.metrics import Metrics
 
 __all__ = [
     "KAFKA_PERMANENT",
@@ -111,7 +111,7 @@ REROUTED_HEADER = "recrawl-rerouted"
 
 
 def _key_host(key: str) -> str:
-    """A Kafka key as a canonical host name (:func:`streams.urls.canonical_host`)."""
+    """A Kafka key as a canonical host name (:func:`streams.events.urls.canonical_host`)."""
     try:
         return canonical_host(key)
     except ValueError:
@@ -274,7 +274,7 @@ class Agents:
                       fn: Callable[[], Awaitable[None]]) -> None:
         try:
             messages = [ev.message for ev in events]
-            if self.logs is not None:  # a partition's log replaced? (streams/logs.py)
+            if self.logs is not None:  # a partition's log replaced? (streams/store/logs.py)
                 await self._retry("redis", lambda: self.logs.resolve(messages))  # type: ignore[union-attr]
             await fn()
             if self.logs is not None:

@@ -3,7 +3,7 @@ it will be crawled next and the last decisions about it (why it was or wasn't cr
 
 The state comes from Redis, so ``recrawl explain URL`` and ``GET /pages?url=`` give the same
 answer from any worker or none; the decisions come from the worker that made them (its
-:class:`streams.decisions.DecisionRing`), which ``recrawl explain`` asks over HTTP.
+:class:`streams.worker.decisions.DecisionRing`), which ``recrawl explain`` asks over HTTP.
 """
 
 from __future__ import annotations
@@ -13,12 +13,12 @@ from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
 from models.values import crawl_value, time_to_value
-from streams.estimation import GROUP_NAMES, GROUPS, full_estimates
-from streams.params import page_params
-from streams.records import SOURCES, check_url, host_of, shard_of
+from streams.estimates.estimation import GROUP_NAMES, GROUPS, full_estimates
+from streams.estimates.params import page_params
+from streams.events.records import SOURCES, check_url, host_of, shard_of
 from streams.scheduler import Control
 from streams.settings import Settings
-from streams.state import Store
+from streams.store.redis_store import Store
 
 __all__ = ["estimates_view", "explain"]
 
@@ -61,11 +61,11 @@ async def explain(store: Store, settings: Settings, url: str, now_s: float,
                   steady: Callable[[], Awaitable[float | None]] | None = None,
                   ) -> dict[str, Any]:
     """The page's state, value and threshold from Redis; ``decisions`` are the deciding
-    worker's recent ones about it (:class:`streams.decisions.DecisionRing`: no decision
+    worker's recent ones about it (:class:`streams.worker.decisions.DecisionRing`: no decision
     text is stored in Redis).
 
     ``steady``: gives ``Lambda`` of the continuous optimum at the current budget
-    (:func:`streams.plan.steady_threshold`), asked only for a page whose largest value
+    (:func:`streams.worker.plan.steady_threshold`), asked only for a page whose largest value
     ``mu/Delta`` is below the current threshold: the threshold is not fixed (it falls as
     the pages above it are crawled, e.g. a fresh catalogue's never-crawled pages all start
     at their ``mu/Delta``), so whether such a page will be crawled depends on where it

@@ -1,6 +1,6 @@
 """Paper 003's Figs. 1, 2, 3, 6 and 7 (its Figs. 5 and 8 are in ``estimation.py``).
 
-``python -m streams.experiments.estimation paper003 --figures [--quick] [--seed N] [--out DIR]``
+``python -m experiments.estimation paper003 --figures [--quick] [--seed N] [--out DIR]``
 runs the existing Sec. 5 reproduction and then :func:`run_figures`, which writes
 ``paper003_fig{1,2,3,6,7}.png`` into ``--out`` and returns the key numbers as table rows.
 
@@ -21,7 +21,7 @@ hour is ``C(r) = (1 - (1 - e^{-r})/r) C_s + C_c/(r Delta)`` (:func:`models.cost.
   runs of 1000 h, lag 100.  (The paper's captions and its Sec. 5.2 text agree on this
   assignment: Fig. 6 levels off, Fig. 7 grows linearly in favour of the estimated case.)
 
-The simulations and searches are in :mod:`streams.experiments.paper003_sims` (issue 17);
+The simulations and searches are in :mod:`experiments.paper003_sims` (issue 17);
 this module draws the figures and re-exports them.
 
 Choices where the paper is silent are listed in the docstrings ("Choice:").
@@ -41,8 +41,7 @@ import matplotlib.pyplot as plt
 import numpy as np
 from matplotlib.colors import LogNorm
 
-from models.cost import cost_per_hour, optimal_ratio
-from streams.experiments.paper003_sims import (
+from experiments.paper003_sims import (
     PERIOD_H,
     CostOverTime,
     FloatArray,
@@ -55,6 +54,7 @@ from streams.experiments.paper003_sims import (
     optimal_ratio_by_search,
     simulate_fixed_interval_cost,
 )
+from models.cost import cost_per_hour, optimal_ratio
 
 __all__ = [
     "CostOverTime",

@@ -2,7 +2,7 @@
 current estimates in Redis (``recrawl plan``, ``GET /plan``).
 
 Every page's crawl-value parameters ``(alpha, beta, gamma, mu)`` are the worker's own
-(:func:`streams.params.page_params`: the estimator record once the page has an observed
+(:func:`streams.estimates.params.page_params`: the estimator record once the page has an observed
 interval, its prior before), read from the same keys the scheduler rebuilds a shard from
 (``P:shard:{p}:hosts``, then each host's ``pages`` and ``est`` hashes).  For each budget
 ``R`` the planner solves the optimal continuous policy with signals (eq. 4 and Theorem 1 of
@@ -32,10 +32,10 @@ from typing import Any
 import numpy as np
 
 from models.policies import optimal_thresholds
-from streams.params import page_params
+from streams.estimates.params import page_params
 from streams.scheduler import Control
 from streams.settings import Settings
-from streams.state import PageState, Store
+from streams.store.redis_store import PageState, Store
 
 #: a shard entry younger than this is a live worker's (as the scheduler's resplit reads them)
 LIVE_S = 3.0

@@ -9,8 +9,8 @@ into ``var/stack.json``; set ``RECRAWL_REDIS_URL`` to one for a cluster of your 
 
 What holds on both (and why the state works on a cluster):
 
-- every key names its host (or partition) in a hash tag ``{...}`` (:mod:`streams.state`),
-  so each Lua script's keys share one slot;
+- every key names its host (or partition) in a hash tag ``{...}``
+  (:mod:`streams.store.redis_store`), so each Lua script's keys share one slot;
 - a ``pipeline(transaction=False)`` is split per node by the cluster client and its
   results come back in the order queued;
 - ``SCRIPT LOAD`` goes to every master, so a NOSCRIPT reply (a node restarted or a slot

@@ -1,4 +1,4 @@
--- The page record (streams/page_record.py's docstring): load() gives a table
+-- The page record (streams/store/page_record.py's docstring): load() gives a table
 -- {imp, prior (nil = none), last, c = counts[__N], fp = fingerprints[__SEEN], rest = the
 -- estimator record after the __PSIZE bytes of the page ('' = none)} from a binary record
 -- (first byte __PVER) or the old text one; dump() packs it (always binary) with its rest,

@@ -8,7 +8,7 @@
                           (``truth``); ``?hosts=N`` adds the N hosts with most orders in flight
 * ``GET /metrics/``       Prometheus text format
 * ``GET /plan/?budget=10&budget=100``  expected accuracy per budget from the current
-  estimates (:mod:`streams.plan`, the same as ``recrawl plan``)
+  estimates (:mod:`streams.worker.plan`, the same as ``recrawl plan``)
 * ``GET /dashboard/``     one self-contained HTML page that polls ``/stats/`` (no outside
                           fetches: inline JS and CSS)
 """
@@ -25,13 +25,13 @@ from urllib.parse import parse_qs
 import faust
 from faust.web import Request, Response, View
 
-from streams.explain import explain
-from streams.metrics import Metrics
-from streams.plan import plan_from_store, steady_threshold
-from streams.records import shard_of
+from streams.events.records import shard_of
 from streams.scheduler import Scheduler
 from streams.settings import Settings
-from streams.state import Store
+from streams.store.redis_store import Store
+from streams.worker.explain import explain
+from streams.worker.metrics import Metrics
+from streams.worker.plan import plan_from_store, steady_threshold
 
 __all__ = ["MAX_TOP_HOSTS", "dashboard_html", "register_views"]
 
@@ -50,7 +50,7 @@ def register_views(
     steady_cache: list[tuple[float, float | None]] = []
 
     async def steady() -> float | None:
-        """:func:`streams.plan.steady_threshold`, reused for 30 s (it reads every page)."""
+        """:func:`streams.worker.plan.steady_threshold`, reused for 30 s (it reads every page)."""
         now = time.monotonic()
         if not steady_cache or now - steady_cache[0][0] > 30.0:
             steady_cache[:] = [(now, await steady_threshold(store, settings))]

@@ -24,6 +24,17 @@ from typing import Any
 
 import numpy as np
 
+from experiments._common import (
+    Job,
+    Row,
+    add_paired,
+    aggregate,
+    markdown_table,
+    parser,
+    plot_lines,
+    run_jobs,
+    write_outputs,
+)
 from models.policies import expected_accuracy, low_discrepancy_schedule, optimal_rates
 from models.sim import (
     POLICY_NAMES,
@@ -47,17 +58,6 @@ from models.sim import (
 from models.sim.engine import stale_share
 from models.sim.policies import Policy
 from models.values import change_params, from_precision_recall, precision_recall
-from streams.experiments._common import (
-    Job,
-    Row,
-    add_paired,
-    aggregate,
-    markdown_table,
-    parser,
-    plot_lines,
-    run_jobs,
-    write_outputs,
-)
 
 # reference policy of the paired differences (same world and events) per experiment
 PAIRED_REF = {"fig3": "greedy", "fig4": "greedy", "fig6": "greedy",

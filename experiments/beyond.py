@@ -31,6 +31,16 @@ from typing import Any
 
 import numpy as np
 
+from experiments._common import (
+    Job,
+    Row,
+    add_paired,
+    aggregate,
+    markdown_table,
+    parser,
+    run_jobs,
+    write_outputs,
+)
 from models.sim import Budget, EstimatingAlgorithm1, accuracy, algorithm1, run, simulate_events
 from models.sim import synthetic_world as _synthetic_world
 from models.sim.engine import stale_share
@@ -41,16 +51,6 @@ from models.sim.variants import (
     simulate_source_events,
     source_policy,
     two_source_world,
-)
-from streams.experiments._common import (
-    Job,
-    Row,
-    add_paired,
-    aggregate,
-    markdown_table,
-    parser,
-    run_jobs,
-    write_outputs,
 )
 
 NAMES = ("uncertainty", "sources", "floor")

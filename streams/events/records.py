@@ -24,7 +24,7 @@ from pydantic import (
     model_validator,
 )
 
-from streams.urls import canonical_host, canonical_url, url_host
+from streams.events.urls import canonical_host, canonical_url, url_host
 
 __all__ = [
     "MAX_BUDGET_PER_S",
@@ -68,7 +68,7 @@ def shard_of(host: str, partitions: int) -> int:
 
 def host_of(url: str) -> str:
     """The canonical host of an http(s) URL (the Kafka key and the Redis hash tag;
-    :mod:`streams.urls`); ``""`` if it is not one."""
+    :mod:`streams.events.urls`); ``""`` if it is not one."""
     try:
         return url_host(url)
     except ValueError:
@@ -76,7 +76,7 @@ def host_of(url: str) -> str:
 
 
 def check_url(url: str) -> str:
-    """The canonical form of ``url`` (:func:`streams.urls.canonical_url`): every entrance
+    """The canonical form of ``url`` (:func:`streams.events.urls.canonical_url`): every entrance
     stores and compares this; ``ValueError`` with the reason if it is not an absolute
     http(s) URL."""
     return canonical_url(url)
