@@ -53,6 +53,8 @@ from models.sim.variants import (
     two_source_world,
 )
 
+__all__ = ["NAMES", "main"]
+
 NAMES = ("uncertainty", "sources", "floor")
 R = 100.0
 BURN = 0.2  # share of the horizon left out of the metrics

@@ -41,6 +41,15 @@ from models.estimators import (
 )
 from models.simulate_estimation import simulate_page_intervals
 
+__all__ = [
+    "AppEConfig",
+    "Paper003Config",
+    "main",
+    "run_app_e",
+    "run_paper003",
+    "theoretical_cost_per_hour",
+]
+
 FloatArray = npt.NDArray[np.float64]
 HOUR_S = 3600.0
 

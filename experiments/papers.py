@@ -59,6 +59,8 @@ from models.sim.engine import stale_share
 from models.sim.policies import Policy
 from models.values import change_params, from_precision_recall, precision_recall
 
+__all__ = ["NAMES", "main"]
+
 # reference policy of the paired differences (same world and events) per experiment
 PAIRED_REF = {"fig3": "greedy", "fig4": "greedy", "fig6": "greedy",
               "fig11": "greedy-ncis-delayed"}

@@ -6,6 +6,8 @@ import argparse
 import asyncio
 import json
 
+__all__ = ["register", "run"]
+
 
 def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     p = sub.add_parser("budget", help="set or show the global crawl budget R (orders/s)")

@@ -5,6 +5,8 @@ from __future__ import annotations
 import argparse
 import importlib
 
+__all__ = ["EXPERIMENTS", "register", "run"]
+
 #: experiment name -> module with ``main(argv) -> int`` taking the name as first argument.
 EXPERIMENTS: dict[str, str] = {
     "app-e": "experiments.estimation",

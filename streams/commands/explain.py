@@ -16,6 +16,8 @@ import urllib.request
 from typing import Any
 from urllib.parse import urlencode
 
+__all__ = ["register", "run"]
+
 
 def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     p = sub.add_parser("explain", help="explain a page: state, value, threshold, decisions")

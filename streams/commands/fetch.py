@@ -8,6 +8,8 @@ import sys
 
 from streams.commands._signals import on_stop_signals
 
+__all__ = ["add_egress_args", "policy_from_args", "register", "run"]
+
 
 def add_egress_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--allow-loopback", action="store_true", help="allow 127.0.0.0/8 and ::1")

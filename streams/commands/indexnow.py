@@ -9,6 +9,8 @@ import sys
 from streams.commands._signals import stop_event
 from streams.commands.fetch import add_egress_args, policy_from_args
 
+__all__ = ["keys", "register", "serve"]
+
 
 def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     p = sub.add_parser("indexnow", help="IndexNow receiver (publishes pings) and its keys")

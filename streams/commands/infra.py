@@ -8,6 +8,8 @@ from pathlib import Path
 
 from infra import InfraError, stack
 
+__all__ = ["register", "run"]
+
 
 def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     p = sub.add_parser("infra", help="start, check or stop the local Kafka and Redis")

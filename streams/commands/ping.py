@@ -8,6 +8,8 @@ import sys
 
 from streams.edges.pings import PING_SOURCES, Ping, parse_ping_line, parse_time, publish_pings
 
+__all__ = ["register", "run"]
+
 
 def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     p = sub.add_parser(

@@ -9,6 +9,8 @@ import json
 from pathlib import Path
 from typing import Any
 
+__all__ = ["DEFAULT_BUDGETS", "plot", "print_table", "register", "run"]
+
 DEFAULT_BUDGETS = (1.0, 3.0, 10.0, 30.0, 100.0, 300.0, 1000.0)
 
 

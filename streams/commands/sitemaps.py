@@ -9,6 +9,8 @@ import json
 from streams.commands._signals import stop_event
 from streams.commands.fetch import add_egress_args, policy_from_args
 
+__all__ = ["register", "run"]
+
 
 def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     p = sub.add_parser("sitemaps", help="poll sitemaps and publish pings for changed lastmod")

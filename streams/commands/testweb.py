@@ -10,6 +10,8 @@ import time
 
 from streams.commands._signals import stop_event
 
+__all__ = ["add_world_args", "register", "run", "world_from_args"]
+
 
 def add_world_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--hosts", type=int, default=20, help="virtual hosts (h0.test, ...)")

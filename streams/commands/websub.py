@@ -14,6 +14,8 @@ import sys
 
 from streams.commands._signals import stop_event
 
+__all__ = ["manage", "register", "serve"]
+
 
 def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     p = sub.add_parser("websub", help="WebSub subscriber (signed content distribution -> pings)")

@@ -40,6 +40,8 @@ from streams.settings import Settings
 from streams.store.redis_store import PageState
 from streams.testweb.world import World
 
+__all__ = ["EPOCH", "Loop", "RunRecord", "WorkerMirror", "fresh_draws", "oracle_policy", "replay"]
+
 #: Fresh draws run in "epoch" seconds from here (the worker treats time 0 as never).
 EPOCH = 1.0e9
 

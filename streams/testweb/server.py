@@ -43,6 +43,8 @@ from streams.edges.timeparse import format_w3c_datetime, http_date, parse_http_d
 from streams.testweb.truth import Truth
 from streams.testweb.world import PageSpec, World, key_for_host
 
+__all__ = ["TestWeb", "world_from_file"]
+
 log = logging.getLogger(__name__)
 
 SITEMAP_NS = "http://www.sitemaps.org/schemas/sitemap/0.9"

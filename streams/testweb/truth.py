@@ -9,6 +9,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+__all__ = ["PageTruth", "Truth"]
+
 
 @dataclass
 class PageTruth:

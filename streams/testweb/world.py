@@ -17,6 +17,8 @@ from typing import Any
 
 import numpy as np
 
+__all__ = ["CHANNELS", "PageSpec", "World", "generate_world", "key_for_host"]
+
 CHANNELS = ("indexnow", "sitemap")
 
 
