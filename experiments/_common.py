@@ -14,7 +14,8 @@ import math
 import multiprocessing as mp
 import re
 from collections import defaultdict
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -142,34 +143,54 @@ def markdown_table(rows: Sequence[Row], columns: Sequence[str]) -> str:
                           for r in rows)
 
 
-def plot_lines(rows: Sequence[Row], path: Path, *, x: str, title: str, ylabel: str = "accuracy",
-               logx: bool = True) -> None:
-    """One line (with standard-error bars) per policy."""
+@contextmanager
+def figure(path: Path, figsize: tuple[float, float], *, ncols: int = 1,
+           suptitle: str | None = None) -> Iterator[Any]:
+    """A figure of ``ncols`` panels in one row (matplotlib's Agg backend, no display): the
+    caller draws on the axes (one, or an array of ``ncols``); on leaving, the optional
+    title, a tight layout and ``path`` (its folder made if missing, 110 dpi).  The figure
+    is closed either way."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, ax = plt.subplots(figsize=(6.4, 4.2))
-    by: dict[str, list[Row]] = defaultdict(list)
-    for r in rows:
-        by[str(r["policy"])].append(r)
-    for pol, rs in by.items():
-        rs = sorted(rs, key=lambda r: r[x])
-        ax.errorbar([r[x] for r in rs], [r["accuracy"] for r in rs],
-                    yerr=[r.get("stderr", 0.0) for r in rs], marker="o", ms=3, capsize=2,
-                    label=pol)
-    if logx:
-        ax.set_xscale("log")
-    ax.set_xlabel(x)
-    ax.set_ylabel(ylabel)
-    ax.set_title(title)
-    ax.grid(alpha=0.3)
-    ax.legend(fontsize=7)
-    fig.tight_layout()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
+    fig, axes = plt.subplots(1, ncols, figsize=figsize)
+    try:
+        yield axes
+        if suptitle is not None:
+            fig.suptitle(suptitle, fontsize=9)
+        fig.tight_layout()
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fig.savefig(path, dpi=110)
+    finally:
+        plt.close(fig)
+
+
+def rng(seed: int, *parts: int) -> np.random.Generator:
+    """The generator of one job: ``seed`` and the job's coordinates, independent streams."""
+    return np.random.default_rng([seed, *parts])
+
+
+def plot_lines(rows: Sequence[Row], path: Path, *, x: str, title: str, ylabel: str = "accuracy",
+               logx: bool = True) -> None:
+    """One line (with standard-error bars) per policy."""
+    with figure(path, (6.4, 4.2)) as ax:
+        by: dict[str, list[Row]] = defaultdict(list)
+        for r in rows:
+            by[str(r["policy"])].append(r)
+        for pol, rs in by.items():
+            rs = sorted(rs, key=lambda r: r[x])
+            ax.errorbar([r[x] for r in rs], [r["accuracy"] for r in rs],
+                        yerr=[r.get("stderr", 0.0) for r in rs], marker="o", ms=3, capsize=2,
+                        label=pol)
+        if logx:
+            ax.set_xscale("log")
+        ax.set_xlabel(x)
+        ax.set_ylabel(ylabel)
+        ax.set_title(title)
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=7)
 
 
 def write_outputs(name: str, args: argparse.Namespace, rows: list[Row], table: str,

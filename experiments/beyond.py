@@ -36,8 +36,10 @@ from experiments._common import (
     Row,
     add_paired,
     aggregate,
+    figure,
     markdown_table,
     parser,
+    rng,
     run_jobs,
     write_outputs,
 )
@@ -84,16 +86,12 @@ def _scale(name: str, quick: bool) -> dict[str, Any]:
     raise ValueError(name)
 
 
-def _rng(seed: int, *parts: int) -> np.random.Generator:
-    return np.random.default_rng([seed, *parts])
-
-
 def _synthetic(job: Job) -> Any:
     """The Sec. 6.6 world of the ``est`` experiment: ``lam ~ Beta(.25,.25)``, ``nu ~ U(.1,.6)``."""
     m, rep = job["m"], job["rep"]
-    w = _synthetic_world(m, _rng(job["seed"], m, rep), lam_beta=(0.25, 0.25),
+    w = _synthetic_world(m, rng(job["seed"], m, rep), lam_beta=(0.25, 0.25),
                          nu_range=(0.1, 0.6))
-    ev = simulate_events(w, job["T"], _rng(job["seed"], m, rep, 1))
+    ev = simulate_events(w, job["T"], rng(job["seed"], m, rep, 1))
     return w, ev
 
 
@@ -129,8 +127,8 @@ def _uncertainty_job(job: Job) -> list[Row]:
 
 def _sources_job(job: Job) -> list[Row]:
     m, rep, T = job["m"], job["rep"], job["T"]
-    sw = two_source_world(m, _rng(job["seed"], m, rep))
-    se = simulate_source_events(sw, T, _rng(job["seed"], m, rep, 1), delay_unit=1.0 / R)
+    sw = two_source_world(m, rng(job["seed"], m, rep))
+    se = simulate_source_events(sw, T, rng(job["seed"], m, rep, 1), delay_unit=1.0 / R)
     w = sw.world()
     t0 = time.perf_counter()
     pol = source_policy(SOURCE_KINDS[job["policy"]], sw, se, ping_rule="strict")
@@ -201,95 +199,65 @@ def _header(name: str, sc: dict[str, Any], reps: int, t0: float) -> str:
 def _plot_two_panels(rows: list[Row], path: Path, *, x: str, xs: Sequence[Any],
                      xlabels: Sequence[str], series: str, title: str) -> None:
     """Accuracy (left) and very-stale share (right), one line per ``series`` value."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    fig, axes = plt.subplots(1, 2, figsize=(10.0, 4.0))
-    groups: dict[str, list[Row]] = {}
-    for r in rows:
-        groups.setdefault(str(r[series]), []).append(r)
-    pos = {v: i for i, v in enumerate(xs)}
-    for label, rs in groups.items():
-        rs = sorted((r for r in rs if r[x] in pos), key=lambda r: pos[r[x]])
-        px = [pos[r[x]] for r in rs]
-        for ax, metric, err in ((axes[0], "accuracy", "stderr"),
-                                (axes[1], "very_stale", "very_stale_stderr")):
-            ax.errorbar(px, [r[metric] for r in rs], yerr=[r.get(err, 0.0) for r in rs],
-                        marker="o", ms=3, capsize=2, label=label)
-    for ax, lab in ((axes[0], "accuracy"), (axes[1], "very-stale share")):
-        ax.set_xticks(range(len(xs)))
-        ax.set_xticklabels(xlabels, fontsize=7)
-        ax.set_ylabel(lab)
-        ax.grid(alpha=0.3)
-    axes[0].legend(fontsize=7)
-    fig.suptitle(title, fontsize=9)
-    fig.tight_layout()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
+    with figure(path, (10.0, 4.0), ncols=2, suptitle=title) as axes:
+        groups: dict[str, list[Row]] = {}
+        for r in rows:
+            groups.setdefault(str(r[series]), []).append(r)
+        pos = {v: i for i, v in enumerate(xs)}
+        for label, rs in groups.items():
+            rs = sorted((r for r in rs if r[x] in pos), key=lambda r: pos[r[x]])
+            px = [pos[r[x]] for r in rs]
+            for ax, metric, err in ((axes[0], "accuracy", "stderr"),
+                                    (axes[1], "very_stale", "very_stale_stderr")):
+                ax.errorbar(px, [r[metric] for r in rs], yerr=[r.get(err, 0.0) for r in rs],
+                            marker="o", ms=3, capsize=2, label=label)
+        for ax, lab in ((axes[0], "accuracy"), (axes[1], "very-stale share")):
+            ax.set_xticks(range(len(xs)))
+            ax.set_xticklabels(xlabels, fontsize=7)
+            ax.set_ylabel(lab)
+            ax.grid(alpha=0.3)
+        axes[0].legend(fontsize=7)
 
 
 def _plot_sources(rows: list[Row], path: Path, title: str) -> None:
     """Accuracy vs m (left) and the paired difference to ``merged`` vs m (right)."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    fig, axes = plt.subplots(1, 2, figsize=(10.0, 4.0))
-    groups: dict[str, list[Row]] = {}
-    for r in rows:
-        groups.setdefault(str(r["policy"]), []).append(r)
-    for label, rs in groups.items():
-        rs = sorted(rs, key=lambda r: r["m"])
-        ms = [r["m"] for r in rs]
-        axes[0].errorbar(ms, [r["accuracy"] for r in rs], yerr=[r["stderr"] for r in rs],
-                         marker="o", ms=3, capsize=2, label=label)
-        axes[1].errorbar(ms, [r.get("d_acc", 0.0) for r in rs],
-                         yerr=[r.get("d_acc_se", 0.0) for r in rs], marker="o", ms=3,
-                         capsize=2, label=label)
-    for ax, lab in ((axes[0], "accuracy"), (axes[1], "accuracy - merged (paired)")):
-        ax.set_xscale("log")
-        ax.set_xlabel("m (pages), R = 100")
-        ax.set_ylabel(lab)
-        ax.grid(alpha=0.3)
-    axes[0].legend(fontsize=7)
-    fig.suptitle(title, fontsize=9)
-    fig.tight_layout()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
+    with figure(path, (10.0, 4.0), ncols=2, suptitle=title) as axes:
+        groups: dict[str, list[Row]] = {}
+        for r in rows:
+            groups.setdefault(str(r["policy"]), []).append(r)
+        for label, rs in groups.items():
+            rs = sorted(rs, key=lambda r: r["m"])
+            ms = [r["m"] for r in rs]
+            axes[0].errorbar(ms, [r["accuracy"] for r in rs], yerr=[r["stderr"] for r in rs],
+                             marker="o", ms=3, capsize=2, label=label)
+            axes[1].errorbar(ms, [r.get("d_acc", 0.0) for r in rs],
+                             yerr=[r.get("d_acc_se", 0.0) for r in rs], marker="o", ms=3,
+                             capsize=2, label=label)
+        for ax, lab in ((axes[0], "accuracy"), (axes[1], "accuracy - merged (paired)")):
+            ax.set_xscale("log")
+            ax.set_xlabel("m (pages), R = 100")
+            ax.set_ylabel(lab)
+            ax.grid(alpha=0.3)
+        axes[0].legend(fontsize=7)
 
 
 def _plot_bars(rows: list[Row], path: Path, title: str) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    fig, axes = plt.subplots(1, 2, figsize=(10.0, 4.2))
-    names = [str(r["policy"]) for r in rows]
-    y = np.arange(len(rows))
-    axes[0].barh(y, [r["accuracy"] for r in rows], xerr=[r["stderr"] for r in rows],
-                 capsize=2)
-    axes[1].barh(y, [r["very_stale"] for r in rows],
-                 xerr=[r["very_stale_stderr"] for r in rows], capsize=2, color="tab:red")
-    lo = min(r["accuracy"] - r["stderr"] for r in rows)
-    axes[0].set_xlim(max(0.0, lo - 0.02), None)
-    axes[0].set_xlabel("accuracy")
-    axes[1].set_xlabel("very-stale share")
-    for ax in axes:
-        ax.set_yticks(y)
-        ax.set_yticklabels(names if ax is axes[0] else [], fontsize=7)
-        ax.grid(alpha=0.3, axis="x")
-        ax.invert_yaxis()
-    fig.suptitle(title, fontsize=9)
-    fig.tight_layout()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
+    with figure(path, (10.0, 4.2), ncols=2, suptitle=title) as axes:
+        names = [str(r["policy"]) for r in rows]
+        y = np.arange(len(rows))
+        axes[0].barh(y, [r["accuracy"] for r in rows], xerr=[r["stderr"] for r in rows],
+                     capsize=2)
+        axes[1].barh(y, [r["very_stale"] for r in rows],
+                     xerr=[r["very_stale_stderr"] for r in rows], capsize=2, color="tab:red")
+        lo = min(r["accuracy"] - r["stderr"] for r in rows)
+        axes[0].set_xlim(max(0.0, lo - 0.02), None)
+        axes[0].set_xlabel("accuracy")
+        axes[1].set_xlabel("very-stale share")
+        for ax in axes:
+            ax.set_yticks(y)
+            ax.set_yticklabels(names if ax is axes[0] else [], fontsize=7)
+            ax.grid(alpha=0.3, axis="x")
+            ax.invert_yaxis()
 
 
 # ----------------------------------------------------------------------------- main

@@ -29,9 +29,11 @@ from experiments._common import (
     Row,
     add_paired,
     aggregate,
+    figure,
     markdown_table,
     parser,
     plot_lines,
+    rng,
     run_jobs,
     write_outputs,
 )
@@ -116,10 +118,6 @@ def _scale(name: str, quick: bool, paper: bool = False) -> dict[str, Any]:
     raise ValueError(name)
 
 
-def _rng(seed: int, *parts: int) -> np.random.Generator:
-    return np.random.default_rng([seed, *parts])
-
-
 # ----------------------------------------------------------------------------- jobs
 def _policy(kind: str, w: World, R: float, T: float, rng: np.random.Generator,
             *, pings: bool = True) -> Policy:
@@ -158,7 +156,7 @@ def _synthetic_job(job: Job) -> list[Row]:
     """One (experiment, m, rep, policy): same world and events for every policy."""
     name, m, rep, kind = job["experiment"], job["m"], job["rep"], job["policy"]
     R, T = 100.0, job["T"]
-    w = synthetic_world(m, _rng(job["seed"], m, rep), **WORLDS[name])
+    w = synthetic_world(m, rng(job["seed"], m, rep), **WORLDS[name])
     t0 = time.perf_counter()
     burn = 0.2 * T
     if kind == "baseline":
@@ -166,9 +164,9 @@ def _synthetic_job(job: Job) -> list[Row]:
         return [{"experiment": name, "m": m, "policy": kind, "rep": rep, "accuracy": acc,
                  "seconds": 0.0}]
     delayed = name == "fig11" and kind != "greedy-ncis"
-    ev = simulate_events(w, T, _rng(job["seed"], m, rep, 1),
+    ev = simulate_events(w, T, rng(job["seed"], m, rep, 1),
                          delay_mean=6.0 if delayed else 0.0, delay_unit=1.0 / R)
-    pol = _policy(kind, w, R, T, _rng(job["seed"], m, rep, 2))
+    pol = _policy(kind, w, R, T, rng(job["seed"], m, rep, 2))
     res = run(w, ev, pol, Budget(R))
     acc = accuracy(w, ev, res, start=burn)
     row: Row = {"experiment": name, "m": m, "policy": kind, "rep": rep, "accuracy": acc,
@@ -182,17 +180,17 @@ def _peers_job(job: Job) -> list[Row]:
     m, rep, kind = job["m"], job["rep"], job["policy"]
     pings, hosts = job["pings"], job["hosts"]
     R, T = 100.0, job["T"]
-    w = synthetic_world(m, _rng(job["seed"], m, rep), **WORLDS["peers"])
+    w = synthetic_world(m, rng(job["seed"], m, rep), **WORLDS["peers"])
     if hosts:
-        w = assign_hosts(w, _rng(job["seed"], m, rep, 3), n_hosts=max(10, m // 20),
+        w = assign_hosts(w, rng(job["seed"], m, rep, 3), n_hosts=max(10, m // 20),
                          limited_share=0.1, limit_per_page=0.1)
-    ev = simulate_events(w, T, _rng(job["seed"], m, rep, 1))
+    ev = simulate_events(w, T, rng(job["seed"], m, rep, 1))
     if not pings:
         ev = ev.without_pings()
     real: str = kind
     if kind == "recrawl":
         real = "greedy-ncis" if pings else "greedy"
-    pol = _policy(real, w, R, T, _rng(job["seed"], m, rep, 2), pings=pings)
+    pol = _policy(real, w, R, T, rng(job["seed"], m, rep, 2), pings=pings)
     res = run(w, ev, pol, Budget(R), host_limits=hosts)
     return [{"experiment": "peers", "m": m, "policy": kind, "rep": rep,
              "pings": pings, "host_limits": hosts, "crawls": int(res.crawl_time.size),
@@ -202,8 +200,8 @@ def _peers_job(job: Job) -> list[Row]:
 def _fig12_job(job: Job) -> list[Row]:
     m, rep, label = job["m"], job["rep"], job["policy"]
     T = job["T"]
-    w = synthetic_world(m, _rng(job["seed"], m, rep), lam_beta=None, nu_range=None)
-    ev = simulate_events(w, T, _rng(job["seed"], m, rep, 1))
+    w = synthetic_world(m, rng(job["seed"], m, rep), lam_beta=None, nu_range=None)
+    ev = simulate_events(w, T, rng(job["seed"], m, rep, 1))
     a, b = T / 3.0, 2.0 * T / 3.0
     budget = {"R=100->150->100": Budget(100.0, ((a, 150.0), (b, 100.0))),
               "R=100": Budget(100.0), "R=150": Budget(150.0)}[label]
@@ -219,10 +217,10 @@ def _fig8_job(job: Job) -> list[Row]:
     m, rep, kind, p = job["m"], job["rep"], job["policy"], job["p"]
     T = job["T"]
     R = m / 20.0  # paper: 100k pages, 5000 crawls per step (all at the step's time)
-    w = semi_synthetic_world(m, _rng(job["seed"], m, rep))
-    ev = simulate_events(w, T, _rng(job["seed"], m, rep, 1))
+    w = semi_synthetic_world(m, rng(job["seed"], m, rep))
+    ev = simulate_events(w, T, rng(job["seed"], m, rep, 1))
     _, prec, rec = precision_recall(*w.signal_params())
-    bp, br = corrupt(prec, rec, p, _rng(job["seed"], m, rep, 4))
+    bp, br = corrupt(prec, rec, p, rng(job["seed"], m, rep, 4))
     bp, br = np.clip(bp, 1e-6, 1.0), np.clip(br, 0.0, 1.0)
     a, b, g = from_precision_recall(w.delta, bp, br)
     _, lam2, nu2 = change_params(a, b, g)
@@ -339,26 +337,17 @@ def _plot_bars(path: Any, groups: Sequence[str], series: Sequence[str],
                value: Callable[[int, int], tuple[float, float]], title: str) -> None:
     """Grouped bars: one group per ``groups`` entry, one bar per ``series`` entry, the
     bar's height and error ``value(group index, series index)``."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    fig, ax = plt.subplots(figsize=(7.0, 4.0))
-    width = 0.8 / len(series)
-    x = np.arange(len(groups))
-    for j, name in enumerate(series):
-        ys, es = zip(*(value(g, j) for g in range(len(groups))), strict=True)
-        ax.bar(x + j * width, ys, width, yerr=es, label=name, capsize=2)
-    ax.set_xticks(x + 0.5 * (len(series) - 1) * width)
-    ax.set_xticklabels(groups, fontsize=8)
-    ax.set_ylabel("accuracy")
-    ax.set_title(title)
-    ax.legend(fontsize=7)
-    fig.tight_layout()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
+    with figure(path, (7.0, 4.0)) as ax:
+        width = 0.8 / len(series)
+        x = np.arange(len(groups))
+        for j, name in enumerate(series):
+            ys, es = zip(*(value(g, j) for g in range(len(groups))), strict=True)
+            ax.bar(x + j * width, ys, width, yerr=es, label=name, capsize=2)
+        ax.set_xticks(x + 0.5 * (len(series) - 1) * width)
+        ax.set_xticklabels(groups, fontsize=8)
+        ax.set_ylabel("accuracy")
+        ax.set_title(title)
+        ax.legend(fontsize=7)
 
 
 def _plot_peers(rows: list[Row], path: Any) -> None:

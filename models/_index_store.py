@@ -51,6 +51,44 @@ def checked_columns(page_ids: Sequence[Hashable], hosts: Sequence[Hashable] | No
     return o, cols, n
 
 
+class _BulkTable(Protocol):
+    """What :func:`new_slots` needs of an index: its slot table and :meth:`upsert`."""
+
+    _free: list[int]
+    _slot: dict[Hashable, int]
+    _ids: list[Hashable | None]
+    _origin: FloatArray
+
+    def _grow(self) -> None: ...
+
+    def upsert(self, page_id: Hashable, *, origin: float, alpha: float, beta: float,
+               gamma: float, mu: float, host: Hashable | None = None) -> None: ...
+
+
+def new_slots(table: _BulkTable, page_ids: Sequence[Hashable], hosts: Sequence[Hashable] | None,
+              o: FloatArray, cols: list[FloatArray]) -> npt.NDArray[np.int64] | None:
+    """The bulk upserts' common first step (``CrawlIndex.upsert_many``,
+    ``HostIndex.upsert_many``): pages all new to ``table`` (a rebuild) get the next ``n``
+    slots, grown as needed, and their ids; the slots are returned for the caller to fill.
+    Otherwise (a page already there, one given twice, free slots to reuse) every page goes
+    through ``table.upsert`` in order, the same state as one call each, and None comes back."""
+    n = len(page_ids)
+    slot = table._slot
+    if table._free or len(set(page_ids)) != n or not slot.keys().isdisjoint(page_ids):
+        for i, p in enumerate(page_ids):
+            table.upsert(p, origin=float(o[i]), alpha=float(cols[0][i]),
+                         beta=float(cols[1][i]), gamma=float(cols[2][i]),
+                         mu=float(cols[3][i]), host=None if hosts is None else hosts[i])
+        return None
+    start = len(table._ids)
+    while start + n > table._origin.size:
+        table._grow()
+    sl = np.arange(start, start + n, dtype=np.int64)
+    table._ids.extend(page_ids)
+    slot.update(zip(page_ids, sl.tolist(), strict=True))
+    return sl
+
+
 class _ValueFn(Protocol):
     def __call__(
         self,

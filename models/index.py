@@ -51,6 +51,7 @@ from models._index_store import (
     FloatArray,
     IndexStats,
     checked_columns,
+    new_slots,
 )
 
 __all__ = ["DEFAULT_LEVELS", "CrawlIndex", "IndexStats"]
@@ -161,20 +162,10 @@ class CrawlIndex(_PlannedIndex):
         :meth:`upsert` leaves a new page; otherwise (a page already here, one given
         twice, free slots to reuse) it is :meth:`upsert` page by page."""
         o, cols, n = checked_columns(page_ids, hosts, origin, alpha, beta, gamma, mu)
-        slot = self._slot
-        if (self._free or len(set(page_ids)) != n
-                or any(p in slot for p in page_ids)):
-            for i, p in enumerate(page_ids):
-                self.upsert(p, origin=float(o[i]), alpha=float(cols[0][i]),
-                            beta=float(cols[1][i]), gamma=float(cols[2][i]),
-                            mu=float(cols[3][i]), host=None if hosts is None else hosts[i])
+        sl = new_slots(self, page_ids, hosts, o, cols)
+        if sl is None:
             return
-        start = len(self._ids)
-        while start + n > self._origin.size:
-            self._grow()
-        sl = np.arange(start, start + n, dtype=np.int64)
-        self._ids.extend(page_ids)
-        slot.update(zip(page_ids, sl.tolist(), strict=True))
+        start = int(sl[0]) if n else len(self._ids)
         ids_are_slots = all(type(p) is int and p == s
                             for p, s in zip(page_ids, range(start, start + n), strict=True))
         if self._identity and not ids_are_slots:

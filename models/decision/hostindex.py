@@ -47,7 +47,7 @@ from collections.abc import Callable, Hashable, Iterator, Sequence
 import numpy as np
 import numpy.typing as npt
 
-from models._index_store import checked_columns
+from models._index_store import checked_columns, new_slots
 
 __all__ = ["HostIndex", "HostIndexStats"]
 
@@ -235,19 +235,9 @@ class HostIndex:
                     gamma: npt.ArrayLike, mu: npt.ArrayLike) -> None:
         """:meth:`upsert` of many pages in order (a shard's rebuild)."""
         o, cols, n = checked_columns(page_ids, hosts, origin, alpha, beta, gamma, mu)
-        slot = self._slot
-        if self._free or len(set(page_ids)) != n or not slot.keys().isdisjoint(page_ids):
-            for i, p in enumerate(page_ids):
-                self.upsert(p, origin=float(o[i]), alpha=float(cols[0][i]),
-                            beta=float(cols[1][i]), gamma=float(cols[2][i]),
-                            mu=float(cols[3][i]), host=None if hosts is None else hosts[i])
+        sl = new_slots(self, page_ids, hosts, o, cols)
+        if sl is None:
             return
-        start = len(self._ids)
-        while start + n > self._origin.size:
-            self._grow()
-        sl = np.arange(start, start + n, dtype=np.int64)
-        self._ids.extend(page_ids)
-        slot.update(zip(page_ids, sl.tolist(), strict=True))
         hs = hosts if hosts is not None else [None] * n
         code = {h: self._code(h) for h in dict.fromkeys(hs)}  # once per host
         codes = np.fromiter(map(code.__getitem__, hs), dtype=np.int64, count=n)
