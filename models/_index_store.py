@@ -51,8 +51,8 @@ def checked_columns(page_ids: Sequence[Hashable], hosts: Sequence[Hashable] | No
     return o, cols, n
 
 
-class _BulkTable(Protocol):
-    """What :func:`new_slots` needs of an index: its slot table and :meth:`upsert`."""
+class _SlotTable(Protocol):
+    """What :func:`new_slot` needs of an index: its slot table."""
 
     _free: list[int]
     _slot: dict[Hashable, int]
@@ -61,8 +61,27 @@ class _BulkTable(Protocol):
 
     def _grow(self) -> None: ...
 
+
+class _BulkTable(_SlotTable, Protocol):
+    """What :func:`new_slots` needs of an index: its slot table and :meth:`upsert`."""
+
     def upsert(self, page_id: Hashable, *, origin: float, alpha: float, beta: float,
                gamma: float, mu: float, host: Hashable | None = None) -> None: ...
+
+
+def new_slot(table: _SlotTable, page_id: Hashable) -> int:
+    """A slot for a page new to ``table``: a freed one if any, else the next (grown as
+    needed); the page's id and slot recorded."""
+    if table._free:
+        s = table._free.pop()
+        table._ids[s] = page_id
+    else:
+        s = len(table._ids)
+        if s >= table._origin.size:
+            table._grow()
+        table._ids.append(page_id)
+    table._slot[page_id] = s
+    return s
 
 
 def new_slots(table: _BulkTable, page_ids: Sequence[Hashable], hosts: Sequence[Hashable] | None,
@@ -265,15 +284,7 @@ class _IndexStore:
             self._iota_cache[lv] = grown
 
     def _new_slot(self, page_id: Hashable) -> int:
-        if self._free:
-            s = self._free.pop()
-            self._ids[s] = page_id
-        else:
-            s = len(self._ids)
-            if s >= self._origin.size:
-                self._grow()
-            self._ids.append(page_id)
-        self._slot[page_id] = s
+        s = new_slot(self, page_id)
         if self._identity and not (type(page_id) is int and page_id == s):
             self._identity = False
         self._alive[s] = True

@@ -47,7 +47,7 @@ from collections.abc import Callable, Hashable, Iterator, Sequence
 import numpy as np
 import numpy.typing as npt
 
-from models._index_store import checked_columns, new_slots
+from models._index_store import checked_columns, new_slot, new_slots
 
 __all__ = ["HostIndex", "HostIndexStats"]
 
@@ -203,15 +203,7 @@ class HostIndex:
         self._check(origin, alpha, beta, gamma, mu)
         s = self._slot.get(page_id)
         if s is None:
-            if self._free:
-                s = self._free.pop()
-                self._ids[s] = page_id
-            else:
-                s = len(self._ids)
-                if s >= self._origin.size:
-                    self._grow()
-                self._ids.append(page_id)
-            self._slot[page_id] = s
+            s = new_slot(self, page_id)
             self._host[s] = -1
         old = int(self._host[s])
         code = self._code(host) if host is not None else (old if old >= 0 else self._code(None))
