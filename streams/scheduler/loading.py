@@ -23,12 +23,20 @@ from streams.store import StateStore
 from streams.store.redis_store import HostDump, PageState
 from streams.worker.metrics import Metrics
 
-__all__ = ["LOAD_HOSTS", "ShardLoading"]
+__all__ = ["LOAD_HOSTS", "LOAD_PAGES", "LOAD_WAIT_S", "MAX_LOAD_HOSTS", "ShardLoading"]
 
 log = logging.getLogger(__name__)
 
-#: hosts read from Redis at a time in a rebuild (one pipeline; 100 pages a host: ~1 MB)
+#: hosts of a rebuild's first read from Redis (one pipeline); the next reads take as many
+#: hosts as make about LOAD_PAGES pages at the pages per host seen so far, between
+#: LOAD_HOSTS and MAX_LOAD_HOSTS (10 pages a host: 50 hosts would be 500 pages a read,
+#: and every read lets the event loop run the agents' batches in between)
 LOAD_HOSTS = 50
+LOAD_PAGES = 5_000
+MAX_LOAD_HOSTS = 2_000
+#: the longest the agents wait for a loading shard before applying its events
+#: (:meth:`streams.scheduler.Scheduler.wait_loaded`)
+LOAD_WAIT_S = 10.0
 
 
 class ShardLoading:
@@ -101,15 +109,21 @@ class ShardLoading:
             self._set_flight(shard, url, host, flight)
 
     async def _load_all(self, shard: Shard, hosts: list[str]) -> None:
-        """Every host's pages, ``LOAD_HOSTS`` hosts a read.  (Reading the next hosts while
-        this one's pages go in the book was slower: 6.0 s against 5.3-5.7 s per 10^6 pages
-        with ``benchmarks/bench_rebuild.py``; the reads' cost is parsing in this process.)"""
-        for i in range(0, len(hosts), LOAD_HOSTS):
-            dumps = await self.store.dump_hosts(hosts[i : i + LOAD_HOSTS])
+        """Every host's pages, about ``LOAD_PAGES`` pages a read (module constants).
+        (Reading the next hosts while this one's pages go in the book was slower: 6.0 s
+        against 5.3-5.7 s per 10^6 pages with ``benchmarks/bench_rebuild.py``; the reads'
+        cost is parsing in this process.)"""
+        i, step = 0, LOAD_HOSTS
+        while i < len(hosts):
+            chunk = hosts[i : i + step]
+            i += len(chunk)
+            dumps = await self.store.dump_hosts(chunk)
             for dump in dumps:
                 if dump.blocked:
                     shard.blocked[dump.host] = set(dump.blocked)
             self._load_hosts(shard, dumps)
+            per_host = max(1.0, sum(len(d.pages) for d in dumps) / len(chunk))
+            step = int(min(MAX_LOAD_HOSTS, max(LOAD_HOSTS, LOAD_PAGES / per_host)))
             await asyncio.sleep(0)
 
     async def _load(self, shard: Shard) -> None:

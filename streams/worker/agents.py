@@ -72,6 +72,7 @@ __all__ = [
     "KAFKA_PERMANENT",
     "MAX_CAS_ATTEMPTS",
     "REROUTED_HEADER",
+    "SHARDED",
     "TRANSIENT",
     "TRANSIENT_REPLY_PREFIXES",
     "TRANSIENT_REPLY_TYPES",
@@ -108,6 +109,9 @@ def kafka_transient(exc: BaseException) -> bool:
 
 #: header of an event a worker sent again to its host's partition
 REROUTED_HEADER = "recrawl-rerouted"
+#: the inputs keyed by host, whose partition is a shard: their batches wait for the
+#: shards being rebuilt (:meth:`streams.scheduler.Scheduler.wait_loaded`)
+SHARDED = frozenset({"pages", "pings", "outcomes", "hosts"})
 
 
 def _key_host(key: str) -> str:
@@ -248,7 +252,7 @@ class Agents:
             if msg.key and key_host is not None:
                 key = msg.key.decode("utf-8", "replace") if isinstance(
                     msg.key, bytes) else str(msg.key)
-                if _key_host(key) != key_host:  # any spelling of the host will do
+                if key != key_host and _key_host(key) != key_host:  # any spelling will do
                     bad.append((ev, f"key {key!r} does not match the url's host {key_host!r}"))
                     continue
             if key_host is not None and self.reroute is not None:
@@ -274,6 +278,8 @@ class Agents:
                       fn: Callable[[], Awaitable[None]]) -> None:
         try:
             messages = [ev.message for ev in events]
+            if self.scheduler is not None and name in SHARDED:
+                await self.scheduler.wait_loaded({m.partition for m in messages})
             if self.logs is not None:  # a partition's log replaced? (streams/store/logs.py)
                 await self._retry("redis", lambda: self.logs.resolve(messages))  # type: ignore[union-attr]
             await fn()

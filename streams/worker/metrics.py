@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 from collections import Counter as _Tally
+from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, generate_latest
 
@@ -48,14 +49,22 @@ class Metrics:
         #: The same counts as plain numbers for ``/stats``.
         self.tally: _Tally[str] = _Tally()
         self._pings: _Tally[tuple[str, str]] = _Tally()
+        self._event_children: dict[tuple[str, str], Any] = {}
+        self._ping_children: dict[tuple[str, str], Any] = {}
 
     def event(self, topic: str, result: str, n: int = 1) -> None:
-        self.events.labels(topic, result).inc(n)
+        child = self._event_children.get((topic, result))
+        if child is None:  # ``labels()`` looks its child up under a lock: once per pair
+            child = self._event_children[topic, result] = self.events.labels(topic, result)
+        child.inc(n)
         self.tally[f"{topic}.{result}"] += n
 
     def ping(self, source: str, result: str) -> None:
         """One ping applied or dropped (``result``: the ping script's code)."""
-        self.pings.labels(source, result).inc()
+        child = self._ping_children.get((source, result))
+        if child is None:
+            child = self._ping_children[source, result] = self.pings.labels(source, result)
+        child.inc()
         self._pings[source, result] += 1
 
     def pings_by_source(self) -> dict[str, dict[str, int]]:
