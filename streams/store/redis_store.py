@@ -54,6 +54,7 @@ stored: why a page was or wasn't crawled is kept by the worker that decided it
 
 from __future__ import annotations
 
+import asyncio
 import itertools
 import json
 import math
@@ -178,6 +179,20 @@ TRANSIENT_REPLY_TYPES = (OutOfMemoryError, ReadOnlyError, BusyLoadingError, TryA
 TRANSIENT_REPLY_PREFIXES = ("BUSY", "NOREPLICAS", "OOM", "READONLY", "LOADING")
 
 
+#: the longest a batch's pipeline may take, all replies together.  The batch clients have
+#: no per-reply socket timeout: redis-py arms one timer per reply, 15% of an outcome's
+#: cost in the agents (docs/benchmarks.md "Per-reply timeouts"); a Redis that stops
+#: answering still fails the batch (``TimeoutError``, an ``OSError``: retried).
+BATCH_TIMEOUT_S = 10.0
+
+
+async def _execute(pipe: Any, *, raise_on_error: bool = False) -> list[Any]:
+    """A pipeline's replies, within :data:`BATCH_TIMEOUT_S` (a timeout closes the
+    connection: redis-py drops one whose read was cancelled, so no reply is left behind)."""
+    async with asyncio.timeout(BATCH_TIMEOUT_S):
+        return list(await pipe.execute(raise_on_error=raise_on_error))
+
+
 def transient_reply(res: Any) -> bool:
     """Whether a pipeline result is an error reply that a retry will get past."""
     if isinstance(res, TRANSIENT_REPLY_TYPES):
@@ -218,11 +233,15 @@ class Store:
     """The Redis backend of :class:`streams.store.StateStore`: every mutation is one Lua
     script (see module docstring), a batch one pipeline."""
 
-    def __init__(self, client: AsyncRedis, prefix: str, raw: AsyncRedis | None = None) -> None:
+    def __init__(self, client: AsyncRedis, prefix: str, raw: AsyncRedis | None = None,
+                 batch: AsyncRedis | None = None) -> None:
         self.redis = client
         #: a client that returns bytes (the rebuild's bulk reads: no text decoding of the
         #: records); None: ``client`` is used
         self.raw = raw
+        #: the client of the batches (no per-reply timeout: :data:`BATCH_TIMEOUT_S`);
+        #: None: ``client`` is used
+        self.batch = batch if batch is not None else client
         self.prefix = prefix
         #: the epoch of an input partition's log (streams.store.logs.LogEpochs sets it)
         self.epoch_of: Callable[[str, int], int] = lambda _topic, _partition: 0
@@ -250,12 +269,16 @@ class Store:
         :mod:`streams.store.redis_conn`); replies decoded with ``surrogateescape``, so a
         binary record is a ``str`` that encodes back to the same bytes (:func:`record_bytes`)."""
         return cls(connect(url, decode_responses=True, encoding_errors="surrogateescape"),
-                   prefix, raw=connect(url, decode_responses=False))
+                   prefix, raw=connect(url, decode_responses=False, socket_timeout=None),
+                   batch=connect(url, decode_responses=True, encoding_errors="surrogateescape",
+                                 socket_timeout=None))
 
     async def close(self) -> None:
         await self.redis.aclose()
         if self.raw is not None:
             await self.raw.aclose()
+        if self.batch is not self.redis:
+            await self.batch.aclose()
 
     # -- keys ----------------------------------------------------------------------------
     def key(self, host: str, kind: str) -> str:
@@ -359,14 +382,14 @@ class Store:
         out: list[Any] = [None] * len(calls)
         todo = list(range(len(calls)))
         for _attempt in range(3):
-            pipe = self.redis.pipeline(transaction=False)
+            pipe = self.batch.pipeline(transaction=False)
             for i in todo:
                 script, keys, args = calls[i]
                 pipe.execute_command("EVALSHA", script.sha, len(keys), *keys, *args)
                 if shards is not None:
                     pipe.sadd(self.shard_key(shards[i].partition), shards[i].host)
             step = 1 if shards is None else 2
-            results = list(await pipe.execute(raise_on_error=False))
+            results = await _execute(pipe)
             bad = next((r for r in results if transient_reply(r)), None)
             if bad is not None:
                 raise StoreUnavailable(repr(bad))
@@ -393,11 +416,11 @@ class Store:
 
     async def read_pages(self, items: Sequence[tuple[str, str]]
                          ) -> list[tuple[str | None, str | None]]:
-        pipe = self.redis.pipeline(transaction=False)
+        pipe = self.batch.pipeline(transaction=False)
         for host, url in items:
             pipe.hget(self.key(host, "pages"), url)
             pipe.hget(self.key(host, "est"), url)
-        res = list(await pipe.execute(raise_on_error=False))
+        res = await _execute(pipe)
         bad = next((r for r in res if isinstance(r, Exception)), None)
         if bad is not None:
             raise StoreUnavailable(repr(bad)) if transient_reply(bad) else bad
@@ -420,7 +443,7 @@ class Store:
         """One pipeline, one script call per host; not run again (not guarded): a host
         whose script Redis lacked gets NoScriptError (scripts loaded for the next tick),
         and no reply at all raises."""
-        pipe = self.redis.pipeline(transaction=False)
+        pipe = self.batch.pipeline(transaction=False)
         # KEYS pages, inflight, host, blocked; ARGV now, default rate, default max in
         # flight, burst, then (url, order id) pairs (streams/store/lua/issue.lua).  Built here in
         # one loop (10^4 hosts a tick at 10^4 orders/s): straight EVALSHA, no SCRIPT EXISTS
@@ -431,7 +454,7 @@ class Store:
             run("EVALSHA", sha, 4, f"{p}:{{{h}}}:pages", f"{p}:{{{h}}}:inflight",
                 f"{p}:{{{h}}}:host", f"{p}:{{{h}}}:blocked", *head,
                 *itertools.chain.from_iterable(b.orders))
-        results = list(await pipe.execute(raise_on_error=False))
+        results = await _execute(pipe)
         if any(isinstance(r, NoScriptError) for r in results):
             await self.load_scripts()
         return [r if isinstance(r, Exception) else _pairs(r) for r in results]
@@ -486,14 +509,14 @@ class Store:
     async def dump_hosts(self, hosts: Sequence[str]) -> list[HostDump]:
         """Everything of ``hosts`` a shard needs, in one pipeline (through :attr:`raw` when
         there is one: page values stay bytes, for ``numpy.frombuffer``)."""
-        pipe = (self.raw or self.redis).pipeline(transaction=False)
+        pipe = (self.raw or self.batch).pipeline(transaction=False)
         for h in hosts:
             pipe.hgetall(self.key(h, "pages"))
             pipe.hgetall(self.key(h, "inflight"))
             pipe.hgetall(self.key(h, "est"))
             pipe.hgetall(self.key(h, "host"))
             pipe.smembers(self.key(h, "blocked"))
-        res = await pipe.execute()
+        res = await _execute(pipe, raise_on_error=True)
         out = []
         for i, h in enumerate(hosts):
             pages, fl, est, info, blocked = res[5 * i : 5 * i + 5]

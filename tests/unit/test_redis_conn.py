@@ -38,3 +38,45 @@ async def test_the_address_picks_the_client() -> None:
     assert isinstance(many, RedisCluster)
     await one.aclose()
     await many.aclose()
+
+
+@pytest.mark.parametrize("url", ["redis://127.0.0.1:1/0", "rediss://127.0.0.1:1/0",
+                                 "unix:///tmp/none.sock"])
+def test_one_node_clients_pack_with_hiredis_and_keep_their_connection_class(url: str) -> None:
+    from redis.asyncio.connection import Connection, SSLConnection, UnixDomainSocketConnection
+
+    from streams.store.redis_conn import HiredisPacking
+
+    client = connect(url, decode_responses=True, encoding_errors="surrogateescape")
+    cls = client.connection_pool.connection_class
+    base = {"redis": Connection, "rediss": SSLConnection, "unix": UnixDomainSocketConnection}[
+        url.split(":")[0]]
+    assert issubclass(cls, HiredisPacking) and issubclass(cls, base)
+
+
+def test_hiredis_packing_makes_the_bytes_of_redis_pys_packer() -> None:
+    """Every kind of argument the store sends, and what hiredis refuses (surrogate escapes:
+    binary records as text; a command of two words; None) through redis-py's own packer."""
+    from redis.asyncio.connection import Connection
+    from redis.exceptions import DataError
+
+    from streams.store.redis_conn import HiredisPacking
+
+    class Fast(HiredisPacking, Connection):
+        pass
+
+    kw = {"decode_responses": True, "encoding_errors": "surrogateescape"}
+    fast, ref = Fast(**kw), Connection(**kw)
+    record = bytes(range(256)).decode("utf-8", "surrogateescape")
+    for args in [
+        ("EVALSHA", "0123abcd", 2, "P:{a.example}:pages", "k2", 1.5, -7, 0.1, 1e20, "",
+         "https://a.example/é?x=1", b"\x00\xff\r\n"),
+        ("HSET", "k", "f", record),
+        ("CONFIG GET", "maxmemory"),
+        ("SET", "k", "x" * 100_000),
+    ]:
+        assert b"".join(fast.pack_command(*args)) == b"".join(ref.pack_command(*args)), args
+    assert fast.pack_commands([("GET", "a"), ("HGET", "b", record)]) == ref.pack_commands(
+        [("GET", "a"), ("HGET", "b", record)])
+    with pytest.raises(DataError):
+        fast.pack_command("SET", "k", None)
