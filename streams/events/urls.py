@@ -32,6 +32,15 @@ __all__ = ["MAX_URL_BYTES", "canonical_host", "canonical_url", "in_scope", "url_
 MAX_URL_BYTES = 2048
 _SPACE_RE = re.compile(r"\s")  # the same characters as str.isspace (Py_UNICODE_ISSPACE)
 _DEFAULT_PORTS = {"http": 80, "https": 443}
+_LABEL = r"[a-z0-9](?:[a-z0-9-]{0,61}[a-z0-9])?"
+#: URLs already in canonical form, recognised without parsing (most of what producers send):
+#: lower-case scheme and ASCII host name, no port, credentials or fragment, a path and
+#: query of unreserved characters only; :func:`_canonical` also refuses ``//``, dot
+#: segments and labels of digits alone (an IP literal, which yarl rewrites).  Each one is
+#: its own canonical form (tests/unit/test_urls.py compares them with yarl's).
+_SIMPLE_RE = re.compile(
+    rf"https?://((?:{_LABEL}\.)*{_LABEL})(/[A-Za-z0-9._~/-]*)(\?[A-Za-z0-9._~=&-]+)?")
+_DOT_SEGMENT_RE = re.compile(r"//|/\.\.?(?:/|$)")
 
 
 def canonical_host(host: str) -> str:
@@ -52,8 +61,25 @@ def canonical_host(host: str) -> str:
     return raw.lower()
 
 
+def simple_canonical(url: str) -> tuple[str, str] | None:
+    """``(url, host)`` when ``url`` is recognised as canonical already (:data:`_SIMPLE_RE`:
+    no IDNA ``xn--`` label nor one of digits alone, a host of at most 253 characters),
+    else None: :func:`canonical_url` then parses it with yarl."""
+    m = _SIMPLE_RE.fullmatch(url)
+    if (m is None or len(url) > MAX_URL_BYTES or len(m[1]) > 253 or "xn--" in m[1]
+            or _DOT_SEGMENT_RE.search(m[2])
+            or any(label.isdigit() for label in m[1].split("."))):
+        return None
+    return url, m[1]
+
+
 @functools.lru_cache(maxsize=1 << 16)
 def _canonical(url: str) -> tuple[str, str]:
+    return simple_canonical(url) or parse_canonical(url)
+
+
+def parse_canonical(url: str) -> tuple[str, str]:
+    """``(canonical url, host)`` by yarl's parsing (module docstring); ``ValueError``."""
     if len(url.encode("utf-8", "surrogatepass")) > MAX_URL_BYTES:
         raise ValueError(f"url longer than {MAX_URL_BYTES} bytes")
     if _SPACE_RE.search(url):

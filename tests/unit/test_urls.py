@@ -112,3 +112,38 @@ def test_events_carry_the_canonical_url_and_host() -> None:
             HostEvent.model_validate({"host": bad, "max_crawls_per_s": 1.0})
     with pytest.raises(ValidationError, match="does not match"):
         PageEvent.model_validate({"url": "http://example.com/a", "host": "other.com"})
+
+
+_LABELS = st.text("abz019-", min_size=1, max_size=66) | st.sampled_from(
+    ["xn--bcher-kva", "xn--zz", "0x7f", "127", "a", "www", "-a", "a-", "co"])
+_SEGMENTS = st.text("aZ09._~-", max_size=6) | st.sampled_from([".", "..", "", "~u", "a.b"])
+
+
+@given(scheme=st.sampled_from(["http", "https"]),
+       labels=st.lists(_LABELS, min_size=1, max_size=5),
+       segments=st.lists(_SEGMENTS, min_size=1, max_size=5),
+       query=st.none() | st.text("aZ09._~=&-", max_size=8))
+def test_urls_taken_as_canonical_without_parsing_are_what_yarl_makes_of_them(
+        scheme: str, labels: list[str], segments: list[str], query: str | None) -> None:
+    """The fast path (streams.events.urls.simple_canonical) answers only for URLs that
+    yarl's parsing leaves unchanged, with the same host; it declines the rest."""
+    from streams.events.urls import parse_canonical, simple_canonical
+
+    url = f"{scheme}://{'.'.join(labels)}/{'/'.join(segments)}"
+    if query is not None:
+        url += f"?{query}"
+    fast = simple_canonical(url)
+    if fast is not None:
+        assert parse_canonical(url) == fast == (url, fast[1])
+
+
+def test_the_fast_path_takes_the_usual_urls_and_declines_the_others() -> None:
+    from streams.events.urls import simple_canonical
+
+    assert simple_canonical("https://host-12.example/page/0001?x=1&y=2") == (
+        "https://host-12.example/page/0001?x=1&y=2", "host-12.example")
+    for url in ("https://Host.example/a", "https://a.example", "https://a.example:443/",
+                "https://a.example/./b", "https://a.example//b", "https://a.example/b/..",
+                "https://127.0.0.1/a", "https://xn--bcher-kva.de/a", "https://a.example/%41",
+                "https://a.example/a?", "https://a.example/a#f", "https://u@a.example/a"):
+        assert simple_canonical(url) is None, url
