@@ -48,25 +48,27 @@ GB = 1e9
 @dataclass(frozen=True, slots=True)
 class Measured:
     """Per-unit figures.  Defaults: docs/benchmarks.md "Streaming worker", "Re-measured on
-    2026-11-25" (2-core machine) unless marked *assumed*."""
+    2026-11-25, afternoon" (2-core machine) unless marked *assumed*; of two end-to-end runs
+    the lower figure."""
 
     #: orders/s per worker, end to end at 10^6 pages on 10^4 hosts of 1 crawl/s
-    #: (``bench_e2e.py throughput``: 9,333/s against the hosts' cap of 10^4/s; in process
-    #: over crawled pages 9,657/s)
-    orders_per_s: float = 9333.0
-    #: pings applied per second per worker, end to end (``bench_e2e.py throughput``)
-    pings_per_s: float = 6346.0
-    #: outcomes applied per second per worker, end to end (``bench_e2e.py throughput``;
-    #: in process 6,923/s with an observed interval, the vectorised estimator update)
-    outcomes_per_s: float = 4827.0
+    #: (``bench_e2e.py throughput``: 9,667/s and 10,000/s against the hosts' cap of
+    #: 10^4/s; in process over crawled pages 9,657/s)
+    orders_per_s: float = 9667.0
+    #: pings applied per second per worker, end to end (``bench_e2e.py throughput``:
+    #: 7,372/s and 7,515/s)
+    pings_per_s: float = 7372.0
+    #: outcomes applied per second per worker, end to end (``bench_e2e.py throughput``:
+    #: 5,681/s and 5,915/s; in process 11.6k/s with an observed interval)
+    outcomes_per_s: float = 5681.0
     #: Redis bytes per page crawled and pinged, with estimator state (``INFO memory``,
     #: ``bench_rebuild.py`` at 10^6 pages, 100 per host)
     redis_bytes_per_page: float = 267.6
     #: seconds to rebuild a shard, per 10^6 estimated pages (``bench_rebuild.py``: 4.17 and
     #: 4.31 s)
     rebuild_s_per_mpage: float = 4.3
-    #: worker RSS per 10^6 pages (``bench_e2e.py throughput``: 798 MiB)
-    rss_bytes_per_mpage: float = 798.0 * MiB
+    #: worker RSS per 10^6 pages (``bench_e2e.py throughput``: peaks of 794 and 805 MiB)
+    rss_bytes_per_mpage: float = 805.0 * MiB
     #: *assumed*: a worker process's memory limit (container), so pages per worker
     worker_memory_bytes: float = 2.0 * 1024 * MiB
     #: *assumed*: memory a Redis master may fill (of 32 GB: half for fork/AOF rewrite)

@@ -350,7 +350,7 @@ def test_sizing_from_the_measured_figures() -> None:
 
     m = Measured()
     small = size(1e7, 1e4, 2e4, m=m)
-    # 10^7 pages x 798 MiB per 10^6 in workers of 2 GiB: 3.9 -> 4
+    # 10^7 pages x 805 MiB per 10^6 in workers of 2 GiB: 3.9 -> 4
     assert small.bound_by == "memory (RSS)" and small.workers == 4
     # with the outcome rate of 2026-11-23 (1,062/s per worker) outcomes bound: 10^4 / 1,062
     slow = size(1e7, 1e4, 2e4, m=replace(m, outcomes_per_s=1062.0))
