@@ -201,6 +201,25 @@ class ShardBook:
             self.index.remove(page)
         return new
 
+    def restore_flights(self, pages: Sequence[Hashable], hosts: Sequence[Hashable],
+                        flights: Sequence[tuple[str, float]]) -> None:
+        """Orders in flight of pages about to be set by :meth:`set_pages` (a rebuild):
+        recorded first, so that :meth:`set_pages` keeps the pages out of the index and the
+        fresh pages instead of putting them in and :meth:`start_flight` taking them out
+        again page by page.  The same book as :meth:`start_flight` after :meth:`set_pages`
+        when the caller gives these pages no floor due time (``inf``).  A page already in
+        the book goes through :meth:`start_flight`."""
+        counts: dict[Hashable, int] = {}
+        for page, host, flight in zip(pages, hosts, flights, strict=True):
+            if page in self.table:
+                self.start_flight(page, flight)
+                continue
+            if page not in self.in_flight:
+                counts[host] = counts.get(host, 0) + 1
+            self.in_flight[page] = flight
+        for host, n in counts.items():
+            self.hosts.add_in_flight(host, n)
+
     def end_flight(self, page: Hashable) -> None:
         """The page's order ended; the caller then sets the page (``set_page``)."""
         if self.in_flight.pop(page, None) is not None:

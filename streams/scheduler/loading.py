@@ -195,18 +195,16 @@ class ShardLoading:
                 base = np.where(many.crawled, many.last_crawl_s, now)
                 floor_due = base[rows] + self.control.max_interval_s
             picked = rows.tolist()
+            page_urls, page_hosts = [urls[i] for i in picked], [hosts[i] for i in picked]
+            self._restore_flights(shard, dumps, page_urls, page_hosts, floor_due)
             shard.book.set_pages(
-                [urls[i] for i in picked], [hosts[i] for i in picked],
+                page_urls, page_hosts,
                 crawled=many.crawled[rows], origin=many.origin[rows], alpha=many.alpha[rows],
                 beta=many.beta[rows], gamma=many.gamma[rows], mu=many.importance[rows],
                 max_value=many.max_value[rows], first_seen_s=now,
                 last_crawl_s=many.last_crawl_s[rows], delta=many.delta[rows],
                 estimated=many.estimated[rows], src_beta=many.src_beta[rows],
                 floor_due_s=floor_due)
-            for dump in dumps:
-                for url, flight in dump.in_flight.items():
-                    if url in dump.pages:
-                        self._set_flight(shard, url, dump.host, flight)
         by_host = {d.host: d for d in dumps}
         for i in np.flatnonzero(~bulk).tolist():
             url, dump = urls[i], by_host[hosts[i]]
@@ -254,6 +252,37 @@ class ShardLoading:
                 oid, _, at = fl.partition("|")
                 flight = (oid, float(at or 0.0))
             self._apply_or_skip(shard, host, url, PageState.decode(value), est, flight)
+
+    def _restore_flights(self, shard: Shard, dumps: list[HostDump], urls: list[str],
+                         hosts: list[str], floor_due: np.ndarray | None) -> None:
+        """The orders in flight among a rebuild's pages, recorded before the pages go in the
+        book (:meth:`ShardBook.restore_flights`; no floor due time for them, as
+        :meth:`_set_flight` would discard it), with their order time-outs."""
+        flying = {d.host: d.in_flight for d in dumps if d.in_flight}
+        if not flying:
+            return
+        rows: list[int] = []
+        flights: list[tuple[str, float]] = []
+        for k, (url, host) in enumerate(zip(urls, hosts, strict=True)):
+            f = flying.get(host)
+            flight = f.get(url) if f is not None else None
+            if flight is not None:
+                rows.append(k)
+                flights.append(flight)
+        if not rows:
+            return
+        fl_urls = [urls[k] for k in rows]
+        known = [shard.in_flight.get(u) for u in fl_urls]
+        shard.book.restore_flights(fl_urls, [hosts[k] for k in rows], flights)
+        timeout = self.control.order_timeout_s
+        new = [(flight[1] + timeout, url, flight[0])
+               for url, flight, was in zip(fl_urls, flights, known, strict=True)
+               if was is None or was[0] != flight[0]]
+        if new:
+            shard.timeouts.extend(new)
+            heapq.heapify(shard.timeouts)
+        if floor_due is not None:
+            floor_due[rows] = np.inf
 
     def _set_flight(self, shard: Shard, url: str, host: str, flight: tuple[str, float]) -> None:
         if url not in shard.book:

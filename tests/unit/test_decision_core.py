@@ -589,3 +589,50 @@ def test_floor_due_with_many_due_pages_looks_further_when_ok_refuses() -> None:
     want = sorted((d, p) for p, d in enumerate(due.tolist()) if d <= 50.0 and p in accepted)
     assert len(want) > 20 and got == want[:20]
     assert q.due(50.0, 5000) == sorted((d, p) for p, d in enumerate(due.tolist()) if d <= 50.0)
+
+
+def test_flights_restored_before_the_bulk_set_equal_start_flight_after_it() -> None:
+    """A rebuild records the orders in flight before its pages go in the book
+    (ShardBook.restore_flights, no floor due time for them): the same book as setting the
+    pages, then starting each flight (choices, flights, hosts' counts, floor, index)."""
+    rng = np.random.default_rng(17)
+    n = 300
+    pages = [f"p{i}" for i in range(n)]
+    hosts = [f"h{int(h)}" for h in rng.integers(0, 20, n)]
+    crawled = rng.random(n) < 0.7
+    delta = rng.uniform(0.01, 1.0, n)
+    alpha, gamma = delta * 0.6, delta * 0.4 + 0.05
+    beta = np.log(gamma / 0.05) / alpha
+    mu = rng.uniform(0.1, 2.0, n)
+    origin = np.where(crawled, rng.uniform(-50, 0, n), 0.0)
+    due = rng.uniform(0, 100, n)
+    flying = sorted(rng.choice(n, 60, replace=False).tolist())
+    flights = [(f"o{i}", float(i)) for i in flying]
+
+    def put(book: ShardBook, floor_due: np.ndarray) -> None:
+        book.set_pages(pages, hosts, crawled=crawled, origin=origin, alpha=alpha, beta=beta,
+                       gamma=gamma, mu=mu, max_value=mu / delta, first_seen_s=0.0,
+                       last_crawl_s=origin, delta=delta, estimated=np.zeros(n, dtype=bool),
+                       src_beta=beta[:, None], floor_due_s=floor_due)
+
+    after = ShardBook(HostBuckets(1.0, burst=3.0, default_max_in_flight=5))
+    put(after, due)
+    for i, f in zip(flying, flights, strict=True):
+        after.start_flight(pages[i], f)
+    before = ShardBook(HostBuckets(1.0, burst=3.0, default_max_in_flight=5))
+    before.restore_flights([pages[i] for i in flying], [hosts[i] for i in flying], flights)
+    put(before, np.where(np.isin(np.arange(n), flying), np.inf, due))
+    assert before.in_flight == after.in_flight
+    for h in set(hosts):
+        assert before.hosts.in_flight(h) == after.hosts.in_flight(h)
+    for p in pages:
+        assert before.floor.due_of(p) == after.floor.due_of(p)
+        assert (p in before.index) == (p in after.index)
+    for now in (10.0, 40.0, 90.0):
+        a = [(c.page, c.policy, c.value) for c in choose([after], 80, now, floor=True)]
+        b = [(c.page, c.policy, c.value) for c in choose([before], 80, now, floor=True)]
+        assert a == b and (a or now > 10.0)  # hosts at their in-flight limit later
+        for book, picks in ((after, a), (before, b)):
+            for page, _, _ in picks:
+                book.hosts.take(book.host_of(page), now)  # type: ignore[arg-type]
+                book.start_flight(page, ("o", now))
