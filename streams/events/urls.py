@@ -27,7 +27,15 @@ import re
 
 from yarl import URL
 
-__all__ = ["MAX_URL_BYTES", "canonical_host", "canonical_url", "in_scope", "url_host"]
+__all__ = [
+    "MAX_URL_BYTES",
+    "canonical_host",
+    "canonical_url",
+    "in_scope",
+    "parse_canonical",
+    "simple_canonical",
+    "url_host",
+]
 
 MAX_URL_BYTES = 2048
 _SPACE_RE = re.compile(r"\s")  # the same characters as str.isspace (Py_UNICODE_ISSPACE)
@@ -35,7 +43,7 @@ _DEFAULT_PORTS = {"http": 80, "https": 443}
 _LABEL = r"[a-z0-9](?:[a-z0-9-]{0,61}[a-z0-9])?"
 #: URLs already in canonical form, recognised without parsing (most of what producers send):
 #: lower-case scheme and ASCII host name, no port, credentials or fragment, a path and
-#: query of unreserved characters only; :func:`_canonical` also refuses ``//``, dot
+#: query of unreserved characters only; :func:`simple_canonical` also refuses ``//``, dot
 #: segments and labels of digits alone (an IP literal, which yarl rewrites).  Each one is
 #: its own canonical form (tests/unit/test_urls.py compares them with yarl's).
 _SIMPLE_RE = re.compile(

@@ -128,9 +128,11 @@ class Scheduler(OrderIssuing):
         """Wait (at most ``timeout_s``) until these partitions' shards are rebuilt.  The
         agents call it before applying a batch: a loading shard's events would only be
         marked dirty and read again after the load, and applying them meanwhile takes the
-        event loop from the load (10^5 pages after a SIGKILL: 5.9 s with the backlog
-        applied alongside; docs/benchmarks.md "Rebuild").  Bounded, so that a load stuck
-        on an unreachable Redis or a rebalance waiting for the agents never stalls them."""
+        event loop from the load (after a SIGKILL at 10^5 pages, the slowest of 4 shards
+        loaded in 5.88 s with the backlog applied alongside, 1.35 s without:
+        docs/benchmarks.md "Re-measured on 2026-11-25, afternoon").  Bounded, so that a
+        load stuck on an unreachable Redis or a rebalance waiting for the agents never
+        stalls them."""
         tasks = [t for p in partitions if (t := self._loaders.get(p)) is not None
                  and not t.done()]
         if tasks:
