@@ -19,7 +19,7 @@ What holds on both (and why the state works on a cluster):
 There is one database on a cluster (0); a ``/N`` path is refused.
 
 A one-node client packs its commands with hiredis's C packer (:class:`HiredisPacking`:
-the same bytes as redis-py's Python packer, which took 15-20% of the agents' time).
+the same bytes as redis-py's Python packer, which took 14-21% of the agents' samples).
 """
 
 from __future__ import annotations
