@@ -154,13 +154,15 @@ class ShardBook:
         if had_pages:  # pages known before may change side, as in _place
             for i in idx.tolist():
                 self.fresh.remove(pages[i])
-        for i in np.flatnonzero(free & ~cr).tolist():
-            if had_pages and pages[i] in self.index:
-                self.index.remove(pages[i])
-            if mv[i] > 0.0:
-                self.fresh.add(pages[i], hosts[i], float(mv[i]))
-            elif had_pages:
-                self.fresh.remove(pages[i])
+        rest = np.flatnonzero(free & ~cr)
+        if had_pages:  # pages known before may change side, as in _place
+            for i in rest.tolist():
+                if pages[i] in self.index:
+                    self.index.remove(pages[i])
+                if not mv[i] > 0.0:  # worthless pages are left to the floor
+                    self.fresh.remove(pages[i])
+        add = rest[mv[rest] > 0.0].tolist()
+        self.fresh.add_many([pages[i] for i in add], [hosts[i] for i in add], mv[add].tolist())
 
     def _place(self, page: Hashable, host: Hashable, *, crawled: bool, origin: float,
                alpha: float, beta: float, gamma: float, mu: float, max_value: float) -> None:

@@ -15,7 +15,7 @@ only while ``self.key[page]`` is that entry.
 from __future__ import annotations
 
 import heapq
-from collections.abc import Callable, Hashable
+from collections.abc import Callable, Hashable, Sequence
 
 __all__ = ["FreshPages"]
 
@@ -51,6 +51,63 @@ class FreshPages:
             heapq.heappush(self.hosts, (entry[0], entry[1], host))
         if len(heap) > 2 * 64 and len(heap) > 4 * len(self.key):
             self._compact(host)
+
+    def add_many(self, pages: Sequence[Hashable], hosts: Sequence[Hashable],
+                 values: Sequence[float]) -> None:
+        """:meth:`add` of each ``(page, host, value)`` in turn, with each host's heap
+        rebuilt once (``heapify``) instead of one push per page: a shard's rebuild puts
+        every never-crawled page in at once.  The same entries (values, arrival order)
+        as one :meth:`add` at a time, so :meth:`take` gives the same pages."""
+        key = self.key
+        n = len(pages)
+        if len(hosts) != n or len(values) != n:
+            raise ValueError(f"{n} pages, {len(hosts)} hosts, {len(values)} values")
+        if n == 0:
+            return
+        first = self.seq  # entries after this one are new
+        new: dict[Hashable, list[Entry]] = {}
+        if key.keys().isdisjoint(pages) and len(set(pages)) == n:
+            # pages new and distinct (a rebuild): entries built and grouped by runs of one
+            # host (pages come host by host) without a dict lookup per page
+            entries = list(zip([-v for v in values], range(first + 1, first + n + 1), pages,
+                               strict=True))
+            key.update(zip(pages, entries, strict=True))
+            start = 0
+            for i in [i for i in range(1, n) if hosts[i] != hosts[i - 1]] + [n]:
+                got = new.get(hosts[start])
+                if got is None:
+                    new[hosts[start]] = entries[start:i]
+                else:
+                    got.extend(entries[start:i])
+                start = i
+            self.seq = first + n
+        else:
+            seq = first
+            for page, host, value in zip(pages, hosts, values, strict=True):
+                old = key.get(page)
+                if old is not None and old[0] == -value:
+                    continue
+                seq += 1
+                entry = (-value, seq, page)
+                key[page] = entry
+                got = new.get(host)
+                if got is None:
+                    new[host] = [entry]
+                else:
+                    got.append(entry)
+            self.seq = seq
+        for host, entries in new.items():
+            heap = self.by_host.get(host)
+            if heap is None:
+                heap = self.by_host[host] = entries
+            else:
+                heap.extend(entries)
+            heapq.heapify(heap)
+            top = heap[0]
+            if top[1] > first and host not in self.parked:  # a new best page of its host
+                heapq.heappush(self.hosts, (top[0], top[1], host))
+            if len(heap) > 2 * 64 and len(heap) > 4 * len(key):
+                self._compact(host)
 
     def _compact(self, host: Hashable) -> None:
         heap = [e for e in self.by_host[host] if self.key.get(e[2]) is e]
