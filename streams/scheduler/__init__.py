@@ -35,7 +35,15 @@ to the 1e-3 clamp within 8 s and stayed there, its 20 of 100 pages never crawled
 
 from __future__ import annotations
 
-from streams.scheduler.core import EWMA_S, RATE_WINDOW_S, OrderSink, Scheduler, cancel, dumps
+from streams.scheduler.core import (
+    EWMA_S,
+    RATE_WINDOW_S,
+    BatchSink,
+    OrderSink,
+    Scheduler,
+    cancel,
+    dumps,
+)
 from streams.scheduler.heartbeat import (
     HEARTBEAT_S,
     LOOP_HUNG_S,
@@ -56,6 +64,7 @@ __all__ = [
     "RATE_WINDOW_S",
     "RESPLIT_S",
     "SHARD_ALIVE_S",
+    "BatchSink",
     "Control",
     "Heartbeat",
     "OrderSink",

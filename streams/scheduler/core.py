@@ -12,7 +12,7 @@ import math
 import secrets
 import time
 from collections import deque
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable
 from typing import Any
 
 from models.decision.core import ShardBook, choose, level_of
@@ -27,7 +27,7 @@ from streams.scheduler.heartbeat import (
     SHARD_ALIVE_S,
     Heartbeat,
 )
-from streams.scheduler.issuing import EWMA_S, OrderIssuing
+from streams.scheduler.issuing import EWMA_S, BatchSink, OrderIssuing, OrderSink, one_by_one
 from streams.scheduler.loading import LOAD_WAIT_S
 from streams.scheduler.shard import KEEP, NOT_IN_FLIGHT, Control, Shard
 from streams.settings import Settings
@@ -36,11 +36,10 @@ from streams.store.redis_store import PageState
 from streams.worker.decisions import DecisionRing
 from streams.worker.metrics import Metrics
 
-__all__ = ["EWMA_S", "RATE_WINDOW_S", "OrderSink", "Scheduler", "cancel", "dumps"]
+__all__ = ["EWMA_S", "RATE_WINDOW_S", "BatchSink", "OrderSink", "Scheduler", "cancel", "dumps"]
 
 log = logging.getLogger(__name__)
 
-OrderSink = Callable[[bytes, bytes], Awaitable[Any]]
 #: ``emitted_per_s`` in ``/stats``: orders sent over (about) the last this many seconds
 RATE_WINDOW_S = 10.0
 
@@ -53,8 +52,9 @@ class Scheduler(OrderIssuing):
         settings: Settings,
         store: StateStore,
         metrics: Metrics,
-        send_order: OrderSink,
+        send_order: OrderSink | None,
         *,
+        send_orders: BatchSink | None = None,
         assignment: Callable[[], set[int]] | None = None,
         clock: Callable[[], float] = time.time,
         monotonic: Callable[[], float] = time.monotonic,
@@ -63,7 +63,12 @@ class Scheduler(OrderIssuing):
         self.settings = settings
         self.store = store
         self.metrics = metrics
-        self.send_order = send_order
+        if send_orders is None:
+            if send_order is None:
+                raise ValueError("a scheduler needs send_order or send_orders")
+            send_orders = one_by_one(send_order)
+        #: where the orders go: a batch at a time (the worker's producer), or one by one
+        self.send_orders = send_orders
         self.assignment = assignment
         self.clock = clock
         self.monotonic = monotonic

@@ -8,7 +8,7 @@ import heapq
 import json
 import logging
 import math
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
 from redis.exceptions import NoScriptError
@@ -19,13 +19,38 @@ from streams.scheduler.shard import Shard
 from streams.store import IssueBatch
 from streams.worker.decisions import DecisionRing
 
-__all__ = ["EWMA_S", "OrderIssuing"]
+__all__ = ["EWMA_S", "BatchSink", "OrderIssuing", "OrderSink", "one_by_one"]
 
 log = logging.getLogger(__name__)
 
 #: the threshold is an EWMA of the log-values ordered over about this many seconds of
 #: orders: each order weighs ``1 / max(1, share_per_s * EWMA_S)``
 EWMA_S = 2.0
+
+
+#: one order out: Kafka key and value; returns once the producer holds it
+OrderSink = Callable[[bytes, bytes], Awaitable[Any]]
+#: a tick's orders out (Kafka key and value each): yields ``(indices, error)`` as groups of
+#: them are handed to the producer (``error`` None) or fail (the error), every index once,
+#: in the order they were sent; after a failure the later groups are not tried (they come
+#: back with the same error)
+BatchSink = Callable[[list[tuple[bytes, bytes]]],
+                     AsyncIterator[tuple[list[int], Exception | None]]]
+
+
+def one_by_one(send: OrderSink) -> BatchSink:
+    """A :data:`BatchSink` that hands the orders to ``send`` one at a time."""
+    async def sink(records: list[tuple[bytes, bytes]]
+                   ) -> AsyncIterator[tuple[list[int], Exception | None]]:
+        error: Exception | None = None
+        for i, (key, value) in enumerate(records):
+            if error is None:
+                try:
+                    await send(key, value)
+                except Exception as exc:  # e.g. the producer stopping: the rest stay unsent
+                    error = exc
+            yield [i], error
+    return sink
 
 
 def _s(x: Any) -> str:
@@ -39,7 +64,7 @@ class OrderIssuing(ShardLoading):
 
     # the scheduler's attributes (set in :class:`streams.scheduler.Scheduler`)
     decisions: DecisionRing
-    send_order: Callable[[bytes, bytes], Awaitable[Any]]
+    send_orders: BatchSink
     pacer: CreditPacer
     worker_id: str
     stopping: bool
@@ -76,10 +101,10 @@ class OrderIssuing(ShardLoading):
             await self._unsend([(owner[p], url, host, oid) for (p, host), items in groups.items()
                                 for url, _pol, _v, oid in items], exc)
             return 0
-        sent = 0
         issued_at = round(now, 6)
-        send_error: Exception | None = None
-        unsent: list[tuple[Shard, str, str, str]] = []
+        #: accepted by Redis, to send: (shard, url, host, oid, policy, value, crawled, tau)
+        accepted: list[tuple[Shard, str, str, str, str, float, bool, float]] = []
+        records: list[tuple[bytes, bytes]] = []
         for ((partition, host), items), res in zip(groups.items(), results, strict=True):
             shard = owner[partition]
             if isinstance(res, Exception):
@@ -89,6 +114,7 @@ class OrderIssuing(ShardLoading):
                     self._restore(shard, url)
                 continue
             hosts, table, level = shard.hosts, shard.table, shard.level
+            key = host.encode()
             for k, (url, policy, value, oid) in enumerate(items):
                 code, payload = res[k]
                 if code == "ok":
@@ -102,30 +128,8 @@ class OrderIssuing(ShardLoading):
                         "crawl_value": float(value), "threshold": level, "tau_eff": tau_eff,
                         "policy": policy,
                     }
-                    if send_error is not None:
-                        unsent.append((shard, url, host, oid))
-                        continue
-                    try:
-                        await self.send_order(host.encode(),
-                                              json.dumps(order, allow_nan=False).encode())
-                    except Exception as exc:  # e.g. the producer stopping: undo below
-                        send_error = exc
-                        unsent.append((shard, url, host, oid))
-                        continue
-                    hosts.take(host, now)
-                    self._set_flight(shard, url, host, (oid, now))
-                    self.metrics.order(partition, policy)
-                    if policy == "greedy" and value > 0:
-                        self._observe_value(shard, value, now)
-                    shard.emitted += 1
-                    self.emitted += 1
-                    self.orders_total += 1
-                    self.pacer.spend(1)
-                    sent += 1
-                    self.decisions.add(url, (
-                        f"{now:.3f} ordered {oid} ({policy}): value {value:.4g}"
-                        f" {'>=' if value >= level else '<'} threshold {level:.4g}"
-                        + (f", tau_eff {tau:.0f}s" if crawled else ", never crawled")))
+                    accepted.append((shard, url, host, oid, policy, value, crawled, tau))
+                    records.append((key, json.dumps(order, allow_nan=False).encode()))
                     continue
                 if code == "no-token":
                     hosts.empty(host, now)
@@ -143,6 +147,40 @@ class OrderIssuing(ShardLoading):
                     continue
                 if code != "in-flight":
                     self._restore(shard, url)  # not ordered: back among the candidates
+        sent = 0
+        send_error: Exception | None = None
+        unsent: list[tuple[Shard, str, str, str]] = []
+        done = bytearray(len(accepted))
+        if records:
+            # each group of orders is handed to the producer, then recorded before the next
+            # await (so an outcome can never come back for an order not yet in flight here)
+            async for indices, error in self.send_orders(records):
+                for i in indices:
+                    done[i] = 1
+                    shard, url, host, oid, policy, value, crawled, tau = accepted[i]
+                    if error is not None:
+                        send_error = error
+                        unsent.append((shard, url, host, oid))
+                        continue
+                    shard.hosts.take(host, now)
+                    self._set_flight(shard, url, host, (oid, now))
+                    self.metrics.order(shard.partition, policy)
+                    if policy == "greedy" and value > 0:
+                        self._observe_value(shard, value, now)
+                    shard.emitted += 1
+                    self.emitted += 1
+                    self.orders_total += 1
+                    self.pacer.spend(1)
+                    sent += 1
+                    level = shard.level
+                    self.decisions.add(url, (
+                        f"{now:.3f} ordered {oid} ({policy}): value {value:.4g}"
+                        f" {'>=' if value >= level else '<'} threshold {level:.4g}"
+                        + (f", tau_eff {tau:.0f}s" if crawled else ", never crawled")))
+        missing = [i for i in range(len(accepted)) if not done[i]]
+        if missing:  # a sink that did not answer for every record: none of those was sent
+            send_error = send_error or RuntimeError("the order sink left orders unanswered")
+            unsent.extend(accepted[i][:4] for i in missing)
         if unsent:
             await self._unsend(unsent, send_error)
         return sent

@@ -9,10 +9,12 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import AsyncIterator
 from typing import Any
 
 import faust
 from aiokafka import AIOKafkaProducer
+from aiokafka.partitioner import DefaultPartitioner
 
 from streams.settings import Settings
 
@@ -28,11 +30,19 @@ class OrdersProducer:
     by ``tests/integration/test_faults.py`` on a broker restart).  Started at the first
     order; :meth:`stop` flushes what is buffered (the worker's shutdown)."""
 
+    #: the largest record batch :meth:`send_many` builds (Kafka's default
+    #: ``max.message.bytes`` is 1 MiB)
+    MAX_BATCH_BYTES = 256 * 1024
+    #: keys whose partition is remembered (one per host: cleared when full)
+    MAX_KEYS = 100_000
+
     def __init__(self, bootstrap: str) -> None:
         self.bootstrap = bootstrap
         self._producer: AIOKafkaProducer | None = None
         self._lock = asyncio.Lock()
         self.stopped = False
+        self._partitioner = DefaultPartitioner()
+        self._partition_of: dict[tuple[bytes, int], int] = {}
 
     async def _started(self) -> AIOKafkaProducer:
         async with self._lock:
@@ -42,7 +52,8 @@ class OrdersProducer:
                 # aiokafka's default partitioner is murmur2 on the key, as Kafka's Java
                 # clients: an order lands on its host's partition
                 p = AIOKafkaProducer(bootstrap_servers=self.bootstrap, acks="all",
-                                     enable_idempotence=True, linger_ms=5)
+                                     enable_idempotence=True, linger_ms=5,
+                                     max_batch_size=self.MAX_BATCH_BYTES)
                 try:
                     await p.start()
                 except BaseException:
@@ -55,6 +66,64 @@ class OrdersProducer:
         """Returns once the record is in the producer's batch (delivery not awaited)."""
         p = self._producer if self._producer is not None else await self._started()
         await p.send(topic, value, key=key)
+
+    def _partition(self, key: bytes, partitions: list[int]) -> int:
+        """aiokafka's default partitioner (murmur2 of the key, as Kafka's Java clients),
+        remembered per key: a tick orders the same hosts again and again."""
+        k = (key, len(partitions))
+        p = self._partition_of.get(k)
+        if p is None:
+            if len(self._partition_of) >= self.MAX_KEYS:
+                self._partition_of.clear()
+            p = self._partition_of[k] = self._partitioner(key, partitions, partitions)
+        return p
+
+    async def send_many(self, topic: str, records: list[tuple[bytes, bytes]]
+                        ) -> AsyncIterator[tuple[list[int], Exception | None]]:
+        """A tick's orders (key, value) as record batches, one or more per partition, each
+        handed to the producer whole (``send_batch``: no per-record future nor partitioner
+        call); delivery not awaited.  Yields the indices of each batch once it is in the
+        producer (error None), or with the error that stopped it; after an error the
+        remaining records are not tried and come back with it (a
+        :data:`streams.scheduler.BatchSink`)."""
+        try:
+            p = self._producer if self._producer is not None else await self._started()
+            partitions = sorted(await p.partitions_for(topic))
+        except Exception as exc:  # no producer or no metadata: nothing was sent
+            yield list(range(len(records))), exc
+            return
+        by_partition: dict[int, list[int]] = {}
+        for i, (key, _value) in enumerate(records):
+            by_partition.setdefault(self._partition(key, partitions), []).append(i)
+        error: Exception | None = None
+        for partition, indices in by_partition.items():
+            start = 0
+            while start < len(indices):
+                if error is not None:
+                    yield indices[start:], error
+                    break
+                batch = p.create_batch()
+                end = start
+                while end < len(indices):
+                    key, value = records[indices[end]]
+                    if batch.append(key=key, value=value, timestamp=None) is None:
+                        break
+                    end += 1
+                if end == start:  # one record larger than a batch: refused by itself
+                    yield [indices[start]], ValueError(
+                        f"order of {len(records[indices[start]][1])} bytes does not fit in "
+                        f"a batch of {self.MAX_BATCH_BYTES}")
+                    start += 1
+                    continue
+                batch.close()
+                try:
+                    await p.send_batch(batch, topic, partition=partition)
+                except Exception as exc:  # e.g. the producer stopping
+                    error = exc
+                    yield indices[start:end], exc
+                else:
+                    yield indices[start:end], None
+                start = end
 
     async def stop(self) -> None:
         async with self._lock:
@@ -113,7 +182,12 @@ def create_app(settings: Settings) -> faust.App:
     def assignment() -> set[int]:
         return {tp.partition for tp in app.consumer.assignment() if tp.topic == pages_topic_name}
 
-    scheduler = Scheduler(settings, store, metrics, send_order, assignment=assignment)
+    def send_orders(records: list[tuple[bytes, bytes]]
+                    ) -> AsyncIterator[tuple[list[int], Exception | None]]:
+        return orders.send_many(orders_name, records)
+
+    scheduler = Scheduler(settings, store, metrics, send_order, send_orders=send_orders,
+                          assignment=assignment)
     register_agents(app, settings, store=store, metrics=metrics, scheduler=scheduler)
     app.recrawl_scheduler = scheduler  # type: ignore[attr-defined]
     app.recrawl_metrics = metrics  # type: ignore[attr-defined]
