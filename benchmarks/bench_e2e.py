@@ -50,12 +50,16 @@ import redis
 from rich.console import Console
 from rich.table import Table
 
+import streams
 from infra import stack
 from infra.kafka import create_topics
 from infra.proc import free_port, spawn, stop_group, tail
 from streams.store.redis_conn import connect_sync as connect_redis_sync
 
-REPO = Path(__file__).resolve().parent.parent
+#: the tree whose ``streams`` this harness imported: the worker runs from there too (``python
+#: -m`` puts its working directory first on ``sys.path``, ahead of ``PYTHONPATH``, so an
+#: A/B run with ``PYTHONPATH=<other tree>`` would otherwise start this tree's worker)
+REPO = Path(streams.__file__).resolve().parent.parent
 TOPICS = ("pages", "pings", "outcomes", "hosts", "control", "orders", "rejects")
 PROCS: list[subprocess.Popen[bytes]] = []
 KEY_PREFIXES: list[str] = []  # their keys are deleted at the end from an outside Redis
