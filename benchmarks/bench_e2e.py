@@ -305,10 +305,16 @@ def used_memory(r: redis.Redis) -> int:
     return int(r.info("memory")["used_memory"])
 
 
+def full_gc(w: Worker) -> tuple[int, float]:
+    """The worker's full garbage collections so far: (count, seconds) (``/stats`` gc)."""
+    g = ((w.stats() or {}).get("gc") or {}).get("gen2", {})
+    return int(g.get("collections", 0)), float(g.get("seconds", 0.0))
+
+
 def throughput(svc: Services, args: argparse.Namespace) -> dict[str, Any]:
     n, nh = args.pages, args.hosts
     w = Worker(svc, {"RECRAWL_BUDGET_PER_S": "1e6", "RECRAWL_T_DELAY_S": "0",
-                     "RECRAWL_TICK_S": repr(args.tick)})
+                     "RECRAWL_TICK_S": repr(args.tick), **dict(args.worker_env)})
     r = connect_redis_sync(svc.redis_url)
     res: dict[str, Any] = {"pages": n, "hosts": nh}
     try:
@@ -317,7 +323,9 @@ def throughput(svc: Services, args: argparse.Namespace) -> dict[str, Any]:
         w.feed("hosts", [f'{host_name(i)}\t{{"host":"{host_name(i)}","max_crawls_per_s":1.0}}'
                          for i in range(nh)])
         mem0 = used_memory(r)
+        gcs = [full_gc(w)]  # full collections before and after each phase
         res["ingest_s"], res["pages_produce_s"] = w.feed("pages", page_lines(n, nh))
+        gcs.append(full_gc(w))
         res["pages_per_s"] = n / res["ingest_s"]
         res["redis_bytes_per_page"] = (used_memory(r) - mem0) / n
         res["rss_after_pages"] = w.memory()
@@ -327,6 +335,7 @@ def throughput(svc: Services, args: argparse.Namespace) -> dict[str, Any]:
                  f'"source":"sitemap","received_at":{now!r},"changed_at":{now - 5!r},'
                  f'"id":"b{i}"}}' for i in range(m)]
         res["pings"], (res["pings_s"], _) = m, w.feed("pings", pings)
+        gcs.append(full_gc(w))
         res["pings_per_s"] = m / res["pings_s"]
 
         tap = Tap(svc, w, answer=False)
@@ -337,6 +346,7 @@ def throughput(svc: Services, args: argparse.Namespace) -> dict[str, Any]:
         w.control(paused=True)
         time.sleep(1.0)
         orders = tap.stop()
+        gcs.append(full_gc(w))
         ts, res["orders_per_second"] = window(orders, args.warmup, span)
         res.update(orders_window_s=span, orders_in_window=len(ts),
                    orders_per_s=len(ts) / span, orders_host_bound_per_s=float(nh),
@@ -348,6 +358,10 @@ def throughput(svc: Services, args: argparse.Namespace) -> dict[str, Any]:
               f'"fetched_at":{now!r},"status":200,"changed":{"true" if i % 2 else "false"}}}'
               for i, o in enumerate(orders[:k])]
         res["outcomes"], (res["outcomes_s"], _) = k, w.feed("outcomes", oc) if k else (0.0, 0.0)
+        gcs.append(full_gc(w))
+        # the worker's full garbage collections (pauses of its loop) in each phase
+        res["gc_full"] = {phase: [b[0] - a[0], round(b[1] - a[1], 3)] for phase, a, b in zip(
+            ("pages", "pings", "orders", "outcomes"), gcs[:-1], gcs[1:], strict=True)}
         res["outcomes_per_s"] = k / res["outcomes_s"] if k else 0.0
         res["rss_end"] = w.memory()
         res["counters"] = (w.stats() or {}).get("counters", {})
@@ -464,6 +478,8 @@ def show(res: dict[str, Any], args: argparse.Namespace) -> None:
             ("orders (steady, by issued_at)", f"{th['orders_per_s']:,.0f}/s over "
              f"{th['orders_window_s']:g} s (hosts cap: {th['hosts']:,}/s)",
              f"{th['orders_per_s'] / rs:.4f} x redis SET"),
+            ("full GC: count, seconds (pages / pings / orders / outcomes)",
+             " / ".join(f"{c}, {t:.2f} s" for c, t in th["gc_full"].values()), ""),
             ("outcomes applied", f"{th['outcomes']:,} in {th['outcomes_s']:.2f} s = "
              f"{th['outcomes_per_s']:,.0f}/s",
              f"{th['outcomes_per_s'] / kc:.4f} x kcat consume"),
@@ -504,6 +520,9 @@ def main() -> int:
     ap.add_argument("--ref-messages", type=int, default=200_000)
     ap.add_argument("--json", type=Path, help="write every figure here")
     ap.add_argument("--keep", action="store_true", help="keep the temp folder (logs)")
+    ap.add_argument("--worker-env", type=lambda kv: tuple(kv.split("=", 1)), action="append",
+                    default=[], metavar="KEY=VALUE",
+                    help="throughput: extra environment of the worker (e.g. RECRAWL_GC_FREEZE=0)")
     args = ap.parse_args()
     big = args.mode == "throughput"
     args.pages = args.pages or (100_000 if big else 4000)

@@ -34,12 +34,19 @@ from streams.settings import Settings
 from streams.store import StateStore
 from streams.store.redis_store import PageState
 from streams.worker.decisions import DecisionRing
-from streams.worker.metrics import Metrics
+from streams.worker.metrics import GC_PAUSES, Metrics
 
-__all__ = ["EWMA_S", "RATE_WINDOW_S", "BatchSink", "OrderSink", "Scheduler", "cancel", "dumps"]
+__all__ = [
+    "EWMA_S", "RATE_WINDOW_S", "REFREEZE_S", "BatchSink", "OrderSink", "Scheduler", "cancel",
+    "dumps",
+]
 
 log = logging.getLogger(__name__)
 
+#: how often the worker's scheduler refreezes the garbage collector (a full collection,
+#: 0.1-0.3 s at 10^6 pages: the objects frozen since the last one that died in a cycle
+#: are freed then)
+REFREEZE_S = 600.0
 #: ``emitted_per_s`` in ``/stats``: orders sent over (about) the last this many seconds
 RATE_WINDOW_S = 10.0
 
@@ -59,8 +66,13 @@ class Scheduler(OrderIssuing):
         clock: Callable[[], float] = time.time,
         monotonic: Callable[[], float] = time.monotonic,
         decisions: DecisionRing | None = None,
+        manage_gc: bool = False,
     ) -> None:
         self.settings = settings
+        #: the worker's own process: refreeze the garbage collector after the loads and
+        #: every REFREEZE_S (streams.worker.metrics.GcPauses); off for tests and benchmarks
+        #: that run beside other code
+        self.manage_gc = manage_gc
         self.store = store
         self.metrics = metrics
         if send_orders is None:
@@ -314,6 +326,7 @@ class Scheduler(OrderIssuing):
         tick = self.settings.tick_s
         next_tick = time.monotonic()
         last_ctl = last_split = last_assign = 0.0
+        last_freeze = time.monotonic()
         while not self.stopping:
             mono = time.monotonic()
             if self.heartbeat is not None:
@@ -330,6 +343,12 @@ class Scheduler(OrderIssuing):
                     last_split = mono
                     await self.resplit(min(dt, 2.0))
                 await self.tick_all([s for s in self.shards.values() if s.ready])
+                if self.manage_gc:
+                    if mono - last_freeze >= REFREEZE_S:
+                        last_freeze = mono  # frees what died among the frozen objects
+                        log.info("garbage collector refrozen (%.2fs)", GC_PAUSES.refreeze())
+                    elif GC_PAUSES.wants_freeze:  # a full collection was long: freeze
+                        GC_PAUSES.freeze()
             except asyncio.CancelledError:
                 raise
             except Exception as exc:
@@ -473,6 +492,8 @@ class Scheduler(OrderIssuing):
             "cluster": self.cluster(),
             "counters": dict(sorted(self.metrics.tally.items())),
             "pings_by_source": self.metrics.pings_by_source(),
+            # the garbage collector's pauses of this process (streams.worker.metrics)
+            "gc": GC_PAUSES.summary(),
         }
 
 

@@ -21,7 +21,7 @@ from streams.scheduler.shard import KEEP, NOT_IN_FLIGHT, Control, Shard
 from streams.settings import Settings
 from streams.store import StateStore
 from streams.store.redis_store import HostDump, PageState
-from streams.worker.metrics import Metrics
+from streams.worker.metrics import GC_PAUSES, Metrics
 
 __all__ = ["LOAD_HOSTS", "LOAD_PAGES", "LOAD_WAIT_S", "MAX_LOAD_HOSTS", "ShardLoading"]
 
@@ -50,6 +50,8 @@ class ShardLoading:
     clock: Callable[[], float]
     control: Control
     shards: dict[int, Shard]
+    #: refreeze the garbage collector once no shard is loading (the worker; not tests)
+    manage_gc: bool
 
     def on_blocked(self, partition: int, host: str, url: str,
                    epoch: int | None = None) -> None:
@@ -152,6 +154,9 @@ class ShardLoading:
         shard.ready = True
         log.info("shard %d ready: %d pages, %d in flight (%.2fs)", shard.partition,
                  len(shard.book), len(shard.in_flight), time.monotonic() - t0)
+        if self.manage_gc and all(s.ready for s in self.shards.values()):
+            # the books as loaded out of the collector's walks (GcPauses), once all are in
+            log.info("garbage collector refrozen after the loads (%.2fs)", GC_PAUSES.refreeze())
 
     def _load_hosts(self, shard: Shard, dumps: list[HostDump]) -> None:
         """Some hosts of a shard's rebuild: their pages' parameters computed on arrays

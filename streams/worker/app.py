@@ -137,8 +137,10 @@ def create_app(settings: Settings) -> faust.App:
     from streams.scheduler import Scheduler
     from streams.store.redis_store import Store
     from streams.worker.agents import register_agents
-    from streams.worker.metrics import Metrics
+    from streams.worker.metrics import GC_PAUSES, Metrics
     from streams.worker.web import register_views
+
+    GC_PAUSES.install()
 
     app = faust.App(
         settings.app_id,
@@ -187,7 +189,7 @@ def create_app(settings: Settings) -> faust.App:
         return orders.send_many(orders_name, records)
 
     scheduler = Scheduler(settings, store, metrics, send_order, send_orders=send_orders,
-                          assignment=assignment)
+                          assignment=assignment, manage_gc=settings.gc_freeze)
     register_agents(app, settings, store=store, metrics=metrics, scheduler=scheduler)
     app.recrawl_scheduler = scheduler  # type: ignore[attr-defined]
     app.recrawl_metrics = metrics  # type: ignore[attr-defined]

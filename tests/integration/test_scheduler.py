@@ -114,6 +114,8 @@ def test_pings_raise_value_order_sooner_budget_change_and_explain(
     assert stats["budget_per_s"] == 4
     assert sum(s["share_per_s"] for s in stats["shards"].values()) == pytest.approx(4)
     assert stats["counters"]["pings.within-delay"] == 1
+    # the worker refroze the garbage collector once its shards were loaded (GcPauses)
+    assert stats["gc"]["refreezes"]["count"] >= 1 and stats["gc"]["frozen_objects"] > 0
     metrics = get(port, "/metrics/")
     assert "recrawl_orders_total" in metrics and "recrawl_budget_per_s 4.0" in metrics
 
