@@ -112,6 +112,8 @@ class Settings(BaseSettings):
     decisions_per_page: int = Field(default=4, ge=0, le=32)
     #: Batch size of the agents (``stream.take_events``).
     batch_size: int = Field(default=500, ge=1)
+    #: How long an agent waits for its batch to fill (``take_events``' ``within``).
+    batch_wait_s: float = Field(default=0.02, gt=0.0, le=10.0)
     #: Keep the book out of the garbage collector's walks (freeze it after the loads and
     #: when a full collection is long, refreeze every 10 min: ``GcPauses`` in
     #: ``streams/worker/metrics.py``); off: the interpreter's default collector.

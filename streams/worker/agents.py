@@ -588,16 +588,21 @@ def register_agents(
     }
     agents: dict[str, faust.types.AgentT[Any]] = {}
     for name, handler in handlers.items():
-        agents[name] = _make_agent(app, inputs[name], name, handler, settings.batch_size)
+        agents[name] = _make_agent(app, inputs[name], name, handler, settings.batch_size,
+                                   settings.batch_wait_s, metrics)
     return agents
 
 
 def _make_agent(
     app: faust.App, channel: Any, name: str,
     handler: Callable[[Sequence[faust.types.EventT[Any]]], Awaitable[None]], batch: int,
+    wait_s: float, metrics: Metrics,
 ) -> faust.types.AgentT[Any]:
+    tally, key = metrics.tally, f"batches.{name}"
+
     async def agent(stream: faust.StreamT[Any]) -> None:
-        async for events in stream.take_events(batch, within=0.02):  # type: ignore[attr-defined]
+        async for events in stream.take_events(batch, within=wait_s):  # type: ignore[attr-defined]
+            tally[key] += 1  # batches per topic (/stats: events per batch)
             await handler(events)
 
     agent.__name__ = agent.__qualname__ = f"recrawl_{name}"
