@@ -151,34 +151,38 @@ class OrderIssuing(ShardLoading):
         send_error: Exception | None = None
         unsent: list[tuple[Shard, str, str, str]] = []
         done = bytearray(len(accepted))
-        if records:
-            # each group of orders is handed to the producer, then recorded before the next
-            # await (so an outcome can never come back for an order not yet in flight here)
-            async for indices, error in self.send_orders(records):
-                for i in indices:
-                    done[i] = 1
-                    shard, url, host, oid, policy, value, crawled, tau = accepted[i]
-                    if error is not None:
-                        send_error = error
-                        unsent.append((shard, url, host, oid))
-                        continue
-                    shard.hosts.take(host, now)
-                    self._set_flight(shard, url, host, (oid, now))
-                    self.metrics.order(shard.partition, policy)
-                    if policy == "greedy" and value > 0:
-                        self._observe_value(shard, value, now)
-                    shard.emitted += 1
-                    self.emitted += 1
-                    self.orders_total += 1
-                    self.pacer.spend(1)
-                    sent += 1
-                    level = shard.level
-                    self.decisions.add(url, (
-                        f"{now:.3f} ordered {oid} ({policy}): value {value:.4g}"
-                        f" {'>=' if value >= level else '<'} threshold {level:.4g}"
-                        + (f", tau_eff {tau:.0f}s" if crawled else ", never crawled")))
+        try:
+            if records:
+                # each group of orders is handed to the producer, then recorded before the next
+                # await (so an outcome can never come back for an order not yet in flight here)
+                async for indices, error in self.send_orders(records):
+                    for i in indices:
+                        done[i] = 1
+                        shard, url, host, oid, policy, value, crawled, tau = accepted[i]
+                        if error is not None:
+                            send_error = error
+                            unsent.append((shard, url, host, oid))
+                            continue
+                        shard.hosts.take(host, now)
+                        self._set_flight(shard, url, host, (oid, now))
+                        self.metrics.order(shard.partition, policy)
+                        if policy == "greedy" and value > 0:
+                            self._observe_value(shard, value, now)
+                        shard.emitted += 1
+                        self.emitted += 1
+                        self.orders_total += 1
+                        self.pacer.spend(1)
+                        sent += 1
+                        level = shard.level
+                        self.decisions.add(url, (
+                            f"{now:.3f} ordered {oid} ({policy}): value {value:.4g}"
+                            f" {'>=' if value >= level else '<'} threshold {level:.4g}"
+                            + (f", tau_eff {tau:.0f}s" if crawled else ", never crawled")))
+        except Exception as exc:  # a sink that broke its contract and raised
+            send_error = exc
         missing = [i for i in range(len(accepted)) if not done[i]]
-        if missing:  # a sink that did not answer for every record: none of those was sent
+        if missing:  # not answered (a sink that raised or stopped short): taken as unsent,
+            # their in-flight marks cleared (an order that did reach Kafka may then go twice)
             send_error = send_error or RuntimeError("the order sink left orders unanswered")
             unsent.extend(accepted[i][:4] for i in missing)
         if unsent:

@@ -109,7 +109,8 @@ class OrdersProducer:
                     if batch.append(key=key, value=value, timestamp=None) is None:
                         break
                     end += 1
-                if end == start:  # one record larger than a batch: refused by itself
+                if end == start:  # (aiokafka takes any first record of an empty batch;
+                    # should one be refused, it fails alone instead of looping here)
                     yield [indices[start]], ValueError(
                         f"order of {len(records[indices[start]][1])} bytes does not fit in "
                         f"a batch of {self.MAX_BATCH_BYTES}")
