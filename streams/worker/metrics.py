@@ -19,10 +19,11 @@ class GcPauses:
     (:data:`GC_PAUSES`), installed once.
 
     A full collection walks every tracked container, and a book of 10^6 pages is a few
-    dicts of 10^6 entries: 0.07-0.1 s a walk for the book alone, 0.2-0.3 s in the worker,
-    50 times in 33 s of orders at 10^4/s (``benchmarks/bench_e2e.py throughput``: 30% of
-    the loop).  Objects in the interpreter's permanent generation (``gc.freeze``) are not
-    walked.  So the worker (:class:`streams.scheduler.Scheduler` with ``manage_gc``):
+    dicts of 10^6 entries: 0.08-0.12 s a walk for the book alone
+    (``benchmarks/bench_book_gc.py``), 0.2-0.3 s in the worker, 50 times in 33 s of orders
+    at 10^4/s (``benchmarks/bench_e2e.py throughput``: 30% of the loop).  Objects in the
+    interpreter's permanent generation (``gc.freeze``) are not walked.  So the worker
+    (:class:`streams.scheduler.Scheduler` with ``manage_gc``):
 
     - freezes what is alive (:meth:`freeze`, no collection: it takes microseconds) once a
       full collection took longer than :data:`FREEZE_AFTER_S` (:attr:`wants_freeze`): the
