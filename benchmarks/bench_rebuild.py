@@ -6,7 +6,8 @@ and how many bytes of Redis each page takes.
 
 Writes ``--pages`` crawled and pinged pages on ``--hosts`` hosts into one shard, each with an
 estimator record made by the real :class:`streams.estimates.estimation.Estimation` (so every page
-takes the estimates path), a signal count and a ping fingerprint, then measures the Redis
+takes the estimates path), a signal count and a ping fingerprint (``binary``: in the page
+buckets the host's page count gives, ``redis_store.layout_after``), then measures the Redis
 bytes per page (``INFO memory`` ``used_memory`` delta after ``MEMORY PURGE``) and times
 ``Scheduler`` rebuilding the shard (arrays: ``Scheduler._load_hosts``).  ``--formats``:
 ``binary`` is the record of ``streams/store/redis_store.py`` (page + estimator record in one field);
@@ -34,7 +35,15 @@ from _common import set_listpack_value
 from streams.estimates.estimation import Estimation, EstimatorRecord, Observation, full_estimates
 from streams.scheduler import NOT_IN_FLIGHT, Scheduler
 from streams.settings import Settings
-from streams.store.redis_store import N_SEEN, PageState, Store, ping_fingerprint, record_bytes
+from streams.store.redis_store import (
+    N_SEEN,
+    PageState,
+    Store,
+    bucket_of,
+    layout_after,
+    ping_fingerprint,
+    record_bytes,
+)
 from streams.worker.metrics import Metrics
 
 
@@ -57,6 +66,7 @@ def records(fmt: str) -> list[bytes | str]:
 async def fill(store: Store, n: int, hosts: int, now: float, fmt: str) -> None:
     recs = records(fmt)
     per = n // hosts
+    layout = layout_after(per)
     pipe = store.redis.pipeline(transaction=False)
     for h in range(hosts):
         host = f"host{h}.example"
@@ -72,7 +82,16 @@ async def fill(store: Store, n: int, hosts: int, now: float, fmt: str) -> None:
             else:
                 pages[u] = st.encode_text()
                 ests[u] = recs[k % len(recs)]
-        pipe.hset(store.key(host, "pages"), mapping=pages)
+        if fmt == "binary" and layout != (0, 0):  # several buckets (apply_page.lua's splits)
+            buckets: dict[int, dict[str, Any]] = {}
+            for u, v in pages.items():
+                buckets.setdefault(bucket_of(u, layout), {})[u] = v
+            for bucket, part in buckets.items():
+                pipe.hset(store.bucket_key(host, bucket), mapping=part)
+            pipe.hset(store.key(host, "buckets"),
+                      mapping={"l": layout[0], "p": layout[1], "n": len(pages)})
+        else:
+            pipe.hset(store.key(host, "pages"), mapping=pages)
         if ests:
             pipe.hset(store.key(host, "est"), mapping=ests)
         pipe.sadd(store.shard_key(0), host)

@@ -1,14 +1,17 @@
 """``python -m infra.prepare``: fetch and install what the services need, start nothing.
 
-Also Debian's ``chromium`` for the dashboard's browser test; only the tests need it, so a
-failure to install it is reported and does not fail ``make services`` (nor ``make demo``).
+Also Debian's ``chromium`` for the dashboard's browser test and ``kcat`` (librdkafka's
+client, the users' producer and consumer in the tests); only the tests need them, so a
+failure to install them is reported and does not fail ``make services`` (nor ``make demo``).
 """
 
 from __future__ import annotations
 
+import shutil
 import sys
 
 from infra import InfraError, chromium, kafka, redis, stack
+from infra.apt import ensure_program
 
 
 def main() -> int:
@@ -24,6 +27,13 @@ def main() -> int:
     except InfraError as exc:
         print(f"chromium: not installed ({exc}); the dashboard's browser test will fail",
               file=sys.stderr)
+    try:
+        print("kcat: " + ensure_program(
+            lambda: shutil.which("kcat"), "kcat",
+            "kcat is not on PATH (tests read and write topics with it). Install it: "
+            "`sudo apt-get install -y kcat`."))
+    except InfraError as exc:
+        print(f"kcat: not installed ({exc}); the tests that use it will fail", file=sys.stderr)
     return 0
 
 

@@ -7,7 +7,11 @@ same code runs on one Redis node and on a Redis Cluster, :mod:`streams.store.red
 
     P:{host}:pages      HASH  url -> page record (streams/store/page_record.py), followed by the
                               page's estimator record once it has an observed crawl interval
-                              (streams/estimates/estimation.py)
+                              (streams/estimates/estimation.py); bucket 0 of the host's pages
+    P:{host}:pages:<b>  HASH  the same, bucket b >= 1 (only hosts past 120 pages: "Page
+                              buckets" below)
+    P:{host}:buckets    HASH  l, p (the buckets' layout), n (pages in them); absent: one
+                              bucket
     P:{host}:inflight   HASH  url -> "order_id|issued_at"   (only pages with an order out)
     P:{host}:est        HASH  url -> estimator record in the old text form (only state
                               written before record version 1: read, and deleted when the
@@ -41,8 +45,25 @@ The page record's layout and the ping dedup: :mod:`streams.store.page_record`.
 Redis configuration: a crawled page's value (page and estimator record) is ~200 bytes;
 above ``hash-max-listpack-value`` (Redis's default 64) a host's hash is a hashtable
 (304 B per page instead of 248 B in ``docs/benchmarks.md "Compact binary records"``): run Redis
-with ``hash-max-listpack-value 256`` (hosts up to ``hash-max-listpack-entries``, 128 by
-default, pages stay listpack-encoded; a larger host is a hashtable, as before).
+with ``hash-max-listpack-value 256``.
+
+Page buckets: a hash of more than ``hash-max-listpack-entries`` fields (128 by default) is a
+hashtable too (309-321 B per crawled page instead of 262 B, ``docs/benchmarks.md``), and
+real hosts have thousands of pages.  So a host's pages are spread over buckets of at most
+128 by linear hashing (Litwin 1980): a page's bucket is ``h mod 2^l``, or ``h mod 2^(l+1)``
+below the split pointer ``p``, where ``h`` is the first 4 bytes of ``sha1(url)``
+(:func:`page_hash`; ``redis.sha1hex`` in the scripts).  A host stays in its one hash
+(bucket 0, ``P:{host}:pages`` as before) up to :data:`BUCKET_FIRST` = 120 pages; past that,
+the script that adds a page splits bucket ``p`` (its pages whose ``h mod 2^(l+1)`` is not
+``p`` move to bucket ``p + 2^l``) while the host holds more than :data:`BUCKET_FILL` = 40
+pages per bucket, at most two splits per added page (so no script moves more than two
+buckets).  Each bucket then holds 40-80 pages on average and, at 4 standard deviations,
+fewer than 128: listpack-encoded.  Every script finds a page's bucket itself (lib.lua's
+``page_key``: the layout read once per call, the bucket keys share the host's hash tag, so
+one slot); Python reads pages through ``read_pages.lua`` and the rebuild reads every bucket
+(:meth:`Store.dump_hosts`).  Buckets never merge (a host that shrinks keeps them).  A host
+stored in one hash before the buckets is read whole, and splits as pages are added; a bucket
+that was a hashtable stays one (Redis does not convert back).
 
 Each event's change is one Lua script that first compares the event's offset with the last
 applied offset of its (host, topic, partition) and records it, so a redelivered event
@@ -55,6 +76,7 @@ stored: why a page was or wasn't crawled is kept by the worker that decided it
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import itertools
 import json
 import math
@@ -148,6 +170,56 @@ def _lua(name: str) -> str:
     return (Path(__file__).resolve().parent / "lua" / name).read_text(encoding="utf-8")
 
 
+#: Page buckets (module docstring): a host's single hash splits when it holds more than
+#: BUCKET_FIRST pages; after that, while the host holds more than BUCKET_FILL pages per
+#: bucket; at most BUCKET_SPLITS splits per added page.  Under Redis's default
+#: ``hash-max-listpack-entries 128``: a bucket not yet split holds up to twice BUCKET_FILL
+#: pages on average (linear hashing), 80 + 4 standard deviations = 116 < 128.
+BUCKET_FIRST = 120
+BUCKET_FILL = 40
+BUCKET_SPLITS = 2
+
+
+def page_hash(url: str) -> int:
+    """The 32-bit hash that places a page in its host's buckets: the first 4 bytes of
+    ``sha1(url)``, big-endian (lib.lua's ``page_hash``: ``redis.sha1hex``, first 8 hex)."""
+    return int.from_bytes(hashlib.sha1(url.encode("utf-8", "surrogateescape")).digest()[:4],
+                          "big")
+
+
+def bucket_of(url: str, layout: tuple[int, int]) -> int:
+    """The bucket of ``url`` in a host of layout ``(l, p)`` (linear hashing, lib.lua's
+    ``page_key``)."""
+    level, split = layout
+    if level == 0 and split == 0:
+        return 0
+    h = page_hash(url)
+    b = h % (1 << level)
+    return h % (1 << (level + 1)) if b < split else b
+
+
+def layout_after(n_pages: int) -> tuple[int, int]:
+    """The layout ``(l, p)`` of a host after ``n_pages`` pages were added one by one to an
+    empty host (apply_page.lua's splits): what a bulk load writes (benchmarks)."""
+    level = split = 0
+    for n in range(1, n_pages + 1):
+        for _ in range(BUCKET_SPLITS):
+            limit = BUCKET_FILL * ((1 << level) + split)
+            if (level, split) == (0, 0):
+                limit = BUCKET_FIRST
+            if n <= limit:
+                break
+            split += 1
+            if split >= 1 << level:
+                level, split = level + 1, 0
+    return level, split
+
+
+def _layout(values: Sequence[Any]) -> tuple[int, int]:
+    """``(l, p)`` from ``HMGET buckets l p`` (absent: one bucket)."""
+    return (int(values[0] or 0), int(values[1] or 0))
+
+
 # The scripts live in streams/store/lua/ (each file's header: its KEYS, ARGV and replies); every
 # one starts with lib.lua's helpers; ``__N`` is the number of ping sources, ``__PFMT`` the
 # page record's struct format, ``__PVER`` its version byte.
@@ -157,13 +229,15 @@ _LIB = (_lua("lib.lua").replace("__PFMT", "<Bffd" + "H" * (N_SOURCES + N_SEEN))
         .replace("__PVER", str(PAGE_VERSION)).replace("__PSIZE", str(PAGE_STRUCT.size))
         .replace("__N", str(N_SOURCES)))
 _APPLY_PAGE = (_LIB + _lua("apply_page.lua").replace("__N", str(N_SOURCES))
-               .replace("__SEEN", str(N_SEEN)))
+               .replace("__SEEN", str(N_SEEN)).replace("__SPLITS", str(BUCKET_SPLITS))
+               .replace("__FILL", str(BUCKET_FILL)).replace("__FIRST", str(BUCKET_FIRST)))
 _APPLY_PINGS = _LIB + _lua("apply_pings.lua").replace("__SEEN", str(N_SEEN))
 _APPLY_OUTCOME = _LIB + _lua("apply_outcome.lua").replace("__N", str(N_SOURCES))
 _APPLY_HOST = _LIB + _lua("apply_host.lua")
 _APPLY_CONTROL = _LIB + _lua("apply_control.lua")
 _ISSUE = _LIB + _lua("issue.lua")
 _EXPIRE = _LIB + _lua("expire.lua")
+_READ_PAGES = _LIB + _lua("read_pages.lua")
 
 
 #: one script call: the script, its keys, its arguments
@@ -255,13 +329,14 @@ class Store:
         self.apply_control_script = client.register_script(_APPLY_CONTROL)
         self.issue_script = client.register_script(_ISSUE)
         self.expire_script = client.register_script(_EXPIRE)
+        self.read_pages_script = client.register_script(_READ_PAGES)
 
     async def load_scripts(self) -> None:
         """Load every script into Redis (after a start or a Redis restart: NOSCRIPT)."""
         self.script_loads += 1
         for sc in (self.apply_page_script, self.apply_pings_script, self.apply_outcome_script,
                    self.apply_host_script, self.apply_control_script, self.issue_script,
-                   self.expire_script):
+                   self.expire_script, self.read_pages_script):
             sc.sha = await self.redis.script_load(sc.script)
 
     @classmethod
@@ -284,6 +359,11 @@ class Store:
     # -- keys ----------------------------------------------------------------------------
     def key(self, host: str, kind: str) -> str:
         return f"{self.prefix}:{{{host}}}:{kind}"
+
+    def bucket_key(self, host: str, bucket: int) -> str:
+        """The hash of one of ``host``'s page buckets (bucket 0 is ``key(host, "pages")``)."""
+        base = self.key(host, "pages")
+        return base if bucket == 0 else f"{base}:{bucket}"
 
     def shard_key(self, partition: int) -> str:
         return f"{self.prefix}:shard:{{{partition}}}:hosts"
@@ -320,7 +400,8 @@ class Store:
 
     # -- the scripts' calls: (script, keys, args) of one item ------------------------------
     def _page_call(self, op: PageOp) -> _Call:
-        keys = [self.key(op.host, k) for k in ("pages", "offsets", "inflight", "est")]
+        keys = [self.key(op.host, k)
+                for k in ("pages", "offsets", "inflight", "est", "buckets")]
         args: list[Any] = [
             self.offset_field(op.topic, op.partition), op.offset, op.url,
             "1" if op.deleted else "0", repr(float(op.importance)),
@@ -332,7 +413,7 @@ class Store:
         """One script call for a batch of one host's pings from one partition, in offset
         order (``_APPLY_PINGS``).  Duplicates are found in the page record (each source's
         last fingerprints); the two arguments after ``t_delay_s`` are no longer used."""
-        keys = [self.key(b.host, k) for k in ("pages", "offsets")]
+        keys = [self.key(b.host, k) for k in ("pages", "offsets", "buckets")]
         args: list[Any] = [self.offset_field(b.topic, b.partition), repr(t_delay_s), "0", 0]
         for offset, url, source, changed_at, received_at, fingerprint in b.pings:
             args += [offset, url, SOURCES.index(source) + 1,
@@ -342,7 +423,7 @@ class Store:
 
     def _outcome_call(self, op: OutcomeOp) -> _Call:
         keys = [self.key(op.host, k)
-                for k in ("pages", "offsets", "inflight", "est", "blocked", "host")]
+                for k in ("pages", "offsets", "inflight", "est", "blocked", "host", "buckets")]
         expect = op.expect
         args: list[Any] = [
             self.offset_field(op.topic, op.partition), op.offset, op.url, op.order_id or "",
@@ -415,17 +496,34 @@ class Store:
         res = await self._batch([self._pings_call(b, t_delay_s) for b in batches])
         return [r if isinstance(r, Exception) else _pairs(r) for r in res]
 
+    def _read_call(self, host: str, urls: Sequence[str]) -> _Call:
+        keys = [self.key(host, k) for k in ("pages", "buckets", "est")]
+        return self.read_pages_script, keys, list(urls)
+
     async def read_pages(self, items: Sequence[tuple[str, str]]
                          ) -> list[tuple[str | None, str | None]]:
-        pipe = self.batch.pipeline(transaction=False)
-        for host, url in items:
-            pipe.hget(self.key(host, "pages"), url)
-            pipe.hget(self.key(host, "est"), url)
-        res = await _execute(pipe)
-        bad = next((r for r in res if isinstance(r, Exception)), None)
-        if bad is not None:
-            raise StoreUnavailable(repr(bad)) if transient_reply(bad) else bad
-        return [(res[2 * i] or None, res[2 * i + 1] or None) for i in range(len(items))]
+        """(page value, old-form estimator record) of each (host, url): one read script
+        call per host (its pages may be in several buckets)."""
+        by_host: dict[str, list[int]] = {}
+        for i, (host, _url) in enumerate(items):
+            by_host.setdefault(host, []).append(i)
+        hosts = list(by_host)
+        res = await self._batch([self._read_call(h, [items[i][1] for i in by_host[h]])
+                                 for h in hosts])
+        out: list[tuple[str | None, str | None]] = [(None, None)] * len(items)
+        for h, r in zip(hosts, res, strict=True):
+            if isinstance(r, Exception):
+                raise r
+            for j, i in enumerate(by_host[h]):
+                out[i] = (r[2 * j] or None, r[2 * j + 1] or None)
+        return out
+
+    async def _read_host(self, host: str, urls: Sequence[str]
+                         ) -> list[tuple[str | None, str | None]]:
+        """:meth:`read_pages` of one host's urls through the decoded client."""
+        r: Any = await self.read_pages_script(keys=self._read_call(host, urls)[1],
+                                              args=list(urls), client=self.redis)
+        return [(r[2 * j] or None, r[2 * j + 1] or None) for j in range(len(urls))]
 
     async def apply_outcomes(self, ops: Sequence[OutcomeOp]) -> list[Any]:
         return [r if isinstance(r, Exception) else (_text(r[0]), _text(r[1]), int(r[2]))
@@ -445,15 +543,15 @@ class Store:
         whose script Redis lacked gets NoScriptError (scripts loaded for the next tick),
         and no reply at all raises."""
         pipe = self.batch.pipeline(transaction=False)
-        # KEYS pages, inflight, host, blocked; ARGV now, default rate, default max in
+        # KEYS pages, inflight, host, blocked, buckets; ARGV now, default rate, default max in
         # flight, burst, then (url, order id) pairs (streams/store/lua/issue.lua).  Built here in
         # one loop (10^4 hosts a tick at 10^4 orders/s): straight EVALSHA, no SCRIPT EXISTS
         head = (repr(now_s), repr(default_rate), default_mif, repr(burst))
         sha, p, run = self.issue_script.sha, self.prefix, pipe.execute_command
         for b in batches:
             h = b.host
-            run("EVALSHA", sha, 4, f"{p}:{{{h}}}:pages", f"{p}:{{{h}}}:inflight",
-                f"{p}:{{{h}}}:host", f"{p}:{{{h}}}:blocked", *head,
+            run("EVALSHA", sha, 5, f"{p}:{{{h}}}:pages", f"{p}:{{{h}}}:inflight",
+                f"{p}:{{{h}}}:host", f"{p}:{{{h}}}:blocked", f"{p}:{{{h}}}:buckets", *head,
                 *itertools.chain.from_iterable(b.orders))
         results = await _execute(pipe)
         if any(isinstance(r, NoScriptError) for r in results):
@@ -466,21 +564,20 @@ class Store:
 
     # -- reads ---------------------------------------------------------------------------
     async def get_page(self, host: str, url: str) -> PageState | None:
-        v: Any = await self.redis.hget(self.key(host, "pages"), url)
+        ((v, _est),) = await self._read_host(host, [url])
         return PageState.decode(v) if v else None
 
     async def get_page_raw(self, host: str, url: str) -> str | None:
-        v: Any = await self.redis.hget(self.key(host, "pages"), url)
+        ((v, _est),) = await self._read_host(host, [url])
         return str(v) if v else None
 
     async def explain_data(self, host: str, url: str) -> dict[str, Any]:
+        ((page, est),) = await self._read_host(host, [url])
         pipe = self.redis.pipeline(transaction=False)
-        pipe.hget(self.key(host, "pages"), url)
         pipe.hget(self.key(host, "inflight"), url)
-        pipe.hget(self.key(host, "est"), url)
         pipe.hgetall(self.key(host, "host"))
         pipe.sismember(self.key(host, "blocked"), url)
-        page, fl, est, hinfo, blocked = await pipe.execute()
+        fl, hinfo, blocked = await pipe.execute()
         return {
             "page": PageState.decode(page) if page else None,
             "in_flight": _in_flight(fl) if fl else None,
@@ -499,8 +596,10 @@ class Store:
         pipe.hlen(self.key(host, "pages"))
         pipe.hgetall(self.key(host, "inflight"))
         pipe.scard(self.key(host, "blocked"))
-        info, n, fl, blocked = await pipe.execute()
-        return {"info": _host_info(info), "pages": int(n), "in_flight": dict(fl),
+        pipe.hget(self.key(host, "buckets"), "n")
+        info, n, fl, blocked, n_buckets = await pipe.execute()
+        # one bucket: its length; several: the count the buckets hash keeps
+        return {"info": _host_info(info), "pages": int(n_buckets or n), "in_flight": dict(fl),
                 "blocked": int(blocked)}
 
     async def shard_hosts(self, partition: int) -> list[str]:
@@ -510,17 +609,31 @@ class Store:
     async def dump_hosts(self, hosts: Sequence[str]) -> list[HostDump]:
         """Everything of ``hosts`` a shard needs, in one pipeline (through :attr:`raw` when
         there is one: page values stay bytes, for ``numpy.frombuffer``)."""
-        pipe = (self.raw or self.batch).pipeline(transaction=False)
+        client = self.raw or self.batch
+        pipe = client.pipeline(transaction=False)
         for h in hosts:
             pipe.hgetall(self.key(h, "pages"))
             pipe.hgetall(self.key(h, "inflight"))
             pipe.hgetall(self.key(h, "est"))
             pipe.hgetall(self.key(h, "host"))
             pipe.smembers(self.key(h, "blocked"))
+            pipe.hmget(self.key(h, "buckets"), "l", "p")
         res = await _execute(pipe, raise_on_error=True)
+        # hosts in several buckets: the other buckets in a second pipeline
+        more = [(i, (1 << lv) + sp) for i in range(len(hosts))
+                for lv, sp in [_layout(res[6 * i + 5])] if (lv, sp) != (0, 0)]
+        if more:
+            pipe = client.pipeline(transaction=False)
+            for i, count in more:
+                for b in range(1, count):
+                    pipe.hgetall(self.bucket_key(hosts[i], b))
+            rest = iter(await _execute(pipe, raise_on_error=True))
+            for i, count in more:
+                for _b in range(1, count):
+                    res[6 * i].update(next(rest))
         out = []
         for i, h in enumerate(hosts):
-            pages, fl, est, info, blocked = res[5 * i : 5 * i + 5]
+            pages, fl, est, info, blocked = res[6 * i : 6 * i + 5]
             out.append(
                 HostDump(
                     h,
@@ -538,12 +651,9 @@ class Store:
         absent; the estimator record is the page value's tail, or an old one in ``est``)."""
         if not urls:
             return {}
-        pipe = self.redis.pipeline(transaction=False)
-        pipe.hmget(self.key(host, "pages"), list(urls))
-        pipe.hmget(self.key(host, "inflight"), list(urls))
-        pipe.hmget(self.key(host, "est"), list(urls))
-        pages, fl, est = await pipe.execute()
-        return {u: (pages[i], fl[i], estimator_of(pages[i], est[i])) for i, u in enumerate(urls)}
+        read = await self._read_host(host, urls)
+        fl: Any = await self.redis.hmget(self.key(host, "inflight"), list(urls))
+        return {u: (read[i][0], fl[i], estimator_of(*read[i])) for i, u in enumerate(urls)}
 
     async def blocked_among(self, host: str, urls: Sequence[str]) -> set[str]:
         """The ``urls`` that the host's robots.txt disallows (``P:{host}:blocked``)."""

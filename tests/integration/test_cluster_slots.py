@@ -74,6 +74,22 @@ async def _every_script(store: Store) -> list[Any]:
         OutcomeOp(url, host, "o1", 101.0, None, "t.outcomes", 0, 3, expect=(None, None)),
         OutcomeOp(url, host, "o1", 101.0, None, "t.outcomes", 0, 4)])
     out += await store.expire([(url, host, "o1")])
+    out += [await store.read_pages([(host, url)]), await store.get_page(host, url)]
+    # a host in several buckets: its scripts reach the buckets' keys (not in KEYS, same slot)
+    big = "big.slots.example"
+    urls = [f"https://{big}/{i}" for i in range(130)]
+    out += await store.apply_pages([PageOp(u, big, 1.0, None, False, "t.pages", 0, i)
+                                    for i, u in enumerate(urls)])
+    out += await store.apply_pings(
+        [PingBatch(big, "t.pings", 0, [(i, u, "sitemap", None, 50.0, f"f{i}")
+                                       for i, u in enumerate(urls)])], t_delay_s=1.0)
+    out += await store.issue([IssueBatch(big, [(u, f"b{i}") for i, u in enumerate(urls)])],
+                             now_s=100.0, default_rate=1000.0, default_mif=0, burst=1000.0)
+    out += await store.apply_outcomes([OutcomeOp(u, big, f"b{i}", 101.0, None, "t.outcomes", 0,
+                                                 i) for i, u in enumerate(urls)])
+    read = await store.read_pages([(big, u) for u in urls])
+    assert all(v is not None for v, _ in read)
+    assert out[-1] == ("applied", read[-1][0], 1)
     return out
 
 

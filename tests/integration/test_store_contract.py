@@ -187,15 +187,101 @@ async def test_issue_tokens_flight_and_expire(store: StateStore) -> None:
     assert set(dump.pages) == set(urls)
 
 
+async def test_a_host_of_many_pages(store: StateStore) -> None:
+    """1,000 pages of one host (spread over buckets in Redis): every path finds each page."""
+    h = "big.org"
+    urls = [f"https://big.org/p/{i}" for i in range(1000)]
+    for start in range(0, 1000, 100):
+        res = await store.apply_pages([page(u, start + i, host=h, imp=1.0 + i)
+                                       for i, u in enumerate(urls[start : start + 100])])
+        assert {c for c, _ in res} == {"added"}
+    gone = urls[::10]
+    res = await store.apply_pages([page(u, 1000 + i, host=h, deleted=True)
+                                   for i, u in enumerate(gone)])
+    assert {c for c, _ in res} == {"deleted"}
+    kept = [u for u in urls if u not in set(gone)]
+    (pinged,) = await store.apply_pings([PingBatch(h, "t.pings", 0, [
+        (i, u, "indexnow", None, 50.0, f"f{i}") for i, u in enumerate(kept)])], t_delay_s=0.0)
+    assert {c for c, _ in pinged} == {"applied"}
+    (iss,) = await store.issue([IssueBatch(h, [(u, f"o{i}") for i, u in enumerate(urls[:20])])],
+                               now_s=100.0, default_rate=100.0, default_mif=0, burst=100.0)
+    assert [c for c, _ in iss] == ["gone" if u in gone else "ok" for u in urls[:20]]
+    outs = await store.apply_outcomes([OutcomeOp(u, h, f"o{i}", 200.0, "EST", "t.out", 0, i)
+                                       for i, u in enumerate(urls[:20])])
+    assert [(c, n) for c, _, n in outs] == [("unknown", 0) if u in gone else ("applied", 1)
+                                            for u in urls[:20]]
+    read = await store.read_pages([(h, u) for u in urls])
+    for i, (u, (value, _est)) in enumerate(zip(urls, read, strict=True)):
+        if u in gone:
+            assert value is None and await store.get_page(h, u) is None
+            continue
+        st = PageState.decode(value)
+        assert st.importance == 1.0 + i % 100 and st.signals[1] == (0 if i < 20 else 1)
+        assert value == await store.get_page_raw(h, u)
+    (dump,) = await store.dump_hosts([h])
+    assert set(dump.pages) == set(kept)
+    assert (await store.host_stats(h))["pages"] == len(kept)
+    got = await store.get_pages(h, urls[:20])
+    assert [estimator_part(got[u][0]) for u in urls[:20]] == [
+        None if u in gone else "EST" for u in urls[:20]]
+
+
+async def test_pages_spread_over_listpack_buckets(redis_url: str) -> None:
+    """A host past 120 pages splits into buckets of at most 128 pages (listpack-encoded):
+    each page is in the bucket Python's bucket_of gives (the Lua and Python hashes agree);
+    a host stored in one hash before the buckets is read whole, then split as pages come."""
+    from streams.store.redis_store import BUCKET_FIRST, bucket_of, layout_after
+
+    store = await _redis_store(redis_url)
+    r: Any = store.redis
+    try:
+        h = "big.org"
+        urls = [f"https://big.org/{i}" for i in range(2000)]
+        await store.apply_pages([page(u, i, host=h) for i, u in enumerate(urls[:BUCKET_FIRST])])
+        assert not await r.exists(store.key(h, "buckets"))  # up to 120 pages: one hash
+        await store.apply_pages([page(u, i, host=h) for i, u in enumerate(urls)])
+        lay = await r.hmget(store.key(h, "buckets"), "l", "p")
+        layout = (int(lay[0]), int(lay[1]))
+        n_buckets = (1 << layout[0]) + layout[1]
+        assert layout == layout_after(len(urls))  # what a bulk load writes
+        assert int(await r.hget(store.key(h, "buckets"), "n")) == len(urls)
+        sizes = [await r.hlen(store.bucket_key(h, b)) for b in range(n_buckets)]
+        assert sum(sizes) == len(urls) and max(sizes) <= 128
+        assert n_buckets >= len(urls) // 40
+        for b in range(n_buckets):
+            assert await r.object("encoding", store.bucket_key(h, b)) == "listpack"
+        for u in urls:
+            assert await r.hexists(store.bucket_key(h, bucket_of(u, layout)), u)
+
+        # written before the buckets: 300 pages in the host's one hash
+        old = "old.org"
+        olds = [f"https://old.org/{i}" for i in range(300)]
+        await r.hset(store.key(old, "pages"),
+                     mapping={u: PageState(2.0).encode() for u in olds})
+        (dump,) = await store.dump_hosts([old])
+        assert set(dump.pages) == set(olds)
+        assert (await store.get_page(old, olds[-1])) == PageState(2.0)
+        more = [f"https://old.org/new{i}" for i in range(200)]
+        await store.apply_pages([page(u, i, host=old) for i, u in enumerate(more)])
+        (dump,) = await store.dump_hosts([old])
+        assert set(dump.pages) == set(olds + more)
+        read = await store.read_pages([(old, u) for u in olds + more])
+        assert all(v is not None for v, _ in read)
+        assert (await store.host_stats(old))["pages"] == 500
+    finally:
+        await store.delete_all()
+        await store.close()
+
+
 # -- the two backends side by side ----------------------------------------------------------
 HOSTS = ("a.org", "b.org", "c.org")
 SOURCES = ("sitemap", "indexnow", "websub", "cdn", "other")
 
 
 def _random_ops(rng: random.Random, n: int) -> list[tuple[str, Any]]:
-    """A sequence of batches: offsets mostly rising, some redelivered; urls of three hosts,
-    some never added; fingerprints from a small pool (duplicates); orders issued and
-    answered, with their ids, sometimes by another."""
+    """A sequence of batches: offsets mostly rising, some redelivered; urls of three hosts
+    (one with 200 more pages first), some never added; fingerprints from a small pool
+    (duplicates); orders issued and answered, with their ids, sometimes by another."""
     offs: dict[tuple[str, str], int] = {}
     oids: list[tuple[str, str, str]] = []
     now = 1000.0
@@ -211,6 +297,10 @@ def _random_ops(rng: random.Random, n: int) -> list[tuple[str, Any]]:
     def url(host: str) -> str:
         return f"https://{host}/{rng.randint(0, 6)}"
 
+    # c.org past 120 pages first: in Redis its pages are in several buckets
+    out.append(("pages", [PageOp(f"https://c.org/bulk{i}", "c.org", 1.0, None, False, T, 0, i)
+                          for i in range(200)]))
+    offs[("c.org", T)] = 199
     for _ in range(n):
         now += rng.uniform(0, 3)
         kind = rng.choice(["pages", "pings", "pings", "outcomes", "hosts", "issue", "expire",

@@ -1,4 +1,4 @@
--- KEYS: pages, offsets, inflight, est, blocked, host
+-- KEYS: pages, offsets, inflight, est, blocked, host, buckets
 -- ARGV: offset field, offset, url, order_id ('' = any), fetched_at, new estimator record
 -- ('' = keep), compare-and-set '1'/'0', expected page value, expected estimator
 -- record ('' = none), disallowed '1'/'0', robots digest
@@ -14,10 +14,11 @@
 -- not even the offset ('conflict': the agent re-reads and recomputes).  The offset check
 -- comes first, so a redelivered outcome never adds its interval twice.
 if applied(KEYS[2], ARGV[1], ARGV[2]) then
-  return {'dup-offset', redis.call('HGET', KEYS[1], ARGV[3]) or '', 0}
+  return {'dup-offset', redis.call('HGET', page_key(KEYS[1], KEYS[7], ARGV[3]), ARGV[3]) or '', 0}
 end
 local url = ARGV[3]
-local cur = redis.call('HGET', KEYS[1], url)
+local pkey = page_key(KEYS[1], KEYS[7], url)
+local cur = redis.call('HGET', pkey, url)
 if ARGV[7] == '1' then
   local est = redis.call('HGET', KEYS[4], url) or ''
   if (cur or '') ~= ARGV[8] or est ~= ARGV[9] then return {'conflict', cur or '', 0} end
@@ -44,7 +45,7 @@ elseif tonumber(ARGV[5]) > t.last then
     redis.call('HDEL', KEYS[4], url)
   end
   v = dump(t)
-  redis.call('HSET', KEYS[1], url, v)
+  redis.call('HSET', pkey, url, v)
 end
 local cleared = 0
 local fl = redis.call('HGET', KEYS[3], url)

@@ -1,17 +1,23 @@
--- KEYS: pages, offsets, inflight, est
+-- KEYS: pages, offsets, inflight, est, buckets
 -- ARGV: offset field, offset, url, deleted 0/1, importance, prior ('' = keep)
+-- A page added past a bucket's share splits buckets (linear hashing, at most __SPLITS per
+-- call: a host stored in one hash before the buckets catches up over its next additions).
 if applied(KEYS[2], ARGV[1], ARGV[2]) then
-  return {'dup-offset', redis.call('HGET', KEYS[1], ARGV[3]) or ''}
+  return {'dup-offset', redis.call('HGET', page_key(KEYS[1], KEYS[5], ARGV[3]), ARGV[3]) or ''}
 end
 redis.call('HSET', KEYS[2], ARGV[1], ARGV[2])
 local url = ARGV[3]
+local pkey = page_key(KEYS[1], KEYS[5], url)
+local cur = redis.call('HGET', pkey, url)
 if ARGV[4] == '1' then
-  redis.call('HDEL', KEYS[1], url)
+  if cur then
+    redis.call('HDEL', pkey, url)
+    if redis.call('EXISTS', KEYS[5]) == 1 then redis.call('HINCRBY', KEYS[5], 'n', -1) end
+  end
   redis.call('HDEL', KEYS[3], url)
   redis.call('HDEL', KEYS[4], url)
   return {'deleted', ''}
 end
-local cur = redis.call('HGET', KEYS[1], url)
 local t
 if cur then
   t = load(cur)
@@ -23,5 +29,41 @@ end
 t.imp = tonumber(ARGV[5])
 if ARGV[6] ~= '' then t.prior = tonumber(ARGV[6]) end
 local v = dump(t)
-redis.call('HSET', KEYS[1], url, v)
+redis.call('HSET', pkey, url, v)
+if not cur then
+  -- one more page: split while the host holds more than its buckets' share
+  local l, p = layout(KEYS[5])
+  local n
+  if l == 0 and p == 0 and redis.call('EXISTS', KEYS[5]) == 0 then
+    n = redis.call('HLEN', KEYS[1])
+  else
+    n = redis.call('HINCRBY', KEYS[5], 'n', 1)
+  end
+  for _ = 1, __SPLITS do
+    local limit = __FILL * (2 ^ l + p)
+    if l == 0 and p == 0 then limit = __FIRST end
+    if n <= limit then break end
+    -- split bucket p into p and p + 2^l (the pages whose h mod 2^(l+1) is not p move)
+    local src, dst = bucket_name(KEYS[1], p), bucket_name(KEYS[1], p + 2 ^ l)
+    local all = redis.call('HGETALL', src)
+    local mod, moved, gone = 2 ^ (l + 1), {}, {}
+    for i = 1, #all, 2 do
+      if page_hash(all[i]) % mod ~= p then
+        moved[#moved + 1] = all[i]; moved[#moved + 1] = all[i + 1]
+        gone[#gone + 1] = all[i]
+        if #gone == 1000 then
+          redis.call('HSET', dst, unpack(moved)); redis.call('HDEL', src, unpack(gone))
+          moved, gone = {}, {}
+        end
+      end
+    end
+    if #gone > 0 then
+      redis.call('HSET', dst, unpack(moved)); redis.call('HDEL', src, unpack(gone))
+    end
+    p = p + 1
+    if p >= 2 ^ l then l, p = l + 1, 0 end
+    redis.call('HSET', KEYS[5], 'l', l, 'p', p, 'n', n)
+    layout_cache = {l, p}
+  end
+end
 return {cur and 'updated' or 'added', v}

@@ -1,6 +1,6 @@
 -- A batch of pings of one host from one (topic, partition), in offset order: the stored
 -- offset is read once and written once (a ping at or below it is 'dup-offset').
--- KEYS: pages, offsets
+-- KEYS: pages, offsets, buckets
 -- ARGV: offset field, t_delay_s, (unused: was the dedup window), (unused: was the most
 -- fingerprints kept), then per ping 6 values: offset, url, source index (1-based),
 -- changed_at ('' = unknown), received_at, fingerprint (1..65535)
@@ -17,7 +17,8 @@ local t_delay = tonumber(ARGV[2])
 local res = {}
 for i = 5, #ARGV, 6 do
   local off, url = tonumber(ARGV[i]), ARGV[i + 1]
-  local cur = redis.call('HGET', KEYS[1], url)
+  local pkey = page_key(KEYS[1], KEYS[3], url)
+  local cur = redis.call('HGET', pkey, url)
   local code, v = nil, cur or ''
   if off <= done then
     code = 'dup-offset'
@@ -47,7 +48,7 @@ for i = 5, #ARGV, 6 do
           code = 'applied'
         end
         v = dump(t)
-        redis.call('HSET', KEYS[1], url, v)
+        redis.call('HSET', pkey, url, v)
       end
     end
   end

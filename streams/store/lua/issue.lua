@@ -1,6 +1,6 @@
 -- Issue a tick's orders of one host: each page exists and has none in flight, the host
 -- has a token and room.  The bucket is read once and written once (when anything left).
--- KEYS: pages, inflight, host, blocked
+-- KEYS: pages, inflight, host, blocked, buckets
 -- ARGV: now, default rate, default max in flight, burst, then (url, order_id) pairs
 -- Returns code, payload per pair: 'ok' page value | 'gone' | 'in-flight' "oid|at" |
 -- 'blocked' (robots.txt) | 'no-token' seconds until the next token | 'max-in-flight'.
@@ -16,7 +16,7 @@ local nfl = redis.call('HLEN', KEYS[2])
 local out, took = {}, false
 for i = 5, #ARGV, 2 do
   local url = ARGV[i]
-  local page = redis.call('HGET', KEYS[1], url)
+  local page = redis.call('HGET', page_key(KEYS[1], KEYS[5], url), url)
   local fl = page and redis.call('HGET', KEYS[2], url)
   if not page then
     out[#out + 1] = 'gone'; out[#out + 1] = ''

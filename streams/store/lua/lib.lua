@@ -39,3 +39,29 @@ local function applied(okey, field, offset)
   local last = redis.call('HGET', okey, field)
   return last and tonumber(last) >= tonumber(offset)
 end
+-- Page buckets (streams/store/redis_store.py's docstring, "Page buckets"): a host's pages are
+-- spread over the hashes base, base:1, base:2, ... by linear hashing of sha1(url); the
+-- layout (l, p) is in the host's buckets hash (absent: one bucket, the base).  A url's
+-- bucket is h mod 2^l, or h mod 2^(l+1) below the split pointer p.
+local layout_cache
+local function layout(bkeys)
+  if not layout_cache then
+    local v = redis.call('HMGET', bkeys, 'l', 'p')
+    layout_cache = {tonumber(v[1]) or 0, tonumber(v[2]) or 0}
+  end
+  return layout_cache[1], layout_cache[2]
+end
+local function page_hash(url) return tonumber(string.sub(redis.sha1hex(url), 1, 8), 16) end
+local function bucket_name(base, b)
+  if b == 0 then return base end
+  return base .. ':' .. string.format('%d', b)
+end
+-- the hash that holds url's page: base is the host's pages key, bkeys its buckets key
+local function page_key(base, bkeys, url)
+  local l, p = layout(bkeys)
+  if l == 0 and p == 0 then return base end
+  local h = page_hash(url)
+  local b = h % (2 ^ l)
+  if b < p then b = h % (2 ^ (l + 1)) end
+  return bucket_name(base, b)
+end
