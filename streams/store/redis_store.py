@@ -56,8 +56,9 @@ below the split pointer ``p``, where ``h`` is the first 4 bytes of ``sha1(url)``
 (bucket 0, ``P:{host}:pages`` as before) up to :data:`BUCKET_FIRST` = 120 pages; past that,
 the script that adds a page splits bucket ``p`` (its pages whose ``h mod 2^(l+1)`` is not
 ``p`` move to bucket ``p + 2^l``) while the host holds more than :data:`BUCKET_FILL` = 40
-pages per bucket, at most two splits per added page (so no script moves more than two
-buckets).  Each bucket then holds 40-80 pages on average and, at 4 standard deviations,
+pages per bucket, at most two splits per added page (a script moves at most two buckets'
+pages; 40-80 each, except the first splits of a host stored in one hash before).  Each
+bucket then holds 40-80 pages on average and, at 4 standard deviations,
 fewer than 128: listpack-encoded.  Every script finds a page's bucket itself (lib.lua's
 ``page_key``: the layout read once per call, the bucket keys share the host's hash tag, so
 one slot); Python reads pages through ``read_pages.lua`` and the rebuild reads every bucket
