@@ -41,6 +41,7 @@ from streams.store.redis_store import (
     Store,
     bucket_of,
     layout_after,
+    page_field,
     ping_fingerprint,
     record_bytes,
 )
@@ -75,6 +76,8 @@ async def fill(store: Store, n: int, hosts: int, now: float, fmt: str) -> None:
         for j in range(per):
             k = h * per + j
             u = f"https://{host}/page/{k:08d}"
+            if fmt == "binary":
+                u = page_field(host, u)  # the stored field (text: written before it)
             st = PageState(1.0 + j % 5, None, now - 10 - k % 86400, (j % 2, 0, 0, 0, 0),
                            seen=(ping_fingerprint(f"ping{k}"),) + (0,) * (N_SEEN - 1))
             if fmt == "binary":

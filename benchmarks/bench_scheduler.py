@@ -27,7 +27,7 @@ import numpy as np
 
 from streams.scheduler import Scheduler
 from streams.settings import Settings
-from streams.store.redis_store import PageState, Store
+from streams.store.redis_store import PageState, Store, page_field
 from streams.worker.metrics import Metrics
 
 
@@ -49,7 +49,8 @@ async def one_rate(args: argparse.Namespace, rate: float) -> dict[str, Any]:
     pipe = store.redis.pipeline(transaction=False)
     for i in range(pages):
         host = f"h{i % hosts}.example"
-        pipe.hset(store.key(host, "pages"), f"https://{host}/p{i}", PageState(1.0, 1e-5).encode())
+        pipe.hset(store.key(host, "pages"), page_field(host, f"https://{host}/p{i}"),
+                  PageState(1.0, 1e-5).encode())
         pipe.sadd(store.shard_key(0), host)
         if i % 10000 == 9999:
             await pipe.execute()

@@ -7,11 +7,16 @@ error and ``kappa`` (what the crawl value needs that only the MLE solve gives), 
 scheduler rebuilds a shard without re-solving any MLE (``batch_result`` over 10^6 pages
 takes 24-55 s here, ``docs/benchmarks.md "Compact binary records"``).
 
-Estimator record (version 1, little-endian, :data:`RECORD_HEAD` + ring): a first byte
-``0xB0 + ring length`` (``0xB0``-``0xBF``, never the first byte of a text record nor of a page
-record); ``n_intervals`` uint32; float32 ``alpha``, ``alpha_se``, ``kappa[3]`` (the estimates),
-``theta[4]``, ``unchanged[4]``, ``totals[4]``, ``quad_b[4]``, ``quad_a[10]`` (the state),
-then the ring, ``ring length x 5`` float32; 129 + 20 x ring length bytes.  float32 for all:
+Estimator record (version 2, little-endian, :data:`RECORD_HEAD` + ring): a first byte
+``0x90 + ring length`` (``0x90``-``0x9F``, never the first byte of a text record nor of a page
+record, nor of a UTF-8 character); ``n_intervals`` uint32; float32 ``alpha``, ``alpha_se``,
+``kappa[3]`` (the estimates), ``theta[4]``, ``unchanged[4]``, ``totals[4]``, ``quad_b[4]``,
+``quad_a[10]`` (the state),
+then the ring, per interval ``tau`` float32, its signal count per group uint16, its weight
+float32: 129 + 14 x ring length bytes.  A ring count that is not a whole number of at most
+65,535 (more signals of one group in one crawl interval) is not rounded: that record is
+written as version 1, ``0xB0 + ring length`` with every ring value float32 (129 + 20 x ring
+length bytes; what was written before version 2, read as ever).  float32 for all:
 these are estimates whose standard errors are far above float32's 6e-8 relative rounding
 (``SignalState.to_bytes`` already keeps theta, the ring and the quadratic in float32; the
 float64 ``unchanged`` and ``totals`` sums lose at most 6e-8 relative, a crawl interval of a
@@ -67,6 +72,7 @@ import math
 import struct
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
+from typing import Any
 
 import numpy as np
 import numpy.typing as npt
@@ -128,22 +134,56 @@ STREAM_RING = 2
 #: first byte (0xB0 + ring length), n_intervals, alpha, alpha_se, kappa, theta, unchanged,
 #: totals, quad_b, quad_a (the ring follows: ring length x (d + 1) float32)
 RECORD_HEAD = struct.Struct(f"<BI{2 + N_GROUPS}f{4 * _D + _NQ}f")
+#: a ring entry (tau, n_1..n_G, weight): version 1 all float32; version 2 the counts uint16
 _RING_ENTRY = 4 * (_D + 1)
+_RING_ENTRY2 = 8 + 2 * N_GROUPS
+_RING2 = struct.Struct(f"<f{N_GROUPS}Hf")
+#: first bytes: ``_TAG2 + ring length`` (version 2), ``_TAG + ring length`` (version 1); both
+#: ranges are UTF-8 continuation bytes, never a character's first byte, so a record read
+#: through a ``surrogateescape`` client always starts with a surrogate (0xC0-0xCF would
+#: not: 0xC2 0x80 is U+0080)
 _TAG = 0xB0
+_TAG2 = 0x90
+#: the most a version 2 ring count holds (an interval with more signals of one group is
+#: written as version 1)
+_COUNT_MAX = 0xFFFF
 
 
-def _record_dtype(ring_len: int) -> np.dtype:
+def _ring_of(raw: bytes) -> tuple[int, int]:
+    """(ring length, bytes per ring entry) of a binary estimator record, from its first byte
+    (version 1: ``0xB0 + length``; version 2: ``0x90 + length``)."""
+    first = raw[0]
+    if first < _TAG:
+        return first - _TAG2, _RING_ENTRY2
+    return first - _TAG, _RING_ENTRY
+
+
+def _record_dtype(ring_len: int, version: int = 2) -> np.dtype:
     """:data:`RECORD_HEAD` plus a ring of ``ring_len`` as one packed numpy dtype (the same
     bytes: ``struct``'s ``<`` has no padding), for reading and writing records on arrays."""
     g, d = N_GROUPS, _D
-    fields: list[tuple[str, str] | tuple[str, str, tuple[int, ...]]] = [
+    fields: list[Any] = [
         ("tag", "u1"), ("n_intervals", "<u4"), ("alpha", "<f4"), ("alpha_se", "<f4"),
         ("kappa", "<f4", (g,)), ("theta", "<f4", (d,)), ("unchanged", "<f4", (d,)),
         ("totals", "<f4", (d,)), ("quad_b", "<f4", (d,)), ("quad_a", "<f4", (_NQ,)),
     ]
-    if ring_len:
+    if ring_len and version == 1:
         fields.append(("ring", "<f4", (ring_len, d + 1)))
+    elif ring_len:
+        entry = np.dtype([("tau", "<f4"), ("n", "<u2", (g,)), ("w", "<f4")])
+        fields.append(("ring", entry, (ring_len,)))
     return np.dtype(fields)
+
+
+def _counts_fit(batch: BatchSignalState) -> npt.NDArray[np.bool_]:
+    """Per page, whether every count of its ring's intervals is a whole number a uint16
+    holds: its record is then version 2, else version 1 (lossless either way)."""
+    n = batch.ring[..., 1:-1]
+    ok = ((n >= 0.0) & (n <= _COUNT_MAX) & (n == np.floor(n))).all(axis=2)
+    k = batch.ring.shape[1]
+    used = (np.arange(k)[None, :] - batch.ring_pos[:, None]) % max(k, 1) < batch.ring_len[:, None]
+    fit: npt.NDArray[np.bool_] = (ok | ~used).all(axis=1)
+    return fit
 
 
 def group_counts(signals: Sequence[int]) -> tuple[float, ...]:
@@ -193,9 +233,11 @@ class Estimates:
 
 def _is_binary(record: str | bytes) -> bool:
     first = record[:1]
-    if isinstance(first, str):
-        return first != "" and 0xDCB0 <= ord(first) <= 0xDCBF  # a surrogate-escaped byte
-    return first != b"" and _TAG <= first[0] <= _TAG + 15
+    if not first:
+        return False
+    # a str: read through a surrogateescape client, the byte as a surrogate
+    b = ord(first) - 0xDC00 if isinstance(first, str) else first[0]
+    return _TAG <= b <= _TAG + 15 or _TAG2 <= b <= _TAG2 + 15
 
 
 def _raw(record: str | bytes) -> bytes:
@@ -217,11 +259,18 @@ class EstimatorRecord:
     def to_bytes(self) -> bytes:
         st, e = self.state, self.estimates
         ring = st.ring[-15:]
-        flat = [x for entry in ring for x in entry]
-        return RECORD_HEAD.pack(
-            _TAG + len(ring), min(st.n_intervals, 0xFFFFFFFF), e.alpha_per_s, e.alpha_se_per_s,
+        v2 = all(0.0 <= n <= _COUNT_MAX and n == math.floor(n)
+                 for entry in ring for n in entry[1:-1])
+        head = RECORD_HEAD.pack(
+            (_TAG2 if v2 else _TAG) + len(ring), min(st.n_intervals, 0xFFFFFFFF),
+            e.alpha_per_s, e.alpha_se_per_s,
             *e.kappa, *st.theta, *st.unchanged, *st.totals, *st.quad_b, *st.quad_a,
-        ) + struct.pack(f"<{len(flat)}f", *flat)
+        )
+        if v2:
+            return head + b"".join(
+                _RING2.pack(x[0], *(int(n) for n in x[1:-1]), x[-1]) for x in ring)
+        flat = [x for entry in ring for x in entry]
+        return head + struct.pack(f"<{len(flat)}f", *flat)
 
     def encode_text(self) -> str:
         """The old text record (``<estimates>|<base64 SignalState>``; tests of the upgrade)."""
@@ -244,18 +293,22 @@ class EstimatorRecord:
 
 
 def _decode_binary(raw: bytes, end_s: float, ring_capacity: int) -> EstimatorRecord:
-    n_ring = raw[0] - _TAG
-    if len(raw) != RECORD_HEAD.size + n_ring * _RING_ENTRY:
+    n_ring, entry = _ring_of(raw)
+    if len(raw) != RECORD_HEAD.size + n_ring * entry:
         raise ValueError(f"estimator record of {len(raw)} bytes, expected "
-                         f"{RECORD_HEAD.size + n_ring * _RING_ENTRY}")
+                         f"{RECORD_HEAD.size + n_ring * entry}")
     v = RECORD_HEAD.unpack_from(raw)
     g, d = N_GROUPS, _D
     alpha, alpha_se, kappa = v[2], v[3], v[4 : 4 + g]
     i = 4 + g
     theta, unchanged, totals = v[i : i + d], v[i + d : i + 2 * d], v[i + 2 * d : i + 3 * d]
     quad_b, quad_a = v[i + 3 * d : i + 4 * d], v[i + 4 * d : i + 4 * d + _NQ]
-    flat = struct.unpack_from(f"<{n_ring * (d + 1)}f", raw, RECORD_HEAD.size)
-    ring = tuple(tuple(flat[j * (d + 1) : (j + 1) * (d + 1)]) for j in range(n_ring))
+    if entry == _RING_ENTRY2:
+        ring = tuple(tuple(float(x) for x in _RING2.unpack_from(raw, RECORD_HEAD.size + j * entry))
+                     for j in range(n_ring))
+    else:
+        flat = struct.unpack_from(f"<{n_ring * (d + 1)}f", raw, RECORD_HEAD.size)
+        ring = tuple(tuple(flat[j * (d + 1) : (j + 1) * (d + 1)]) for j in range(n_ring))
     state = SignalState(g, end_s if math.isfinite(end_s) else -math.inf, v[1], theta,
                         unchanged, totals, ring, quad_b, quad_a,
                         max(ring_capacity, n_ring))
@@ -369,7 +422,7 @@ class Estimation:
                 for i, o in enumerate(observations) if o.record and not _is_binary(o.record)}
         k = self.estimator.ring_capacity
         if (any(len(st.ring) > k for st in text.values())
-                or any(o.record and _is_binary(o.record) and _raw(o.record)[0] - _TAG > k
+                or any(o.record and _is_binary(o.record) and _ring_of(_raw(o.record))[0] > k
                        for o in observations)):
             # a record with a ring longer than the stream's (written before the ring was 2):
             # the object path (the scalar update evicts one interval per update) until it fits
@@ -400,28 +453,34 @@ class Estimation:
         n = len(records)
         batch = batch_from_bytes(self.estimator, [None] * n)[0]  # the prior everywhere
         k = self.estimator.ring_capacity
-        groups: dict[int, list[int]] = {}
+        groups: dict[tuple[int, int], list[int]] = {}
         raws: list[bytes] = [b""] * n
         for i, rec in enumerate(records):
             if not rec or not _is_binary(rec):
                 continue
             raw = _raw(rec)
-            ring_len = raw[0] - _TAG
-            if ring_len <= k and len(raw) == RECORD_HEAD.size + ring_len * _RING_ENTRY:
+            ring_len, entry = _ring_of(raw)
+            if ring_len <= k and len(raw) == RECORD_HEAD.size + ring_len * entry:
                 raws[i] = raw
-                groups.setdefault(ring_len, []).append(i)
+                groups.setdefault((ring_len, 1 if entry == _RING_ENTRY else 2), []).append(i)
         d = _D
         iu = np.triu_indices(d)
-        for ring_len, members in groups.items():
-            arr = np.frombuffer(b"".join(raws[i] for i in members), dtype=_record_dtype(ring_len))
+        for (ring_len, version), members in groups.items():
+            arr = np.frombuffer(b"".join(raws[i] for i in members),
+                                dtype=_record_dtype(ring_len, version))
             rows = np.asarray(members, dtype=np.int64)
             batch.n_intervals[rows] = arr["n_intervals"]
             batch.theta[rows] = arr["theta"]
             batch.unchanged[rows] = arr["unchanged"]
             batch.totals[rows] = arr["totals"]
             batch.ring[rows] = 0.0
-            if ring_len:
+            if ring_len and version == 1:
                 batch.ring[rows, :ring_len] = arr["ring"]
+            elif ring_len:
+                ring = arr["ring"]
+                batch.ring[rows, :ring_len, 0] = ring["tau"]
+                batch.ring[rows, :ring_len, 1:-1] = ring["n"]
+                batch.ring[rows, :ring_len, -1] = ring["w"]
             batch.ring_len[rows] = ring_len
             batch.ring_pos[rows] = 0
             batch.quad_b[rows] = arr["quad_b"]
@@ -441,10 +500,13 @@ class Estimation:
         d = _D
         k = batch.ring.shape[1]
         iu = np.triu_indices(d)
-        for ring_len in np.unique(batch.ring_len).tolist():
-            rows = np.flatnonzero(batch.ring_len == ring_len)
-            arr = np.zeros(rows.size, dtype=_record_dtype(ring_len))
-            arr["tag"] = _TAG + ring_len
+        fits = _counts_fit(batch)  # version 2, else 1 (only the ring's counts differ)
+        for ring_len, version in sorted({(int(r), 2 if f else 1) for r, f in
+                                         zip(batch.ring_len.tolist(), fits.tolist(),
+                                             strict=True)}):
+            rows = np.flatnonzero((batch.ring_len == ring_len) & (fits == (version == 2)))
+            arr = np.zeros(rows.size, dtype=_record_dtype(ring_len, version))
+            arr["tag"] = (_TAG2 if version == 2 else _TAG) + ring_len
             arr["n_intervals"] = np.minimum(batch.n_intervals[rows], 0xFFFFFFFF)
             arr["alpha"] = r.alpha_per_s[rows]
             arr["alpha_se"] = r.alpha_se_per_s[rows]
@@ -456,7 +518,13 @@ class Estimation:
             arr["quad_a"] = batch.quad_a[rows][:, iu[0], iu[1]]
             if ring_len:
                 order = (batch.ring_pos[rows, None] + np.arange(ring_len)[None, :]) % k
-                arr["ring"] = np.take_along_axis(batch.ring[rows], order[:, :, None], axis=1)
+                ring = np.take_along_axis(batch.ring[rows], order[:, :, None], axis=1)
+                if version == 1:
+                    arr["ring"] = ring
+                else:
+                    arr["ring"]["tau"] = ring[:, :, 0]
+                    arr["ring"]["n"] = ring[:, :, 1:-1]
+                    arr["ring"]["w"] = ring[:, :, -1]
             buf = arr.tobytes()
             size = arr.dtype.itemsize
             for j, row in enumerate(rows.tolist()):

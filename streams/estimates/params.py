@@ -196,8 +196,20 @@ _EST_DTYPE = np.dtype([("tag", "u1"), ("n", "<u4"), ("alpha", "<f4"), ("alpha_se
 assert _EST_DTYPE.itemsize == RECORD_HEAD.size
 
 
+#: estimator record versions 1 and 2 (``streams.estimates.estimation``): first byte, bytes per
+#: ring entry (the head is the same; the ring is read here only for its length)
 _EST_TAG = 0xB0
 _RING_ENTRY = 4 * (2 + len(GROUPS))
+_EST_TAG2 = 0x90
+_RING_ENTRY2 = 8 + 2 * len(GROUPS)
+
+
+def _ring_bytes(tag: npt.NDArray[Any]) -> npt.NDArray[np.int64]:
+    """The ring's bytes of binary estimator records by their first byte (-1: not one)."""
+    t = tag.astype(np.int64)
+    return np.where((t >= _EST_TAG2) & (t <= _EST_TAG2 + 15), (t - _EST_TAG2) * _RING_ENTRY2,
+                    np.where((t >= _EST_TAG) & (t <= _EST_TAG + 15),
+                             (t - _EST_TAG) * _RING_ENTRY, -1))
 
 
 def _record_dtype(size: int) -> np.dtype[Any] | None:
@@ -206,7 +218,8 @@ def _record_dtype(size: int) -> np.dtype[Any] | None:
     if size == _PSIZE:
         return PAGE_DTYPE
     ring = size - _PSIZE - RECORD_HEAD.size
-    if ring < 0 or ring % _RING_ENTRY or ring // _RING_ENTRY > 15:
+    if ring < 0 or ((ring % _RING_ENTRY or ring // _RING_ENTRY > 15)
+                    and (ring % _RING_ENTRY2 or ring // _RING_ENTRY2 > 15)):
         return None
     fields: list[tuple[Any, ...]] = [("page", PAGE_DTYPE), ("est", _EST_DTYPE)]
     if ring:
@@ -260,7 +273,7 @@ def _pages_many(raw: list[bytes], estimators: Sequence[str | bytes | None]) -> t
         imp[rows], prior[rows], last[rows] = p["importance"], p["prior"], p["last_crawl"]
         sig[rows] = p["signals"]
         if size > _PSIZE:
-            ok = (a["est"]["tag"] - _EST_TAG) * _RING_ENTRY == size - _PSIZE - RECORD_HEAD.size
+            ok = _ring_bytes(a["est"]["tag"]) == size - _PSIZE - RECORD_HEAD.size
             est_rows.append(rows[ok])
             est_heads.append(a["est"][ok])
     text = np.flatnonzero(other)
@@ -299,8 +312,8 @@ def _estimates_many(
     bheads: list[bytes] = []
     for i, r0 in records:
         r = record_bytes(r0)
-        if _EST_TAG <= r[0] <= _EST_TAG + 15:
-            if len(r) == RECORD_HEAD.size + (r[0] - _EST_TAG) * _RING_ENTRY:
+        if _EST_TAG <= r[0] <= _EST_TAG + 15 or _EST_TAG2 <= r[0] <= _EST_TAG2 + 15:
+            if len(r) == RECORD_HEAD.size + int(_ring_bytes(np.array([r[0]]))[0]):
                 brows.append(i)
                 bheads.append(r[: RECORD_HEAD.size])
             continue

@@ -5,9 +5,10 @@ the text between the braces decides a key's slot, so every key of one host lives
 slot, the two control keys share one, and every script below touches one slot only; the
 same code runs on one Redis node and on a Redis Cluster, :mod:`streams.store.redis_conn`)::
 
-    P:{host}:pages      HASH  url -> page record (streams/store/page_record.py), followed by the
+    P:{host}:pages      HASH  field -> page record (streams/store/page_record.py), followed by the
                               page's estimator record once it has an observed crawl interval
-                              (streams/estimates/estimation.py); bucket 0 of the host's pages
+                              (streams/estimates/estimation.py); bucket 0 of the host's pages;
+                              the field is the url without https://<host> ("Short fields")
     P:{host}:pages:<b>  HASH  the same, bucket b >= 1 (only hosts past 120 pages: "Page
                               buckets" below)
     P:{host}:buckets    HASH  l, p (the buckets' layout), n (pages in them); absent: one
@@ -51,7 +52,7 @@ Page buckets: a hash of more than ``hash-max-listpack-entries`` fields (128 by d
 hashtable too (309-321 B per crawled page instead of 262 B, ``docs/benchmarks.md``), and
 real hosts have thousands of pages.  So a host's pages are spread over buckets of at most
 128 by linear hashing (Litwin 1980): a page's bucket is ``h mod 2^l``, or ``h mod 2^(l+1)``
-below the split pointer ``p``, where ``h`` is the first 4 bytes of ``sha1(url)``
+below the split pointer ``p``, where ``h`` is the first 4 bytes of ``sha1(field)``
 (:func:`page_hash`; ``redis.sha1hex`` in the scripts).  A host stays in its one hash
 (bucket 0, ``P:{host}:pages`` as before) up to :data:`BUCKET_FIRST` = 120 pages; past that,
 the script that adds a page splits bucket ``p`` (its pages whose ``h mod 2^(l+1)`` is not
@@ -65,6 +66,17 @@ one slot); Python reads pages through ``read_pages.lua`` and the rebuild reads e
 (:meth:`Store.dump_hosts`).  Buckets never merge (a host that shrinks keeps them).  A host
 stored in one hash before the buckets is read whole, and splits as pages are added; a bucket
 that was a hashtable stays one (Redis does not convert back).
+
+Short fields: the host is only in the key.  A page whose url starts with ``https://<host>/``
+(``<host>`` the one in the key, so the url's canonical host: ``streams.events.urls``) is stored
+under the rest of its url, ``/path?query`` (:func:`page_field`; lib.lua's ``field_of``); any
+other url (``http://``, an explicit port) under the url itself: a field that starts with ``/``
+is never a url (:func:`page_url` maps it back; the rebuild maps every field).  The bucket
+hash is of the stored field.  A page stored before short fields (under its url, in the
+bucket of ``sha1(url)``) is still found (lib.lua's ``find``: a second ``HGET`` when the short
+field is absent) and moves to its short field at its next write, in the same script.  23 of
+the bench's 37-byte urls (``docs/benchmarks.md``); the other per-url hashes (``inflight``,
+``blocked``, ``est``, few entries each) keep the url.
 
 Each event's change is one Lua script that first compares the event's offset with the last
 applied offset of its (host, topic, partition) and records it, so a redelivered event
@@ -81,7 +93,6 @@ import hashlib
 import itertools
 import json
 import math
-import operator
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
@@ -146,6 +157,8 @@ __all__ = [
     "Store",
     "estimator_of",
     "estimator_part",
+    "page_field",
+    "page_url",
     "ping_fingerprint",
     "put_truth",
     "record_bytes",
@@ -153,15 +166,18 @@ __all__ = [
     "truth_key",
 ]
 
-_DECODE = operator.methodcaller("decode", "utf-8", "surrogateescape")
 
-
-def _text_keys(values: dict[Any, Any]) -> dict[str, Any]:
-    """A hash read through the bytes client with its fields as text (a shard's rebuild:
-    10^6 fields, so decoded by ``map``, not one Python step each)."""
-    if not values or isinstance(next(iter(values)), str):
+def _url_keys(host: str, values: dict[Any, Any]) -> dict[str, Any]:
+    """A host's page buckets as read (fields as bytes through the bytes client, or text)
+    keyed by url (:func:`page_url`; a shard's rebuild: 10^6 fields, so one comprehension)."""
+    if not values:
         return values
-    return dict(zip(map(_DECODE, values), values.values(), strict=True))
+    if isinstance(next(iter(values)), str):
+        origin = f"https://{host}"
+        return {(origin + k if k[:1] == "/" else k): v for k, v in values.items()}
+    origin_b = f"https://{host}".encode()
+    return {(origin_b + k if k[:1] == b"/" else k).decode("utf-8", "surrogateescape"): v
+            for k, v in values.items()}
 
 
 def _lua(name: str) -> str:
@@ -181,20 +197,35 @@ BUCKET_FILL = 40
 BUCKET_SPLITS = 2
 
 
-def page_hash(url: str) -> int:
+def page_field(host: str, url: str) -> str:
+    """The field ``url``'s page is stored under in ``host``'s buckets (module docstring,
+    "Short fields"; lib.lua's ``field_of``): the url without ``https://<host>`` when it
+    starts with ``https://<host>/``, else the url."""
+    origin = f"https://{host}/"
+    return url[len(origin) - 1 :] if url.startswith(origin) else url
+
+
+def page_url(host: str, field: str) -> str:
+    """The url of a page stored under ``field`` in ``host``'s buckets (:func:`page_field`'s
+    inverse: a url never starts with ``/``)."""
+    return f"https://{host}{field}" if field[:1] == "/" else field
+
+
+def page_hash(field: str) -> int:
     """The 32-bit hash that places a page in its host's buckets: the first 4 bytes of
-    ``sha1(url)``, big-endian (lib.lua's ``page_hash``: ``redis.sha1hex``, first 8 hex)."""
-    return int.from_bytes(hashlib.sha1(url.encode("utf-8", "surrogateescape")).digest()[:4],
+    ``sha1(field)`` (the stored field, :func:`page_field`), big-endian (lib.lua's
+    ``page_hash``: ``redis.sha1hex``, first 8 hex)."""
+    return int.from_bytes(hashlib.sha1(field.encode("utf-8", "surrogateescape")).digest()[:4],
                           "big")
 
 
-def bucket_of(url: str, layout: tuple[int, int]) -> int:
-    """The bucket of ``url`` in a host of layout ``(l, p)`` (linear hashing, lib.lua's
-    ``page_key``)."""
+def bucket_of(field: str, layout: tuple[int, int]) -> int:
+    """The bucket of the page stored under ``field`` (:func:`page_field`) in a host of
+    layout ``(l, p)`` (linear hashing, lib.lua's ``page_key``)."""
     level, split = layout
     if level == 0 and split == 0:
         return 0
-    h = page_hash(url)
+    h = page_hash(field)
     b = h % (1 << level)
     return h % (1 << (level + 1)) if b < split else b
 
@@ -638,7 +669,7 @@ class Store:
             out.append(
                 HostDump(
                     h,
-                    _text_keys(pages),
+                    _url_keys(h, pages),
                     {_text(u): _in_flight(_text(v)) for u, v in fl.items()},
                     {_text(u): _text(v) for u, v in est.items()},
                     _host_info({_text(k): _text(v) for k, v in info.items()}),

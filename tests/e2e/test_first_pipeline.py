@@ -13,7 +13,7 @@ from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
 
 from streams.settings import Settings
 from streams.store.redis_conn import connect_sync as connect_redis_sync
-from streams.store.redis_store import PageState
+from streams.store.redis_store import PageState, page_url
 
 pytestmark = pytest.mark.integration
 
@@ -51,18 +51,20 @@ def test_page_event_reaches_redis_through_a_worker(settings: Settings, start_wor
     asyncio.run(_produce(settings, "pages", [(b"example.org", json.dumps(event).encode())]))
 
     r = connect_redis_sync(settings.redis_url)  # bytes: the page record is binary
-    key = f"{settings.key_prefix}:{{example.org}}:pages"  # one hash per host, field = url
+    # one hash per host, field = the url without https://<host> (redis_store's "Short fields")
+    key = f"{settings.key_prefix}:{{example.org}}:pages"
     deadline = time.monotonic() + 30
-    while time.monotonic() < deadline and not r.hexists(key, "https://example.org/a"):
+    while time.monotonic() < deadline and not r.hexists(key, "/a"):
         time.sleep(0.2)
     # version 1, importance, prior (none), last crawl (0: never), signals per source and
     # 8 ping fingerprints (streams/store/page_record.py's docstring); the trailing zero bytes (last
     # crawl, counts, fingerprints) are not stored
-    raw = r.hget(key, "https://example.org/a")
+    assert r.hkeys(key) == [b"/a"]
+    raw = r.hget(key, "/a")
     assert len(raw) == 9
     v = struct.unpack("<Bffd13H", raw.ljust(43, b"\0"))
     assert v[:2] == (0xA1, 2.5) and math.isnan(v[2]) and v[3:] == (0.0, *[0] * 13)
-    assert PageState.decode(r.hget(key, "https://example.org/a")) == PageState(importance=2.5)
+    assert PageState.decode(raw) == PageState(importance=2.5)
 
 
 def test_bad_page_events_go_to_rejects_with_reason(settings: Settings, start_worker) -> None:
@@ -116,7 +118,7 @@ def test_events_on_the_wrong_partition_are_moved_to_their_hosts_partition(
     deadline = time.monotonic() + 30
     while time.monotonic() < deadline and r.hlen(key + "pages") < 3:
         time.sleep(0.2)
-    assert sorted(r.hkeys(key + "pages")) == urls
+    assert sorted(page_url(host, f) for f in r.hkeys(key + "pages")) == urls
     # applied from the host's own partition only
     assert list(r.hgetall(key + "offsets")) == [f"{settings.topic('pages')}:{home}"]
     assert asyncio.run(_consume(settings, "rejects", 1, timeout_s=2)) == []

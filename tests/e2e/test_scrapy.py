@@ -29,7 +29,7 @@ from streams.events.records import host_of
 from streams.integrations.scrapy import ROBOTS_ERROR, outcome
 from streams.settings import Settings
 from streams.store.redis_conn import connect as connect_redis
-from streams.store.redis_store import PageState
+from streams.store.redis_store import PageState, page_field
 from streams.testweb.server import TestWeb
 
 pytestmark = pytest.mark.integration
@@ -94,7 +94,8 @@ async def test_scrapy_fetches_orders_and_the_worker_applies_outcomes(
     proc = _scrapy(s, log)
 
     async def last_crawl(url: str) -> float:
-        value = await r.hget(f"{s.key_prefix}:{{{host_of(url)}}}:pages", url)
+        value = await r.hget(f"{s.key_prefix}:{{{host_of(url)}}}:pages",
+                            page_field(host_of(url), url))
         return 0.0 if value is None else PageState.decode(value).last_crawl_s
 
     def seen(url: str, **want: object) -> bool:

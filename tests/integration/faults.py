@@ -34,7 +34,7 @@ from streams.estimates.estimation import EstimatorRecord
 from streams.events.records import SOURCES
 from streams.settings import Settings
 from streams.store.redis_conn import connect_sync as connect_redis_sync
-from streams.store.redis_store import PageState, estimator_of
+from streams.store.redis_store import PageState, estimator_of, page_url
 
 INPUT = ("pages", "pings", "outcomes", "hosts", "control")
 
@@ -369,7 +369,10 @@ def page_state(s: Settings) -> dict[str, dict[str, dict[str, str]]]:
     out: dict[str, dict[str, str]] = {"pages": {}, "est": {}, "inflight": {}}
     for h in CRAWL_HOSTS + PING_HOSTS:
         for kind in ("pages", "est", "inflight"):
-            out[kind].update(r.hgetall(f"{s.key_prefix}:{{{h}}}:{kind}"))
+            got = r.hgetall(f"{s.key_prefix}:{{{h}}}:{kind}")
+            if kind == "pages":  # fields are urls without https://<host> (page_url maps back)
+                got = {page_url(h, f): v for f, v in got.items()}
+            out[kind].update(got)
     for u, v in out["pages"].items():
         e = estimator_of(v, out["est"].get(u))
         if e:

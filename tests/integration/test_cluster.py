@@ -13,7 +13,7 @@ from kafka_io import consume, produce_json, wait_for
 
 from streams.settings import Settings
 from streams.store.redis_conn import connect_sync
-from streams.store.redis_store import PageState
+from streams.store.redis_store import PageState, page_field
 
 pytestmark = pytest.mark.integration
 
@@ -81,7 +81,7 @@ def test_worker_on_a_redis_cluster_orders_and_applies_outcomes_and_pings(
                                               "status": 200}) for o in done])
 
     def crawled(o: dict[str, Any]) -> bool:
-        v = r.hget(f"{p}:{{{o['host']}}}:pages", o["url"])
+        v = r.hget(f"{p}:{{{o['host']}}}:pages", page_field(o["host"], o["url"]))
         return v is not None and _state(v).last_crawl_s == pytest.approx(fetched, abs=1e-3)
 
     wait_for(lambda: all(crawled(o) for o in done), 30, "outcomes applied on the cluster")
@@ -97,7 +97,7 @@ def test_worker_on_a_redis_cluster_orders_and_applies_outcomes_and_pings(
                               for k, o in enumerate(pinged)])
 
     def signals(o: dict[str, Any]) -> int:
-        v = r.hget(f"{p}:{{{o['host']}}}:pages", o["url"])
+        v = r.hget(f"{p}:{{{o['host']}}}:pages", page_field(o["host"], o["url"]))
         return sum(_state(v).signals)
 
     wait_for(lambda: all(signals(o) == 1 for o in pinged), 30, "pings applied after NOSCRIPT")

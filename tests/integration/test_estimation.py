@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import math
 import random
+import struct
 import time
 from dataclasses import dataclass
 
@@ -24,7 +25,7 @@ from streams.estimates.estimation import (
     full_estimates,
     group_counts,
 )
-from streams.estimates.params import page_params
+from streams.estimates.params import page_params, page_params_many
 from streams.events.records import SOURCES
 from streams.settings import Settings
 from streams.store import OutcomeOp
@@ -116,13 +117,65 @@ def test_records_round_trip_and_bad_ones_restart_from_the_prior() -> None:
     record = simulate(est, 1.0 / HOUR, 12)
     back = EstimatorRecord.decode(record)
     assert back.encode() == record
-    # binary: 129 bytes and 20 per interval in the ring (streams/estimates/estimation.py's
-    # docstring)
-    assert len(back.to_bytes()) == 129 + 20 * STREAM_RING
+    # binary: 129 bytes and 14 per interval in the ring (streams/estimates/estimation.py's
+    # docstring: version 2, whole counts)
+    assert record[0] == chr(0xDC00 + 0x90 + STREAM_RING)
+    assert len(back.to_bytes()) == 129 + 14 * STREAM_RING
     assert estimates_of(record) == back.estimates
     assert est.state_of("garbage|###") == est.estimator.init()
     assert estimates_of("garbage") is None
     assert est.state_of(record[:-3]) == est.estimator.init()  # truncated: from the prior
+
+
+def _as_version_1(record: str) -> str:
+    """A version 2 record written as version 1 was (every ring value float32)."""
+    raw = record.encode("utf-8", "surrogateescape")
+    n = raw[0] - 0x90
+    ring = [struct.unpack_from("<f3Hf", raw, 129 + 14 * j) for j in range(n)]
+    v1 = bytes([0xB0 + n]) + raw[1:129] + b"".join(struct.pack("<5f", *e) for e in ring)
+    return v1.decode("utf-8", "surrogateescape")
+
+
+def test_record_versions_1_and_2() -> None:
+    """Version 2 (ring counts uint16) is written; version 1 (every ring value float32, what
+    was written before) reads as the same state and estimates, on every path, and its next
+    update writes version 2; a count a uint16 cannot hold keeps version 1, exactly."""
+    est = Estimation()
+    v2 = simulate(est, 1.0 / HOUR, 12, signal_recall=0.7)
+    v1 = _as_version_1(v2)
+    assert len(v1.encode("utf-8", "surrogateescape")) == 129 + 20 * STREAM_RING
+    end = 1_000_000.0 + 12 * HOUR
+    s1, s2 = EstimatorRecord.decode(v1, end).state, EstimatorRecord.decode(v2, end).state
+    assert s1 == s2 and any(entry[2] > 0 for entry in s2.ring)  # signals in the ring
+    assert estimates_of(v1) == estimates_of(v2)
+    # whatever the bytes after the first (n_intervals 130: 0x82 0x00, which after a UTF-8
+    # lead byte would decode as one character), a record read as text is still binary
+    raw = bytearray(v2.encode("utf-8", "surrogateescape"))
+    raw[1:5] = struct.pack("<I", 130)
+    e130 = estimates_of(raw.decode("utf-8", "surrogateescape"))
+    assert e130 is not None and e130.n_intervals == 130
+    values = [PageState(2.0, None, end, (0, 1, 0, 0, 0)).encode(v) for v in (v1, v2)]
+    many = page_params_many(values, [None, None], Settings())
+    assert many is not None and many.estimated.all()
+    assert many.alpha[0] == many.alpha[1] and many.beta[0] == many.beta[1]
+
+    def update(rec: str) -> Observation:
+        return Observation(rec, HOUR, (0, 2, 1, 0, 0), True, end + HOUR)
+
+    (a,), (b,), (c,) = (est.observe([update(v1)]), est.observe([update(v2)]),
+                        est.observe_states([update(v1)]))
+    assert a == b == c and a[0] == chr(0xDC00 + 0x90 + STREAM_RING)
+
+    # 70,000 push signals in one interval: version 1, the count exact
+    big = est.observe([Observation(v2, HOUR, (0, 70_000, 0, 0, 0), True, end + HOUR),
+                       Observation(v2, HOUR, (0, 3, 0, 0, 0), True, end + HOUR)])
+    assert big == est.observe_states(
+        [Observation(v2, HOUR, (0, 70_000, 0, 0, 0), True, end + HOUR),
+         Observation(v2, HOUR, (0, 3, 0, 0, 0), True, end + HOUR)])
+    assert big[0][0] == chr(0xDC00 + 0xB0 + STREAM_RING) and big[1] == a
+    state = EstimatorRecord.decode(big[0], end + HOUR).state
+    assert state.ring[-1][1:-1] == (0.0, 70_000.0, 0.0)
+    assert EstimatorRecord.decode(big[0]).encode() == big[0]
 
 
 def test_old_text_records_are_still_read() -> None:
@@ -143,7 +196,7 @@ def test_old_text_records_are_still_read() -> None:
     assert after is not None and after.n_intervals == 13
     # binary now; the old record's longer ring is kept (the model evicts one interval per
     # update, never folds several at once: docs/benchmarks.md "Compact binary records")
-    assert new[0] == "\udcb5" and len(EstimatorRecord.decode(new).to_bytes()) == 129 + 20 * 5
+    assert new[0] == "\udc95" and len(EstimatorRecord.decode(new).to_bytes()) == 129 + 14 * 5
     # that binary record with its ring of 5, in a chunk with a page of the stream's own ring:
     # its history is kept (not restarted from the prior by the array path), the other page
     # updated as by itself

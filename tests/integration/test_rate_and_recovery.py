@@ -13,7 +13,7 @@ from kafka_io import consume, produce_json, wait_for
 from infra.proc import free_port
 from streams.settings import Settings
 from streams.store.redis_conn import connect_sync as connect_redis_sync
-from streams.store.redis_store import PageState
+from streams.store.redis_store import PageState, page_field
 
 pytestmark = pytest.mark.integration
 
@@ -79,7 +79,7 @@ def test_sigkill_restart_and_a_second_worker_lose_and_duplicate_nothing(
     def signal_total() -> int:
         total = 0
         for h, u in urls:
-            v = r.hget(f"{settings.key_prefix}:{{{h}}}:pages", u)
+            v = r.hget(f"{settings.key_prefix}:{{{h}}}:pages", page_field(h, u))
             total += sum(PageState.decode(v).signals) if v else 0
         return total
 

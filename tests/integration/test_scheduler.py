@@ -17,7 +17,7 @@ from worker_process import settings_env
 
 from streams.settings import Settings
 from streams.store.redis_conn import connect_sync as connect_redis_sync
-from streams.store.redis_store import PageState
+from streams.store.redis_store import PageState, page_field
 
 pytestmark = pytest.mark.integration
 
@@ -37,7 +37,7 @@ def get(port: int, path: str) -> Any:
 def page_value(s: Settings, host: str, url: str) -> str | None:
     # binary records: decoded with surrogateescape, as streams.store.redis_store.Store reads them
     r = connect_redis_sync(s.redis_url, decode_responses=True, encoding_errors="surrogateescape")
-    v = r.hget(f"{s.key_prefix}:{{{host}}}:pages", url)
+    v = r.hget(f"{s.key_prefix}:{{{host}}}:pages", page_field(host, url))
     return str(v) if v is not None else None
 
 

@@ -229,14 +229,23 @@ async def test_a_host_of_many_pages(store: StateStore) -> None:
 async def test_pages_spread_over_listpack_buckets(redis_url: str) -> None:
     """A host past 120 pages splits into buckets of at most 128 pages (listpack-encoded):
     each page is in the bucket Python's bucket_of gives (the Lua and Python hashes agree);
-    a host stored in one hash before the buckets is read whole, then split as pages come."""
-    from streams.store.redis_store import BUCKET_FIRST, bucket_of, layout_after
+    a host stored in one hash before the buckets is read whole, then split as pages come.
+    Fields are urls without https://<host> (an http url, its own); a page stored under its
+    full url before that is found, and moves to its short field at its next write."""
+    from streams.store.redis_store import (
+        BUCKET_FIRST,
+        bucket_of,
+        layout_after,
+        page_field,
+        page_url,
+    )
 
     store = await _redis_store(redis_url)
     r: Any = store.redis
     try:
         h = "big.org"
-        urls = [f"https://big.org/{i}" for i in range(2000)]
+        urls = [f"https://big.org/{i}" for i in range(1990)] + ["https://big.org/"] + [
+            f"http://big.org/{i}" for i in range(9)]
         await store.apply_pages([page(u, i, host=h) for i, u in enumerate(urls[:BUCKET_FIRST])])
         assert not await r.exists(store.key(h, "buckets"))  # up to 120 pages: one hash
         await store.apply_pages([page(u, i, host=h) for i, u in enumerate(urls)])
@@ -250,8 +259,13 @@ async def test_pages_spread_over_listpack_buckets(redis_url: str) -> None:
         assert n_buckets >= len(urls) // 40
         for b in range(n_buckets):
             assert await r.object("encoding", store.bucket_key(h, b)) == "listpack"
-        for u in urls:
-            assert await r.hexists(store.bucket_key(h, bucket_of(u, layout)), u)
+        fields = [page_field(h, u) for u in urls]
+        assert fields[0] == "/0" and fields[1990] == "/" and fields[-1] == urls[-1]
+        assert [page_url(h, f) for f in fields] == urls
+        for f in fields:
+            assert await r.hexists(store.bucket_key(h, bucket_of(f, layout)), f)
+        (dump,) = await store.dump_hosts([h])
+        assert set(dump.pages) == set(urls)
 
         # written before the buckets: 300 pages in the host's one hash
         old = "old.org"
@@ -267,6 +281,27 @@ async def test_pages_spread_over_listpack_buckets(redis_url: str) -> None:
         assert set(dump.pages) == set(olds + more)
         read = await store.read_pages([(old, u) for u in olds + more])
         assert all(v is not None for v, _ in read)
+        assert (await store.host_stats(old))["pages"] == 500
+        # a write moves an old page to its short field: pinged, then crawled
+        (res,) = await store.apply_pings([PingBatch(old, "t.pings", 0, [
+            (i, u, "cdn", None, 50.0, f"f{i}") for i, u in enumerate(olds[:150])])],
+            t_delay_s=0.0)
+        assert {c for c, _ in res} == {"applied"}
+        (o,) = await store.apply_outcomes([OutcomeOp(olds[150], old, None, 60.0, "EST",
+                                                     "t.out", 0, 0)])
+        assert o[0] == "applied"
+        lay = await r.hmget(store.key(old, "buckets"), "l", "p")
+        layout = (int(lay[0]), int(lay[1]))
+        for u in olds[:151]:
+            f = page_field(old, u)
+            assert await r.hexists(store.bucket_key(old, bucket_of(f, layout)), f)
+            assert not await r.hexists(store.bucket_key(old, bucket_of(u, layout)), u)
+        (dump,) = await store.dump_hosts([old])
+        assert set(dump.pages) == set(olds + more)
+        assert [PageState.decode(dump.pages[u]).signals[3] for u in olds[:151]] == (
+            [1] * 150 + [0])
+        assert PageState.decode(dump.pages[olds[150]]).last_crawl_s == 60.0
+        assert estimator_part(dump.pages[olds[150]]) == "EST"
         assert (await store.host_stats(old))["pages"] == 500
     finally:
         await store.delete_all()

@@ -17,6 +17,7 @@ from infra.errors import InfraError
 from infra.kafka import create_topics
 from streams.settings import Settings
 from streams.store.redis_conn import connect_sync as connect_redis_sync
+from streams.store.redis_store import page_url
 
 pytestmark = pytest.mark.integration
 
@@ -56,11 +57,11 @@ async def _recreate(s: Settings) -> None:
 def _wait_for(r: redis.Redis, key: str, urls: list[str], timeout_s: float = 40) -> set[str]:
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
-        have = set(r.hkeys(key))
+        have = {page_url(HOST, f) for f in r.hkeys(key)}
         if have >= set(urls):
             return have
         time.sleep(0.3)
-    return set(r.hkeys(key))
+    return {page_url(HOST, f) for f in r.hkeys(key)}
 
 
 @pytest.mark.parametrize("n_new", [2, 8], ids=["shorter-log", "longer-log"])

@@ -13,12 +13,9 @@
 -- with compare-and-set, if either changed since (a ping, another worker) nothing is written,
 -- not even the offset ('conflict': the agent re-reads and recomputes).  The offset check
 -- comes first, so a redelivered outcome never adds its interval twice.
-if applied(KEYS[2], ARGV[1], ARGV[2]) then
-  return {'dup-offset', redis.call('HGET', page_key(KEYS[1], KEYS[7], ARGV[3]), ARGV[3]) or '', 0}
-end
 local url = ARGV[3]
-local pkey = page_key(KEYS[1], KEYS[7], url)
-local cur = redis.call('HGET', pkey, url)
+local pkey, f, cur, okey = find(KEYS[1], KEYS[7], url)
+if applied(KEYS[2], ARGV[1], ARGV[2]) then return {'dup-offset', cur or '', 0} end
 if ARGV[7] == '1' then
   local est = redis.call('HGET', KEYS[4], url) or ''
   if (cur or '') ~= ARGV[8] or est ~= ARGV[9] then return {'conflict', cur or '', 0} end
@@ -45,7 +42,7 @@ elseif tonumber(ARGV[5]) > t.last then
     redis.call('HDEL', KEYS[4], url)
   end
   v = dump(t)
-  redis.call('HSET', pkey, url, v)
+  put(pkey, f, v, okey, url)
 end
 local cleared = 0
 local fl = redis.call('HGET', KEYS[3], url)

@@ -2,17 +2,16 @@
 -- ARGV: offset field, offset, url, deleted 0/1, importance, prior ('' = keep)
 -- A page added past a bucket's share splits buckets (linear hashing, at most __SPLITS per
 -- call: a host stored in one hash before the buckets catches up over its next additions).
-if applied(KEYS[2], ARGV[1], ARGV[2]) then
-  return {'dup-offset', redis.call('HGET', page_key(KEYS[1], KEYS[5], ARGV[3]), ARGV[3]) or ''}
-end
-redis.call('HSET', KEYS[2], ARGV[1], ARGV[2])
 local url = ARGV[3]
-local pkey = page_key(KEYS[1], KEYS[5], url)
-local cur = redis.call('HGET', pkey, url)
+local pkey, f, cur, okey = find(KEYS[1], KEYS[5], url)
+if applied(KEYS[2], ARGV[1], ARGV[2]) then return {'dup-offset', cur or ''} end
+redis.call('HSET', KEYS[2], ARGV[1], ARGV[2])
 if ARGV[4] == '1' then
   if cur then
-    redis.call('HDEL', pkey, url)
-    if redis.call('EXISTS', KEYS[5]) == 1 then redis.call('HINCRBY', KEYS[5], 'n', -1) end
+    if okey then redis.call('HDEL', okey, url) else redis.call('HDEL', pkey, f) end
+    -- the layout is (0, 0) exactly when the buckets hash is absent (one bucket, no count)
+    local l, p = layout(KEYS[5])
+    if l ~= 0 or p ~= 0 then redis.call('HINCRBY', KEYS[5], 'n', -1) end
   end
   redis.call('HDEL', KEYS[3], url)
   redis.call('HDEL', KEYS[4], url)
@@ -29,12 +28,12 @@ end
 t.imp = tonumber(ARGV[5])
 if ARGV[6] ~= '' then t.prior = tonumber(ARGV[6]) end
 local v = dump(t)
-redis.call('HSET', pkey, url, v)
+put(pkey, f, v, okey, url)
 if not cur then
   -- one more page: split while the host holds more than its buckets' share
   local l, p = layout(KEYS[5])
   local n
-  if l == 0 and p == 0 and redis.call('EXISTS', KEYS[5]) == 0 then
+  if l == 0 and p == 0 then
     n = redis.call('HLEN', KEYS[1])
   else
     n = redis.call('HINCRBY', KEYS[5], 'n', 1)

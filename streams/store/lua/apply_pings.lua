@@ -17,8 +17,7 @@ local t_delay = tonumber(ARGV[2])
 local res = {}
 for i = 5, #ARGV, 6 do
   local off, url = tonumber(ARGV[i]), ARGV[i + 1]
-  local pkey = page_key(KEYS[1], KEYS[3], url)
-  local cur = redis.call('HGET', pkey, url)
+  local pkey, f, cur, okey = find(KEYS[1], KEYS[3], url)
   local code, v = nil, cur or ''
   if off <= done then
     code = 'dup-offset'
@@ -48,7 +47,7 @@ for i = 5, #ARGV, 6 do
           code = 'applied'
         end
         v = dump(t)
-        redis.call('HSET', pkey, url, v)
+        put(pkey, f, v, okey, url)
       end
     end
   end

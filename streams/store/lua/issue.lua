@@ -16,7 +16,7 @@ local nfl = redis.call('HLEN', KEYS[2])
 local out, took = {}, false
 for i = 5, #ARGV, 2 do
   local url = ARGV[i]
-  local page = redis.call('HGET', page_key(KEYS[1], KEYS[5], url), url)
+  local _, _, page = find(KEYS[1], KEYS[5], url)
   local fl = page and redis.call('HGET', KEYS[2], url)
   if not page then
     out[#out + 1] = 'gone'; out[#out + 1] = ''

@@ -40,7 +40,7 @@ local function applied(okey, field, offset)
   return last and tonumber(last) >= tonumber(offset)
 end
 -- Page buckets (streams/store/redis_store.py's docstring, "Page buckets"): a host's pages are
--- spread over the hashes base, base:1, base:2, ... by linear hashing of sha1(url); the
+-- spread over the hashes base, base:1, base:2, ... by linear hashing of sha1(field); the
 -- layout (l, p) is in the host's buckets hash (absent: one bucket, the base).  A url's
 -- bucket is h mod 2^l, or h mod 2^(l+1) below the split pointer p.
 local layout_cache
@@ -64,4 +64,34 @@ local function page_key(base, bkeys, url)
   local b = h % (2 ^ l)
   if b < p then b = h % (2 ^ (l + 1)) end
   return bucket_name(base, b)
+end
+-- Short fields (redis_store.py's docstring): a page whose url is https://<host>/... is
+-- stored under the url without its 'https://<host>' (the field starts with '/'); any other
+-- url, and a page stored before short fields, under the url itself.  The host is the one
+-- in the pages key's hash tag.
+local origin_cache
+local function field_of(base, url)
+  if not origin_cache then
+    origin_cache = 'https://' .. (string.match(base, '{([^{}]*)}:pages$') or '') .. '/'
+  end
+  local o = origin_cache
+  if #url >= #o and string.sub(url, 1, #o) == o then return string.sub(url, #o) end
+  return url
+end
+-- url's page: its hash, its field, its value (nil: none) and, for a page still stored
+-- under its full url (before short fields), that hash (put() moves the page from it)
+local function find(base, bkeys, url)
+  local f = field_of(base, url)
+  local pkey = page_key(base, bkeys, f)
+  local cur = redis.call('HGET', pkey, f)
+  if cur or f == url then return pkey, f, cur, nil end
+  local okey = page_key(base, bkeys, url)
+  cur = redis.call('HGET', okey, url)
+  if cur then return pkey, f, cur, okey end
+  return pkey, f, nil, nil
+end
+-- write a page found by find() (under its short field from now on)
+local function put(pkey, f, v, okey, url)
+  if okey then redis.call('HDEL', okey, url) end
+  redis.call('HSET', pkey, f, v)
 end
