@@ -75,7 +75,7 @@ local function field_of(base, url)
     origin_cache = 'https://' .. (string.match(base, '{([^{}]*)}:pages$') or '') .. '/'
   end
   local o = origin_cache
-  if #url >= #o and string.sub(url, 1, #o) == o then return string.sub(url, #o) end
+  if string.find(url, o, 1, true) == 1 then return string.sub(url, #o) end
   return url
 end
 -- url's page: its hash, its field, its value (nil: none) and, for a page still stored
