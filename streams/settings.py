@@ -114,6 +114,10 @@ class Settings(BaseSettings):
     batch_size: int = Field(default=500, ge=1)
     #: How long an agent waits for its batch to fill (``take_events``' ``within``).
     batch_wait_s: float = Field(default=0.02, gt=0.0, le=10.0)
+    #: The input topics' records go to the agents' handlers a fetch at a time
+    #: (:class:`streams.worker.consumer.BatchConsumer`); off: through Faust's streams, one
+    #: message at a time, in batches of ``batch_size`` (``take_events``).
+    batch_consumer: bool = True
     #: Keep the book out of the garbage collector's walks (freeze it after the loads and
     #: when a full collection is long, refreeze every 10 min: ``GcPauses`` in
     #: ``streams/worker/metrics.py``); off: the interpreter's default collector.

@@ -4,10 +4,12 @@ and send what cannot be processed to ``recrawl.rejects``.
 
 Every agent runs with ``concurrency=1`` (faust-streaming issue #606) and takes events in
 batches (``stream.take_events``), applied in one store call (one Redis pipeline); a batch
-is acked only after it has been applied.  Nothing escapes an agent (an escaped exception
-would ack the message anyway): bad input goes to rejects with its reason, a Redis or Kafka
-outage is retried with backoff until it ends (the batch waits; offsets make the retry
-harmless).
+is acked only after it has been applied.  With ``RECRAWL_BATCH_CONSUMER`` (the default) the
+same handlers get each fetch's records directly from the consumer
+(:class:`streams.worker.consumer.BatchConsumer`), not through the agents' streams.
+Nothing escapes an agent (an escaped exception would ack the message anyway): bad input
+goes to rejects with its reason, a Redis or Kafka outage is retried with backoff until it
+ends (the batch waits; offsets make the retry harmless).
 """
 
 from __future__ import annotations
@@ -586,11 +588,26 @@ def register_agents(
         "hosts": logic.on_hosts,
         "control": logic.on_control,
     }
+    if settings.batch_consumer:  # read by streams.worker.consumer.BatchConsumer
+        app.recrawl_batch_handlers = {  # type: ignore[attr-defined]
+            settings.topic(name): _counted(handler, name, metrics)
+            for name, handler in handlers.items()}
     agents: dict[str, faust.types.AgentT[Any]] = {}
     for name, handler in handlers.items():
         agents[name] = _make_agent(app, inputs[name], name, handler, settings.batch_size,
                                    settings.batch_wait_s, metrics)
     return agents
+
+
+def _counted(handler: Callable[[Sequence[Any]], Awaitable[None]], name: str,
+             metrics: Metrics) -> Callable[[Sequence[Any]], Awaitable[None]]:
+    tally, key = metrics.tally, f"batches.{name}"
+
+    async def counted(events: Sequence[Any]) -> None:
+        tally[key] += 1  # batches per topic (/stats: events per batch)
+        await handler(events)
+
+    return counted
 
 
 def _make_agent(

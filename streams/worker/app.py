@@ -161,7 +161,15 @@ def create_app(settings: Settings) -> faust.App:
         broker_heartbeat_interval=settings.session_timeout_s / 4,
         broker_rebalance_timeout=max(20.0, 2 * settings.session_timeout_s),
         producer_acks=-1,
+        # with the batch consumer a fetch is a batch: at most RECRAWL_BATCH_SIZE records
+        # (aiokafka's default, None, returns everything prefetched: thousands of records
+        # held at once, and one handler call that long holds the loop)
+        broker_max_poll_records=settings.batch_size if settings.batch_consumer else None,
     )
+    if settings.batch_consumer:  # before the consumer exists (created on first use)
+        from streams.worker.consumer import BatchConsumer
+
+        app.transport.Consumer = BatchConsumer  # type: ignore[misc]
     store = Store.from_url(settings.redis_url, settings.key_prefix)
     metrics = Metrics()
     # declared with the app's topics (created at start when missing)
