@@ -66,7 +66,7 @@ class BatchConsumer(AIOKafkaConsumer):
         to_message = self._to_message
         batches: dict[str, list[tuple[TP, Any]]] = {}
         # as Consumer.getmany: nothing once the flow stops or the generation changes (a
-        # rebalance: Faust seeks to the committed offsets when it is over)
+        # rebalance: the new assignment starts again from the committed offsets)
         if self.flow_active:
             for tp, record in self.scheduler.iterate(records):
                 if not self.flow_active or self.app.consumer_generation_id != generation:
@@ -77,6 +77,12 @@ class BatchConsumer(AIOKafkaConsumer):
                         continue
                     self.app.monitor.track_tp_end_offset(tp, self.highwater(tp))
                     yield tp, to_message(tp, record)
+        else:  # as Consumer.getmany: the flow stopped while fetching, back to the committed
+            try:
+                await self.perform_seek()
+            except Exception as exc:
+                log.warning("exception performing seek when flow not active %r", exc)
+            return
         for topic, recs in batches.items():
             if not self.flow_active or self.app.consumer_generation_id != generation:
                 return
