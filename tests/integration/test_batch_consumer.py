@@ -12,12 +12,12 @@ import time
 
 import pytest
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
+from faults import lag
 
 from streams.settings import Settings
 from streams.store.page_record import PageState
 from streams.store.redis_conn import connect_sync as connect_redis_sync
 from streams.store.redis_store import page_url
-from tests.integration.faults import lag
 
 pytestmark = pytest.mark.integration
 
