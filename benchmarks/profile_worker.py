@@ -64,7 +64,7 @@ def main() -> int:
     ap.add_argument("--phase", nargs="+", default=["pings", "outcomes"],
                     help="counter prefixes of /stats, profiled in turn")
     ap.add_argument("--after", type=int, default=200, help="events counted before starting")
-    ap.add_argument("--seconds", type=float, default=6.0)
+    ap.add_argument("--seconds", type=int, default=6)
     ap.add_argument("--rate", type=int, default=200, help="py-spy samples per second")
     ap.add_argument("--out", type=Path, default=Path("/tmp/recrawl-profile"))
     ap.add_argument("--top", type=int, default=40)
@@ -91,9 +91,12 @@ def main() -> int:
         if n > args.after:
             out = args.out / f"{todo[0]}.txt"
             print(f"profiling {todo[0]} (worker {pid}) -> {out}", flush=True)
-            subprocess.run([spy, "record", "--format", "raw", "-r", str(args.rate), "-d",
-                            str(args.seconds), "--pid", str(pid), "-o", str(out)],
-                           capture_output=True, check=False)
+            done = subprocess.run([spy, "record", "--format", "raw", "-r", str(args.rate),
+                                   "-d", str(args.seconds), "--pid", str(pid), "-o", str(out)],
+                                  capture_output=True, text=True, check=False)
+            if done.returncode or not out.exists():
+                print(f"py-spy failed ({done.returncode}): {done.stderr[-2000:]}", flush=True)
+                return 1
             for share, name in summarise(out, args.top):
                 print(f"{share:5.1f}% {name}")
             todo.pop(0)

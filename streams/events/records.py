@@ -9,6 +9,7 @@ and timestamps too far in the future (``context={"now_s": ..., "max_future_s": .
 from __future__ import annotations
 
 import base64
+import functools
 import math
 import re
 from typing import Any, Literal
@@ -60,9 +61,12 @@ Source = Literal["sitemap", "indexnow", "websub", "cdn", "other"]
 _HOST_RE = re.compile(r"^[a-z0-9]([a-z0-9\-_.]*[a-z0-9])?$|^[0-9a-f:.]+$")
 
 
+@functools.lru_cache(maxsize=1 << 16)
 def shard_of(host: str, partitions: int) -> int:
     """The partition a host's events belong on: Kafka's default partitioner (murmur2 of the
-    key, as the Java clients and aiokafka; librdkafka needs ``partitioner=murmur2_random``)."""
+    key, as the Java clients and aiokafka; librdkafka needs ``partitioner=murmur2_random``).
+    Cached: aiokafka's murmur2 is pure Python, and the agents ask it for every event (6.8%
+    of the worker's loop in the pings phase of ``bench_e2e.py throughput``)."""
     return int(murmur2(host.encode()) & 0x7FFFFFFF) % partitions
 
 
@@ -117,8 +121,9 @@ class _Event(BaseModel):
     def _url(cls, v: str) -> str:
         return check_url(v)
 
-    @property
+    @functools.cached_property
     def host(self) -> str:
+        """The url's canonical host (parsed once per event: the agents read it often)."""
         return host_of(self.url)
 
 
