@@ -541,10 +541,13 @@ def register_agents(
     metrics: Metrics | None = None,
     scheduler: Scheduler | None = None,
     reroute: bool = True,
+    batch_consumer: bool = False,
 ) -> dict[str, faust.types.AgentT[Any]]:
     """Attach the agents to ``app``; ``store`` and ``reject_sink`` default to the real ones.
     ``reroute``: events on another partition than their host's are sent again to it
-    (:meth:`Agents._checked`); off for ``agent.test_context()`` tests (no broker)."""
+    (:meth:`Agents._checked`); off for ``agent.test_context()`` tests (no broker).
+    ``batch_consumer``: the app's consumer is :class:`streams.worker.consumer.BatchConsumer`
+    (``create_app``), which hands the records to the handlers itself."""
     if store is None:
         store = Store.from_url(settings.redis_url, settings.key_prefix)
     metrics = metrics or Metrics()
@@ -588,14 +591,17 @@ def register_agents(
         "hosts": logic.on_hosts,
         "control": logic.on_control,
     }
-    if settings.batch_consumer:  # read by streams.worker.consumer.BatchConsumer
+    if batch_consumer:  # read by streams.worker.consumer.BatchConsumer
         app.recrawl_batch_handlers = {  # type: ignore[attr-defined]
             settings.topic(name): _counted(handler, name, metrics)
             for name, handler in handlers.items()}
+    # with the batch consumer the agents' streams stay empty (they keep their topics
+    # subscribed): a long wait spares the loop a wake-up of each every RECRAWL_BATCH_WAIT_S
+    wait_s = 1.0 if batch_consumer else settings.batch_wait_s
     agents: dict[str, faust.types.AgentT[Any]] = {}
     for name, handler in handlers.items():
         agents[name] = _make_agent(app, inputs[name], name, handler, settings.batch_size,
-                                   settings.batch_wait_s, metrics)
+                                   wait_s, metrics)
     return agents
 
 

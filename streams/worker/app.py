@@ -199,7 +199,8 @@ def create_app(settings: Settings) -> faust.App:
 
     scheduler = Scheduler(settings, store, metrics, send_order, send_orders=send_orders,
                           assignment=assignment, manage_gc=settings.gc_freeze)
-    register_agents(app, settings, store=store, metrics=metrics, scheduler=scheduler)
+    register_agents(app, settings, store=store, metrics=metrics, scheduler=scheduler,
+                    batch_consumer=settings.batch_consumer)
     app.recrawl_scheduler = scheduler  # type: ignore[attr-defined]
     app.recrawl_metrics = metrics  # type: ignore[attr-defined]
 
