@@ -41,9 +41,10 @@ class GcPauses:
         self.freezes = 0
         #: a full collection took longer than FREEZE_AFTER_S since the last freeze
         self.wants_freeze = False
-        #: objects in the permanent generation, counted at the last (re)freeze: counting
-        #: walks them all (``gc.get_freeze_count``: ~8 ms per 10^6 objects), too slow for
-        #: every ``/stats`` answer (a poll every 50 ms took 27% of the worker's loop)
+        #: objects in the permanent generation, counted at the last refreeze (which
+        #: collects everything anyway): counting walks them all (``gc.get_freeze_count``:
+        #: ~8 ms per 10^6 objects), too slow for every ``/stats`` answer (a poll every 50 ms
+        #: took 27% of the worker's loop) and for every :meth:`freeze` (microseconds)
         self.frozen_objects = 0
         self._t0 = 0.0
         self._installed = False
@@ -70,7 +71,6 @@ class GcPauses:
         gc.freeze()
         self.freezes += 1
         self.wants_freeze = False
-        self.frozen_objects = gc.get_freeze_count()
 
     def refreeze(self) -> float:
         """Unfreeze, collect everything once (so a cycle among objects frozen before that
@@ -91,7 +91,7 @@ class GcPauses:
         out: dict[str, Any] = {
             f"gen{g}": {"collections": self.count[g], "seconds": round(self.seconds[g], 4),
                         "max_s": round(self.max_s[g], 4)} for g in range(3)}
-        out["frozen_objects"] = self.frozen_objects  # at the last (re)freeze
+        out["frozen_objects"] = self.frozen_objects  # at the last refreeze
         out["refreezes"] = {"count": self.refreezes, "seconds": round(self.refreeze_s, 4)}
         out["freezes"] = self.freezes
         return out
