@@ -67,6 +67,7 @@ from streams.store.redis_store import (
     estimator_of,
     transient_reply,
 )
+from streams.worker.consumer import BatchHandler
 from streams.worker.decisions import DecisionRing
 from streams.worker.metrics import Metrics
 
@@ -584,33 +585,33 @@ def register_agents(
         if logs is not None:
             logs.forget()
     app.recrawl_agents = logic  # type: ignore[attr-defined]
-    handlers = {
+    handlers: dict[str, BatchHandler] = {
         "pages": logic.on_pages,
         "pings": logic.on_pings,
         "outcomes": logic.on_outcomes,
         "hosts": logic.on_hosts,
         "control": logic.on_control,
     }
+    # each batch counted per topic (/stats: events per batch), whichever path delivers it
+    handlers = {name: _counted(handler, name, metrics) for name, handler in handlers.items()}
     if batch_consumer:  # read by streams.worker.consumer.BatchConsumer
         app.recrawl_batch_handlers = {  # type: ignore[attr-defined]
-            settings.topic(name): _counted(handler, name, metrics)
-            for name, handler in handlers.items()}
+            settings.topic(name): handler for name, handler in handlers.items()}
     # with the batch consumer the agents' streams stay empty (they keep their topics
     # subscribed): a long wait spares the loop a wake-up of each every RECRAWL_BATCH_WAIT_S
     wait_s = 1.0 if batch_consumer else settings.batch_wait_s
     agents: dict[str, faust.types.AgentT[Any]] = {}
     for name, handler in handlers.items():
         agents[name] = _make_agent(app, inputs[name], name, handler, settings.batch_size,
-                                   wait_s, metrics)
+                                   wait_s)
     return agents
 
 
-def _counted(handler: Callable[[Sequence[Any]], Awaitable[None]], name: str,
-             metrics: Metrics) -> Callable[[Sequence[Any]], Awaitable[None]]:
+def _counted(handler: BatchHandler, name: str, metrics: Metrics) -> BatchHandler:
     tally, key = metrics.tally, f"batches.{name}"
 
     async def counted(events: Sequence[Any]) -> None:
-        tally[key] += 1  # batches per topic (/stats: events per batch)
+        tally[key] += 1
         await handler(events)
 
     return counted
@@ -618,14 +619,10 @@ def _counted(handler: Callable[[Sequence[Any]], Awaitable[None]], name: str,
 
 def _make_agent(
     app: faust.App, channel: Any, name: str,
-    handler: Callable[[Sequence[faust.types.EventT[Any]]], Awaitable[None]], batch: int,
-    wait_s: float, metrics: Metrics,
+    handler: BatchHandler, batch: int, wait_s: float,
 ) -> faust.types.AgentT[Any]:
-    tally, key = metrics.tally, f"batches.{name}"
-
     async def agent(stream: faust.StreamT[Any]) -> None:
         async for events in stream.take_events(batch, within=wait_s):  # type: ignore[attr-defined]
-            tally[key] += 1  # batches per topic (/stats: events per batch)
             await handler(events)
 
     agent.__name__ = agent.__qualname__ = f"recrawl_{name}"
