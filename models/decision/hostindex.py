@@ -225,8 +225,10 @@ class HostIndex:
     def upsert_many(self, page_ids: Sequence[Hashable], hosts: Sequence[Hashable] | None,
                     origin: npt.ArrayLike, alpha: npt.ArrayLike, beta: npt.ArrayLike,
                     gamma: npt.ArrayLike, mu: npt.ArrayLike) -> None:
-        """:meth:`upsert` of many pages in order (a shard's rebuild)."""
+        """:meth:`upsert` of many pages in order (a shard's rebuild, or a batch of events)."""
         o, cols, n = checked_columns(page_ids, hosts, origin, alpha, beta, gamma, mu)
+        if n and self._rekey_many(page_ids, hosts, o, cols):
+            return
         sl = new_slots(self, page_ids, hosts, o, cols)
         if sl is None:
             return
@@ -251,6 +253,29 @@ class HostIndex:
         self._origin[sl] = o
         self._alpha[sl], self._beta[sl], self._gamma[sl], self._mu[sl] = cols
         self._version[sl] += 1
+
+    def _rekey_many(self, page_ids: Sequence[Hashable], hosts: Sequence[Hashable] | None,
+                    o: npt.NDArray[np.float64], cols: list[npt.NDArray[np.float64]]) -> bool:
+        """:meth:`upsert_many` of distinct pages that are all in the index, active, on the
+        same host as given (a batch of pings or outcomes): what :meth:`upsert` does to each
+        (new parameters, version, re-keyed at the next query), on arrays.  False, with
+        nothing changed, when any page is not such a page."""
+        get = self._slot.get
+        sl = np.fromiter((-1 if (s := get(p)) is None else s for p in page_ids),
+                         dtype=np.int64, count=len(page_ids))
+        if (sl < 0).any() or not self._active[sl].all() or np.unique(sl).size != sl.size:
+            return False
+        if hosts is not None:
+            code = self._host_code.get
+            want = np.fromiter((code(_NO_HOST if h is None else h, -2) for h in hosts),
+                               dtype=np.int64, count=len(hosts))
+            if (want != self._host[sl]).any():
+                return False
+        self._origin[sl] = o
+        self._alpha[sl], self._beta[sl], self._gamma[sl], self._mu[sl] = cols
+        self._version[sl] += 1
+        self._pending.update(sl.tolist())
+        return True
 
     def set_origin(self, page_id: Hashable, origin: float) -> None:
         """Re-key an active page whose parameters are unchanged (a crawl or a ping)."""

@@ -22,6 +22,7 @@ exact several-source value (within noise, docs/results.md).
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 
 import numpy as np
@@ -66,11 +67,35 @@ def pooled_params(alpha: npt.ArrayLike, beta: npt.ArrayLike,
 
 def pooled_beta(alpha_per_s: float, beta_s: Sequence[float],
                 gamma_per_s: Sequence[float]) -> float:
-    """``beta_bar`` of one page (scalar twin of :func:`pooled_params`); without any
-    signal (every ``gamma_s = 0``) the mean of the ``beta_s`` (they then only move the
-    origin of pings that do arrive)."""
+    """``beta_bar`` of one page: :func:`pooled_params`'s formulas and edge cases in scalar
+    arithmetic (a page's outcome or ping calls it; numpy on arrays of one row took 130 us
+    a call, most of an outcome's cost: docs/benchmarks.md); without any signal (every
+    ``gamma_s = 0``) the mean of the ``beta_s`` (they then only move the origin of pings
+    that do arrive).  ``tests/unit/test_decision_core.py`` checks it against
+    :func:`pooled_params`."""
     if not any(g > 0.0 for g in gamma_per_s):
         return sum(beta_s) / len(beta_s) if beta_s else 0.0
-    _, bbar, _ = pooled_params(np.array([alpha_per_s]), np.array([list(beta_s)]),
-                               np.array([list(gamma_per_s)]))
-    return float(bbar[0])
+    a = float(alpha_per_s)
+    active = [float(b) for b, g in zip(beta_s, gamma_per_s, strict=True) if g > 0.0]
+    if min(active) == max(active):  # one source, or the active sources share one beta
+        return active[0]
+    gbar = 0.0
+    nu = 0.0
+    for b, g in zip(beta_s, gamma_per_s, strict=True):
+        gbar += g
+        if g > 0.0:
+            x = -a * b
+            if math.isnan(x):  # alpha = 0, beta = inf: no false pings of this source
+                continue
+            try:
+                nu += g * math.exp(x)
+            except OverflowError:
+                nu = math.inf
+    if gbar == nu:  # no signal is informative
+        return 0.0
+    if gbar > nu and (nu == 0.0 or a == 0.0):
+        return math.inf
+    ratio = gbar / nu
+    if ratio > 0.0:
+        return math.log(ratio) / a
+    return -math.inf / a if ratio == 0.0 else math.nan

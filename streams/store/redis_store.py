@@ -459,10 +459,12 @@ class Store:
         expect = op.expect
         args: list[Any] = [
             self.offset_field(op.topic, op.partition), op.offset, op.url, op.order_id or "",
-            f"{op.fetched_at:.3f}", op.new_estimator or "",
+            # the records as their bytes: hiredis packs them as they are (as text they hold
+            # surrogate escapes, which it cannot encode)
+            f"{op.fetched_at:.3f}", record_bytes(op.new_estimator or ""),
             "0" if expect is None else "1",
-            "" if expect is None else expect[0] or "",
-            "" if expect is None else expect[1] or "",
+            b"" if expect is None else record_bytes(expect[0] or ""),
+            b"" if expect is None else record_bytes(expect[1] or ""),
             "1" if op.disallowed else "0", op.robots_digest or "",
         ]
         return self.apply_outcome_script, keys, args

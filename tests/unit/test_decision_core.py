@@ -681,3 +681,29 @@ def test_fresh_add_many_equals_add_one_at_a_time(seed: int, n_before: int, n_bat
             one.unpark(h)
             bulk.unpark(h)
     assert one.best_value() == bulk.best_value()
+
+
+def test_pooled_beta_is_pooled_params_on_one_row() -> None:
+    """The scalar rule (a page's outcome) and the array rule (a rebuild, the simulator) agree,
+    edge cases included: alpha 0, beta inf, sources without signals, equal betas."""
+    rng = np.random.default_rng(5)
+    rows: list[tuple[float, list[float], list[float]]] = [
+        (0.0, [1.0, 2.0, 3.0], [1.0, 1.0, 0.0]),
+        (0.5, [math.inf, 2.0, 3.0], [1.0, 1.0, 1.0]),
+        (0.0, [math.inf, 2.0, 3.0], [1.0, 1.0, 0.0]),
+        (0.5, [math.inf, math.inf, 3.0], [1.0, 2.0, 0.0]),
+        (0.3, [2.0, 2.0, 7.0], [1.0, 3.0, 0.0]),
+        (1e-9, [1e3, 2e3, 5e5], [1e-4, 1e-6, 1e-5]),
+    ]
+    for _ in range(500):
+        g = rng.exponential(1e-4, 3) * (rng.random(3) < 0.7)
+        rows.append((float(rng.exponential(1e-5)), list(rng.exponential(1e5, 3)), list(g)))
+    for alpha, betas, gammas in rows:
+        one = pooled_beta(alpha, betas, gammas)
+        if not any(g > 0 for g in gammas):
+            assert one == pytest.approx(sum(betas) / len(betas))
+            continue
+        _a, many, _g = pooled_params(np.array([alpha]), np.array([betas]),
+                                     np.array([gammas]))
+        assert one == pytest.approx(float(many[0]), rel=1e-12) or (
+            math.isnan(one) and math.isnan(many[0])), (alpha, betas, gammas)

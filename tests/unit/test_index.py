@@ -471,6 +471,71 @@ def test_host_index_capped_pick_matches_brute_force(seed: int, window_s: float) 
         assert len(idx) == len(pages)
 
 
+@pytest.mark.parametrize("seed", range(3))
+def test_host_index_upsert_many_of_pages_there_equals_upsert_one_at_a_time(seed: int) -> None:
+    """A batch of events re-keys pages already in the index (the arrays' path of
+    ``upsert_many``), or mixes in pages back from flight and new pages (one upsert each):
+    the same picks as one upsert per page, and as the brute-force greedy."""
+    from models.decision.hostindex import HostIndex
+
+    rng = np.random.default_rng(300 + seed)
+    m, H = 240, 30
+    params = _random_params(rng, m)
+    one, bulk = HostIndex(window_s=1.0), HostIndex(window_s=1.0)
+    pages: dict[int, list[float]] = {}
+    host = {i: f"h{int(rng.integers(0, H))}" for i in range(m)}
+    rank: dict[int, int] = {}
+    for i in range(m):
+        o = float(rng.uniform(-30, 0))
+        for idx in (one, bulk):
+            idx.upsert(i, origin=o, alpha=params[i, 0], beta=params[i, 1],
+                       gamma=params[i, 2], mu=params[i, 3], host=host[i])
+        pages[i] = [o, *params[i]]
+        rank[i] = i
+    n_rank, out = m, set()
+    now = 0.0
+    for step in range(30):
+        now += float(rng.choice([0.05, 0.5, 3.0]))
+        mixed = step % 2 == 1
+        batch = [int(p) for p in rng.choice(sorted(pages), size=25, replace=False)]
+        if mixed:
+            batch += sorted(out)[:3]  # pages back from flight
+            q = m + step
+            host[q] = f"h{step % H}"
+            batch.append(q)  # a new page
+        new = _random_params(rng, len(batch))
+        origin = [pages[p][0] if p in pages else now for p in batch]
+        origin = [o - float(rng.uniform(0, 5)) for o in origin]
+        for p, o, (a, b, g, mu) in zip(batch, origin, new, strict=True):
+            one.upsert(p, origin=o, alpha=a, beta=b, gamma=g, mu=mu, host=host[p])
+        bulk.upsert_many(batch, [host[p] for p in batch], origin, new[:, 0], new[:, 1],
+                         new[:, 2], new[:, 3])
+        for p, o, row in zip(batch, origin, new, strict=True):
+            if p not in pages:
+                rank[p] = n_rank
+                n_rank += 1
+            pages[p] = [o, *row]
+            out.discard(p)
+        room = {h: int(rng.integers(0, 3)) for h in sorted(set(host.values()))}
+        k = int(rng.choice([1, 5, 40]))
+        got = bulk.best_capped(now, k, lambda h, room=room: room.get(str(h), 0),
+                               park=lambda h: None)
+        ref = one.best_capped(now, k, lambda h, room=room: room.get(str(h), 0),
+                              park=lambda h: None)
+        want = _capped_brute(pages, host, rank, now, k, room)
+        assert got == ref, step
+        assert [p for p, _ in got] == [p for p, _ in want], step
+        for p, _ in got[:2]:  # orders leave
+            one.remove(p)
+            bulk.remove(p)
+            del pages[p]
+            out.add(p)
+        for h in sorted(set(host.values())):  # the parked hosts have room again
+            for idx in (one, bulk):
+                idx.unpark(h)
+    assert len(one) == len(bulk) == len(pages)
+
+
 def test_host_index_best_includes_parked_hosts_and_filters() -> None:
     from models.decision.hostindex import HostIndex
 

@@ -80,3 +80,26 @@ def test_hiredis_packing_makes_the_bytes_of_redis_pys_packer() -> None:
         [("GET", "a"), ("HGET", "b", record)])
     with pytest.raises(DataError):
         fast.pack_command("SET", "k", None)
+
+
+def test_binary_records_are_packed_by_hiredis(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A record decoded with ``surrogateescape`` (the outcome script's estimator record)
+    does not fall back to redis-py's Python packer, and makes the same bytes."""
+    from redis.asyncio.connection import Connection
+
+    from streams.store.redis_conn import HiredisPacking
+
+    class Fast(HiredisPacking, Connection):
+        pass
+
+    kw = {"decode_responses": True, "encoding_errors": "surrogateescape"}
+    fast, ref = Fast(**kw), Connection(**kw)
+    record = bytes(range(256)).decode("utf-8", "surrogateescape")
+    args = ("EVALSHA", "0123abcd", 1, "P:{a.example}:pages", record, 1.5, 7, "é")
+    want = b"".join(ref.pack_command(*args))
+
+    def python_packer(self: Connection, *a: object) -> list[bytes]:
+        raise AssertionError(f"redis-py's packer called for {a!r}")
+
+    monkeypatch.setattr(Connection, "pack_command", python_packer)
+    assert b"".join(fast.pack_command(*args)) == want
