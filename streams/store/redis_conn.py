@@ -100,10 +100,10 @@ class HiredisPacking:
                 # a binary record as text: its bytes, as the client's encoder makes them
                 # (``str.encode(encoding, encoding_errors)``), then hiredis again
                 enc = self.encoder  # type: ignore[attr-defined]
+                raw: Any = tuple(a.encode(enc.encoding, enc.encoding_errors)
+                                 if isinstance(a, str) else a for a in args)
                 try:
-                    return [hiredis.pack_command(tuple(
-                        a.encode(enc.encoding, enc.encoding_errors) if isinstance(a, str)
-                        else a for a in args))]
+                    return [hiredis.pack_command(raw)]
                 except (UnicodeEncodeError, TypeError):
                     pass
             except TypeError:
