@@ -9,21 +9,22 @@ import heapq
 import logging
 import math
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
 
 from models.decision.table import PageTable
 from streams.estimates.estimation import Estimates, estimates_of
-from streams.estimates.params import PageParams, page_params, page_params_many
+from streams.estimates.params import PageParams, ParamsMany, page_params, page_params_many
 from streams.scheduler.shard import KEEP, NOT_IN_FLIGHT, Control, Shard
 from streams.settings import Settings
 from streams.store import StateStore
-from streams.store.redis_store import HostDump, PageState
+from streams.store.redis_store import PAGE_STRUCT, PAGE_VERSION, HostDump, PageState, record_bytes
 from streams.worker.metrics import GC_PAUSES, Metrics
 
-__all__ = ["LOAD_HOSTS", "LOAD_PAGES", "LOAD_WAIT_S", "MAX_LOAD_HOSTS", "ShardLoading"]
+__all__ = ["LOAD_HOSTS", "LOAD_PAGES", "LOAD_WAIT_S", "MAX_LOAD_HOSTS", "PageUpdate",
+           "ShardLoading"]
 
 log = logging.getLogger(__name__)
 
@@ -37,6 +38,13 @@ MAX_LOAD_HOSTS = 2_000
 #: the longest the agents wait for a loading shard before applying its events
 #: (:meth:`streams.scheduler.Scheduler.wait_loaded`)
 LOAD_WAIT_S = 10.0
+
+#: one page's change for :meth:`ShardLoading.on_pages`: partition, host, url, its stored
+#: value (None: deleted), whether its order in flight ended, its estimator record when the
+#: event changed it (None: unchanged)
+PageUpdate = tuple[int, str, str, "str | None", bool, "str | Estimates | None"]
+_PAGE_VERSION = bytes([PAGE_VERSION])
+_PAGE_SIZE = PAGE_STRUCT.size
 
 
 class ShardLoading:
@@ -68,6 +76,130 @@ class ShardLoading:
 
     def _forget(self, shard: Shard, url: str) -> None:
         shard.book.remove_page(url)
+
+    def on_pages(self, updates: Sequence[PageUpdate]) -> None:
+        """:meth:`streams.scheduler.Scheduler.on_page` of a batch's pages, in their order
+        (a page updated twice ends as its last update, an order ended by any of them ended):
+        the pages' parameters computed on arrays from their stored values
+        (:func:`streams.estimates.params.page_params_many`, as a rebuild) and put in the book
+        at once (:meth:`models.decision.core.ShardBook.set_pages`).  A page whose parameters
+        do not all come from its stored value goes through :meth:`_apply` as one: an
+        estimator given as :class:`Estimates`, or other than the one stored in the value,
+        or none given for a page the book holds as estimated whose value has no record (an
+        old ``est`` hash: the book's parameters are kept).  (A page whose value holds a
+        record the book has not seen takes it, as a rebuild would; :meth:`on_page` would
+        keep the prior, which the book only holds for such a page if it missed an update.)
+        A value that does not parse, or whose parameters are
+        not usable, leaves the page out of the book, counted (``pages.unusable``), as in a
+        rebuild.  ``tests/integration/test_scheduler_bulk.py`` checks it against
+        :meth:`on_page` one update at a time."""
+        todo: dict[int, dict[str, tuple[str, str, bool, str | Estimates | None]]] = {}
+        for partition, host, url, value, cleared, est in updates:
+            shard = self.shards.get(partition)
+            if shard is None:
+                continue
+            if not shard.ready:
+                shard.dirty.add((host, url))
+                continue
+            mine = todo.setdefault(partition, {})
+            if value is None:
+                mine.pop(url, None)
+                self._forget(shard, url)
+                continue
+            prev = mine.get(url)  # a page updated again keeps its place (its tie rank)
+            if url in shard.blocked.get(host, ()):
+                continue
+            if prev is not None:  # the earlier update's order end and estimates stand
+                cleared = cleared or prev[2]
+                est = prev[3] if est is None else est
+            mine[url] = (host, value, cleared, est)
+        for partition, mine in todo.items():
+            if mine:
+                self._apply_many(self.shards[partition], mine)
+
+    def _apply_many(self, shard: Shard,
+                    pages: dict[str, tuple[str, str, bool, str | Estimates | None]]) -> None:
+        """:meth:`on_pages` of one shard's pages (each once)."""
+        t = shard.table
+        urls: list[str] = []
+        hosts: list[str] = []
+        raws: list[bytes] = []
+        ests: list[str | None] = []
+        one: list[tuple[str, str, str, bool, str | Estimates | None]] = []
+        for url, (host, value, cleared, est) in pages.items():
+            raw = record_bytes(value)
+            inner = raw[:1] == _PAGE_VERSION and len(raw) > _PAGE_SIZE
+            slot = t.get(url)
+            estimated = slot is not None and bool(t.estimated[slot])
+            if (not isinstance(est, str | None)
+                    or (inner and est is not None and record_bytes(est) != raw[_PAGE_SIZE:])
+                    or (not inner and est is None and estimated)):
+                one.append((host, url, value, cleared, est))
+                continue
+            urls.append(url)
+            hosts.append(host)
+            raws.append(raw)
+            ests.append(est if isinstance(est, str) and not inner else None)
+        if urls:
+            many = page_params_many(raws, ests, self.settings)
+            if many is None:  # some value does not parse: all of them one by one
+                one += [(h, u, *pages[u][1:]) for u, h in zip(urls, hosts, strict=True)]
+            else:
+                self._set_many(shard, urls, hosts, many, one, pages)
+        for host, url, value, cleared, est in one:
+            try:
+                state = PageState.decode(value)
+            except ValueError as exc:
+                self.metrics.tally["pages.unusable"] += 1
+                log.warning("page %s left out of shard %d: unreadable %r (%s)", url,
+                            shard.partition, value[:200], exc)
+                self._forget(shard, url)
+                continue
+            self._apply_or_skip(shard, host, url, state, est,
+                                NOT_IN_FLIGHT if cleared else KEEP)
+
+    def _set_many(self, shard: Shard, urls: list[str], hosts: list[str], many: ParamsMany,
+                  one: list[tuple[str, str, str, bool, str | Estimates | None]],
+                  pages: dict[str, tuple[str, str, bool, str | Estimates | None]]) -> None:
+        """The pages whose parameters are usable (as :meth:`_apply` checks) into the book
+        at once; the others to ``one``."""
+        with np.errstate(invalid="ignore"):
+            ok = (np.isfinite(many.alpha) & np.isfinite(many.gamma)
+                  & np.isfinite(many.importance) & np.isfinite(many.max_value)
+                  & ~np.isnan(many.origin) & ~np.isnan(many.beta))
+        for i in np.flatnonzero(~ok).tolist():
+            host, value, cleared, est = pages[urls[i]]
+            one.append((host, urls[i], value, cleared, est))
+        rows = np.flatnonzero(ok)
+        if not rows.size:
+            return
+        every = rows.size == len(urls)
+        picked = rows.tolist()
+        page_urls = urls if every else [urls[i] for i in picked]
+        page_hosts = hosts if every else [hosts[i] for i in picked]
+        book, t = shard.book, shard.table
+        for u in page_urls:
+            if pages[u][2]:
+                book.end_flight(u)
+        now = self.clock()
+        floor_due = None
+        if self.control.max_interval_s > 0:
+            get = t.get
+            first_seen = np.fromiter(
+                (now if (s := get(u)) is None else t.first_seen[s] for u in page_urls),
+                dtype=np.float64, count=len(page_urls))
+            floor_due = np.where(many.crawled[rows], many.last_crawl_s[rows],
+                                 first_seen) + self.control.max_interval_s
+        else:
+            for u in page_urls:
+                book.floor.discard(u)
+        book.set_pages(
+            page_urls, page_hosts, crawled=many.crawled[rows], origin=many.origin[rows],
+            alpha=many.alpha[rows], beta=many.beta[rows], gamma=many.gamma[rows],
+            mu=many.importance[rows], max_value=many.max_value[rows], first_seen_s=now,
+            last_crawl_s=many.last_crawl_s[rows], delta=many.delta[rows],
+            estimated=many.estimated[rows], src_beta=many.src_beta[rows],
+            floor_due_s=floor_due)
 
     def _apply(
         self, shard: Shard, host: str, url: str, state: PageState,

@@ -90,6 +90,7 @@ __all__ = [
 
 if TYPE_CHECKING:
     from streams.scheduler import Scheduler
+    from streams.scheduler.loading import PageUpdate
 
 log = logging.getLogger(__name__)
 
@@ -305,6 +306,7 @@ class Agents:
                       j.record.change_rate_per_s, j.record.deleted, j.topic, j.partition,
                       j.offset) for j in jobs]
         results = await self._store(lambda: self.store.apply_pages(ops))
+        updates: list[PageUpdate] = []
         for j, res in zip(jobs, results, strict=True):
             p = j.record
             if isinstance(res, Exception):
@@ -312,8 +314,9 @@ class Agents:
                 continue
             code, value = _s(res[0]), _s(res[1])
             self.metrics.event("pages", code)
-            if self.scheduler is not None:
-                await self.scheduler.on_page(j.partition, p.host, p.url, value or None)
+            updates.append((j.partition, p.host, p.url, value or None, False, None))
+        if self.scheduler is not None and updates:
+            self.scheduler.on_pages(updates)
 
     # -- pings ---------------------------------------------------------------------------
     async def on_pings(self, events: Sequence[faust.types.EventT[Any]]) -> None:
@@ -338,6 +341,7 @@ class Agents:
         for group, res in zip(groups.values(), replies, strict=True):
             for k, j in enumerate(group):
                 results.append((j, res if isinstance(res, Exception) else res[k]))
+        updates: list[PageUpdate] = []
         for j, res in results:
             g = j.record
             if isinstance(res, Exception):
@@ -356,8 +360,10 @@ class Agents:
                 body = json.dumps({"url": g.url}).encode()
                 await self._retry("kafka", lambda g=g, body=body: self.forward(  # type: ignore[misc]
                     g.host.encode(), body))
-            if code in ("applied", "dup-offset") and value and self.scheduler is not None:
-                await self.scheduler.on_page(j.partition, g.host, g.url, value)
+            if code in ("applied", "dup-offset") and value:
+                updates.append((j.partition, g.host, g.url, value, False, None))
+        if self.scheduler is not None and updates:
+            self.scheduler.on_pages(updates)  # the book's update, on arrays
 
     # -- outcomes ------------------------------------------------------------------------
     async def on_outcomes(self, events: Sequence[faust.types.EventT[Any]]) -> None:
@@ -445,6 +451,7 @@ class Agents:
             j.partition, j.record.host) for j, *_ in plans} if self.scheduler is not None else {})
         results = await self._store(lambda: self.store.apply_outcomes(ops))
         retry: list[Job] = []
+        updates: list[PageUpdate] = []
         for (j, _e, decision, est_after), res in zip(plans, results, strict=True):
             o = j.record
             if isinstance(res, Exception):
@@ -466,11 +473,10 @@ class Agents:
                                           epoch=epochs.get((j.partition, o.host)))
             if code == "dup-offset":
                 est_after = None  # the stored record is what the scheduler already has
-            if value and self.scheduler is not None:
-                await self.scheduler.on_page(
-                    j.partition, o.host, o.url, value, in_flight_cleared=bool(cleared),
-                    estimator=est_after,
-                )
+            if value:
+                updates.append((j.partition, o.host, o.url, value, bool(cleared), est_after))
+        if self.scheduler is not None and updates:
+            self.scheduler.on_pages(updates)
         return retry
 
     # -- hosts ---------------------------------------------------------------------------
