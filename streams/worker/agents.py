@@ -15,6 +15,7 @@ ends (the batch waits; offsets make the retry harmless).
 from __future__ import annotations
 
 import asyncio
+import collections
 import json
 import logging
 import math
@@ -342,26 +343,31 @@ class Agents:
             for k, j in enumerate(group):
                 results.append((j, res if isinstance(res, Exception) else res[k]))
         updates: list[PageUpdate] = []
-        for j, res in results:
-            g = j.record
-            if isinstance(res, Exception):
-                await self.reject(j.event, f"internal error: {res!r}")
-                continue
-            code, value = _s(res[0]), _s(res[1])
-            self.metrics.event("pings", code)
-            self.metrics.ping(g.source, code)
-            if code == "before-crawl":
-                self.decisions.add(g.url, f"{g.received_at:.3f} ping {g.source} dropped: "
-                                          "change precedes the last crawl")
-            elif code == "within-delay":
-                self.decisions.add(g.url, f"{g.received_at:.3f} ping {g.source} dropped: "
-                                          f"within T_DELAY={t_delay:g}s of the crawl")
-            if code == "unknown" and self.forward is not None:
-                body = json.dumps({"url": g.url}).encode()
-                await self._retry("kafka", lambda g=g, body=body: self.forward(  # type: ignore[misc]
-                    g.host.encode(), body))
-            if code in ("applied", "dup-offset") and value:
-                updates.append((j.partition, g.host, g.url, value, False, None))
+        counts: collections.Counter[tuple[str, str]] = collections.Counter()
+        try:
+            for j, res in results:
+                g = j.record
+                if isinstance(res, Exception):
+                    await self.reject(j.event, f"internal error: {res!r}")
+                    continue
+                code, value = _s(res[0]), _s(res[1])
+                counts[g.source, code] += 1
+                if code == "before-crawl":
+                    self.decisions.add(g.url, f"{g.received_at:.3f} ping {g.source} dropped: "
+                                              "change precedes the last crawl")
+                elif code == "within-delay":
+                    self.decisions.add(g.url, f"{g.received_at:.3f} ping {g.source} dropped: "
+                                              f"within T_DELAY={t_delay:g}s of the crawl")
+                if code == "unknown" and self.forward is not None:
+                    body = json.dumps({"url": g.url}).encode()
+                    await self._retry("kafka", lambda g=g, body=body: self.forward(  # type: ignore[misc]
+                        g.host.encode(), body))
+                if code in ("applied", "dup-offset") and value:
+                    updates.append((j.partition, g.host, g.url, value, False, None))
+        finally:  # counted once per (source, result) of the batch, not once per ping
+            for (source, code), n in counts.items():
+                self.metrics.event("pings", code, n)
+                self.metrics.ping(source, code, n)
         if self.scheduler is not None and updates:
             self.scheduler.on_pages(updates)  # the book's update, on arrays
 
@@ -452,29 +458,34 @@ class Agents:
         results = await self._store(lambda: self.store.apply_outcomes(ops))
         retry: list[Job] = []
         updates: list[PageUpdate] = []
-        for (j, _e, decision, est_after), res in zip(plans, results, strict=True):
-            o = j.record
-            if isinstance(res, Exception):
-                await self.reject(j.event, f"internal error: {res!r}")
-                continue
-            code, value, cleared = _s(res[0]), _s(res[1]), int(res[2])
-            if code == "conflict":
-                retry.append(j)
-                continue
-            self.metrics.event("outcomes", code)
-            if code in ("applied", "stale", "blocked"):
-                self.decisions.add(o.url, decision if code != "stale"
-                                   else f"{decision} (older than the last crawl: ignored)")
-            elif code == "stale-robots":
-                self.decisions.add(o.url, f"{o.fetched_at:.3f} robots.txt disallowed it, but "
-                                          "a newer robots.txt was announced since: ignored")
-            if code == "blocked" and self.scheduler is not None:
-                self.scheduler.on_blocked(j.partition, o.host, o.url,
-                                          epoch=epochs.get((j.partition, o.host)))
-            if code == "dup-offset":
-                est_after = None  # the stored record is what the scheduler already has
-            if value:
-                updates.append((j.partition, o.host, o.url, value, bool(cleared), est_after))
+        codes: collections.Counter[str] = collections.Counter()
+        try:
+            for (j, _e, decision, est_after), res in zip(plans, results, strict=True):
+                o = j.record
+                if isinstance(res, Exception):
+                    await self.reject(j.event, f"internal error: {res!r}")
+                    continue
+                code, value, cleared = _s(res[0]), _s(res[1]), int(res[2])
+                if code == "conflict":
+                    retry.append(j)
+                    continue
+                codes[code] += 1
+                if code in ("applied", "stale", "blocked"):
+                    self.decisions.add(o.url, decision if code != "stale"
+                                       else f"{decision} (older than the last crawl: ignored)")
+                elif code == "stale-robots":
+                    self.decisions.add(o.url, f"{o.fetched_at:.3f} robots.txt disallowed it, but "
+                                              "a newer robots.txt was announced since: ignored")
+                if code == "blocked" and self.scheduler is not None:
+                    self.scheduler.on_blocked(j.partition, o.host, o.url,
+                                              epoch=epochs.get((j.partition, o.host)))
+                if code == "dup-offset":
+                    est_after = None  # the stored record is what the scheduler already has
+                if value:
+                    updates.append((j.partition, o.host, o.url, value, bool(cleared), est_after))
+        finally:  # counted once per result of the batch
+            for code, n in codes.items():
+                self.metrics.event("outcomes", code, n)
         if self.scheduler is not None and updates:
             self.scheduler.on_pages(updates)
         return retry

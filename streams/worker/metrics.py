@@ -150,13 +150,13 @@ class Metrics:
         child.inc(n)
         self.tally[f"{topic}.{result}"] += n
 
-    def ping(self, source: str, result: str) -> None:
-        """One ping applied or dropped (``result``: the ping script's code)."""
+    def ping(self, source: str, result: str, n: int = 1) -> None:
+        """``n`` pings applied or dropped (``result``: the ping script's code)."""
         child = self._ping_children.get((source, result))
         if child is None:
             child = self._ping_children[source, result] = self.pings.labels(source, result)
-        child.inc()
-        self._pings[source, result] += 1
+        child.inc(n)
+        self._pings[source, result] += n
 
     def pings_by_source(self) -> dict[str, dict[str, int]]:
         """``{source: {result: count, ..., "total": count}}`` for ``/stats``."""

@@ -1,0 +1,117 @@
+"""The agents' handlers with a scheduler, against a real Redis, without Kafka: what one
+batch of pings or outcomes costs the worker's loop (validation, the store's scripts, the
+book's update), which bounds the end-to-end rates of ``bench_e2e.py throughput``.
+
+    .venv/bin/python benchmarks/bench_handlers.py --redis redis://127.0.0.1:6399/0 \\
+        --pages 100000 --hosts 1000 [--profile]
+
+Pages are loaded and crawled once (outcomes without an observed interval), then
+``--pages`` pings of random pages (batches of 500, as the batch consumer delivers them)
+and one outcome per pinged page (an observed interval: the estimator's update) are timed.
+``--profile``: cProfile of the two timed phases (the top functions by own time).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import cProfile
+import json
+import pstats
+import random
+import time
+import uuid
+from typing import Any
+
+from _common import Ev, Msg, set_listpack_value
+
+from streams.scheduler import Scheduler
+from streams.settings import Settings
+from streams.store.redis_store import Store
+from streams.worker.agents import Agents
+from streams.worker.metrics import Metrics
+
+BATCH = 500
+
+
+async def main(args: argparse.Namespace) -> None:
+    await set_listpack_value(args.redis, args.listpack_value)
+    prefix = f"bh{uuid.uuid4().hex[:6]}"
+    s = Settings(redis_url=args.redis, key_prefix=prefix, budget_per_s=1.0, tick_s=1.0,
+                 default_host_crawls_per_s=1.0, t_delay_s=0.0, partitions=1)
+    store = Store.from_url(s.redis_url, prefix)
+    await store.load_scripts()
+    metrics = Metrics()
+
+    async def sink(k: bytes, v: bytes) -> None:
+        return None
+
+    async def no_reject(k: bytes | None, v: bytes) -> None:
+        raise AssertionError(v)
+
+    sch = Scheduler(s, store, metrics, sink)
+    sch.sync_assignment({0})
+    while not all(sh.ready for sh in sch.shards.values()):
+        await asyncio.sleep(0.05)
+    agents = Agents(s, store, metrics, no_reject, scheduler=sch)
+    n, hosts = args.pages, args.hosts
+    urls = [(f"host{i % hosts}.example", f"https://host{i % hosts}.example/page/{i:08d}")
+            for i in range(n)]
+    now = time.time()
+    offset = 0
+
+    def events(topic: str, bodies: list[tuple[str, dict[str, Any]]]) -> list[Ev]:
+        nonlocal offset
+        out = []
+        for host, body in bodies:
+            out.append(Ev(Msg(json.dumps(body).encode(), host.encode(), topic, 0, offset)))
+            offset += 1
+        return out
+
+    t0 = time.perf_counter()
+    for i in range(0, n, BATCH):
+        await agents.on_pages(events("pages", [(h, {"url": u}) for h, u in urls[i:i + BATCH]]))
+    print(f"pages: {n / (time.perf_counter() - t0):,.0f}/s")
+    for i in range(0, n, BATCH):
+        await agents.on_outcomes(events("outcomes", [
+            (h, {"url": u, "fetched_at": now - 1000 - (i + j) % 500, "changed": None})
+            for j, (h, u) in enumerate(urls[i:i + BATCH])]))
+    pinged = random.Random(1).sample(urls, n)
+
+    async def timed(label: str, batches: list[list[Ev]], handler: Any) -> None:
+        prof = cProfile.Profile()
+        t0 = time.perf_counter()
+        if args.profile:
+            prof.enable()
+        for b in batches:
+            await handler(b)
+        if args.profile:
+            prof.disable()
+        dt = time.perf_counter() - t0
+        print(f"{label}: {n} in {dt:.2f} s = {n / dt:,.0f}/s"
+              + (" (under cProfile)" if args.profile else ""))
+        if args.profile:
+            pstats.Stats(prof).sort_stats("tottime").print_stats(args.top)
+
+    await timed("pings", [events("pings", [
+        (h, {"url": u, "source": "sitemap", "received_at": now - 500, "id": f"p{i + j}"})
+        for j, (h, u) in enumerate(pinged[i:i + BATCH])]) for i in range(0, n, BATCH)],
+        agents.on_pings)
+    await timed("outcomes with an observed interval", [events("outcomes", [
+        (h, {"url": u, "fetched_at": now - 10, "changed": (i + j) % 3 != 0})
+        for j, (h, u) in enumerate(pinged[i:i + BATCH])]) for i in range(0, n, BATCH)],
+        agents.on_outcomes)
+    await store.delete_all()
+    await store.close()
+
+
+if __name__ == "__main__":
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--redis", default="redis://127.0.0.1:6379/0")
+    ap.add_argument("--listpack-value", type=int, default=256,
+                    help="CONFIG SET hash-max-listpack-value first (0: leave it)")
+    ap.add_argument("--pages", type=int, default=100_000)
+    ap.add_argument("--hosts", type=int, default=1_000)
+    ap.add_argument("--profile", action="store_true")
+    ap.add_argument("--top", type=int, default=25)
+    asyncio.run(main(ap.parse_args()))
