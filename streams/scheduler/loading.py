@@ -89,10 +89,10 @@ class ShardLoading:
         old ``est`` hash: the book's parameters are kept).  (A page whose value holds a
         record the book has not seen takes it, as a rebuild would; :meth:`on_page` would
         keep the prior, which the book only holds for such a page if it missed an update.)
-        A value that does not parse, or whose parameters are
-        not usable, leaves the page out of the book, counted (``pages.unusable``), as in a
-        rebuild.  ``tests/integration/test_scheduler_bulk.py`` checks it against
-        :meth:`on_page` one update at a time."""
+        A value that does not parse, or whose parameters are not usable, leaves the page out
+        of the book, counted (``pages.unusable``), as in a rebuild (:meth:`on_page` raises).
+        ``tests/unit/test_scheduler_bulk.py`` checks it against :meth:`on_page` one update
+        at a time."""
         todo: dict[int, dict[str, tuple[str, str, bool, str | Estimates | None]]] = {}
         for partition, host, url, value, cleared, est in updates:
             shard = self.shards.get(partition)
