@@ -68,8 +68,9 @@ def pooled_params(alpha: npt.ArrayLike, beta: npt.ArrayLike,
 def pooled_beta(alpha_per_s: float, beta_s: Sequence[float],
                 gamma_per_s: Sequence[float]) -> float:
     """``beta_bar`` of one page: :func:`pooled_params`'s formulas and edge cases in scalar
-    arithmetic (a page's outcome or ping calls it; numpy on arrays of one row took 130 us
-    a call, most of an outcome's cost: docs/benchmarks.md); without any signal (every
+    arithmetic (a page's outcome or ping calls it; numpy on arrays of one row took 134 us
+    a call under cProfile, 17.5% of the outcomes' time: docs/benchmarks.md); without any
+    signal (every
     ``gamma_s = 0``) the mean of the ``beta_s`` (they then only move the origin of pings
     that do arrive).  ``tests/unit/test_decision_core.py`` checks it against
     :func:`pooled_params`."""
