@@ -54,7 +54,7 @@ class RedisConfig:
         return f"redis://127.0.0.1:{self.port}/0"
 
 
-#: A page record with its estimator record is 43 + 129 + 20 x ring bytes
+#: A page record with its estimator record is 43 + 113 + 10 x ring bytes (version 3)
 #: (streams/store/redis_store.py): over Redis's default ``hash-max-listpack-value 64``,
 #: which would turn every host's page hash into a hashtable (304 instead of 248 B per page at
 #: 10^5 pages: docs/benchmarks.md "Compact records").  Users' own Redis should set the same.

@@ -7,16 +7,23 @@ error and ``kappa`` (what the crawl value needs that only the MLE solve gives), 
 scheduler rebuilds a shard without re-solving any MLE (``batch_result`` over 10^6 pages
 takes 24-55 s here, ``docs/benchmarks.md "Compact binary records"``).
 
-Estimator record (version 2, little-endian, :data:`RECORD_HEAD` + ring): a first byte
-``0x90 + ring length`` (``0x90``-``0x9F``, never the first byte of a text record nor of a page
+Estimator record (version 3, little-endian, :data:`RECORD_HEAD3` + ring): a first byte
+``0x80 + ring length`` (``0x80``-``0x8F``, never the first byte of a text record nor of a page
 record, nor of a UTF-8 character); ``n_intervals`` uint32; float32 ``alpha``, ``alpha_se``,
-``kappa[3]`` (the estimates), ``theta[4]``, ``unchanged[4]``, ``totals[4]``, ``quad_b[4]``,
-``quad_a[10]`` (the state),
-then the ring, per interval ``tau`` float32, its signal count per group uint16, its weight
-float32: 129 + 14 x ring length bytes.  A ring count that is not a whole number of at most
-65,535 (more signals of one group in one crawl interval) is not rounded: that record is
-written as version 1, ``0xB0 + ring length`` with every ring value float32 (129 + 20 x ring
-length bytes; what was written before version 2, read as ever).  float32 for all:
+``kappa[3]`` (the estimates), ``theta[4]``, ``lin[4]``, ``totals[4]``, ``quad_a[10]`` (the
+state), then the ring, per interval ``tau`` float32 and its signal count per group uint16:
+113 + 10 x ring length bytes.  ``lin = unchanged - quad_b``: the state's sums over unchanged
+intervals and the linear term of its quadratic expansion enter the negative log-posterior
+only as that difference (``models.estimators._numeric.objective``: ``(lin - b) . theta``;
+``SignalEstimator``'s scalar path the same), and both decay by the same factor, so one sum
+is the same state: read back as ``unchanged = lin``, ``quad_b = 0``.  The ring's weights are
+not kept: without a half-life every weight is 1.  A record that version 3 cannot hold
+exactly is written in the older layouts, read as ever: version 2 (``0x90 + ring length``,
+129 + 14 x ring length bytes: ``unchanged`` and ``quad_b`` apart, a float32 weight after
+each ring entry's counts) when a ring weight is not 1 (``estimator_half_life_s`` set);
+version 1 (``0xB0 + ring length``, every ring value float32, 129 + 20 x ring length bytes)
+when a ring count is not a whole number of at most 65,535 (more signals of one group in one
+crawl interval).  float32 for all:
 these are estimates whose standard errors are far above float32's 6e-8 relative rounding
 (``SignalState.to_bytes`` already keeps theta, the ring and the quadratic in float32; the
 float64 ``unchanged`` and ``totals`` sums lose at most 6e-8 relative, a crawl interval of a
@@ -97,8 +104,10 @@ __all__ = [
     "GROUPS",
     "GROUP_NAMES",
     "GROUP_OF",
+    "HEAD_PREFIX",
     "N_GROUPS",
     "RECORD_HEAD",
+    "RECORD_HEAD3",
     "STREAM_RING",
     "Estimates",
     "Estimation",
@@ -108,6 +117,7 @@ __all__ = [
     "full_estimates",
     "gamma_from_totals",
     "group_counts",
+    "record_sizes",
     "value_parameters",
 ]
 
@@ -131,59 +141,104 @@ _NQ = _D * (_D + 1) // 2
 
 #: changed intervals the stream's estimator keeps exactly (module docstring)
 STREAM_RING = 2
-#: first byte (0xB0 + ring length), n_intervals, alpha, alpha_se, kappa, theta, unchanged,
-#: totals, quad_b, quad_a (the ring follows: ring length x (d + 1) float32)
+#: versions 1 and 2: first byte, n_intervals, alpha, alpha_se, kappa, theta, unchanged,
+#: totals, quad_b, quad_a (the ring follows)
 RECORD_HEAD = struct.Struct(f"<BI{2 + N_GROUPS}f{4 * _D + _NQ}f")
-#: a ring entry (tau, n_1..n_G, weight): version 1 all float32; version 2 the counts uint16
+#: version 3: first byte, n_intervals, alpha, alpha_se, kappa, theta, lin, totals, quad_a
+RECORD_HEAD3 = struct.Struct(f"<BI{2 + N_GROUPS}f{3 * _D + _NQ}f")
+#: the bytes every version starts with, the same fields at the same offsets (tag through
+#: totals; version 3's ``lin`` is where the others keep ``unchanged``): what a rebuild reads
+HEAD_PREFIX = np.dtype([("tag", "u1"), ("n", "<u4"), ("alpha", "<f4"), ("alpha_se", "<f4"),
+                        ("kappa", "<f4", (N_GROUPS,)), ("theta", "<f4", (_D,)),
+                        ("lin", "<f4", (_D,)), ("totals", "<f4", (_D,))])
+#: a ring entry: version 1 (tau, n_1..n_G, weight) all float32; version 2 the counts uint16;
+#: version 3 (tau, n_1..n_G) without the weight
 _RING_ENTRY = 4 * (_D + 1)
 _RING_ENTRY2 = 8 + 2 * N_GROUPS
+_RING_ENTRY3 = 4 + 2 * N_GROUPS
 _RING2 = struct.Struct(f"<f{N_GROUPS}Hf")
-#: first bytes: ``_TAG2 + ring length`` (version 2), ``_TAG + ring length`` (version 1); both
-#: ranges are UTF-8 continuation bytes, never a character's first byte, so a record read
-#: through a ``surrogateescape`` client always starts with a surrogate (0xC0-0xCF would
-#: not: 0xC2 0x80 is U+0080)
+_RING3 = struct.Struct(f"<f{N_GROUPS}H")
+#: first bytes: ``_TAG3``, ``_TAG2``, ``_TAG`` + ring length (versions 3, 2, 1); the ranges
+#: are UTF-8 continuation bytes, never a character's first byte, so a record read through a
+#: ``surrogateescape`` client always starts with a surrogate (0xC0-0xCF would not: 0xC2 0x80
+#: is U+0080)
 _TAG = 0xB0
 _TAG2 = 0x90
+_TAG3 = 0x80
+#: per version: (first byte of ring length 0, head bytes, bytes per ring entry)
+_LAYOUTS = {1: (_TAG, RECORD_HEAD.size, _RING_ENTRY),
+            2: (_TAG2, RECORD_HEAD.size, _RING_ENTRY2),
+            3: (_TAG3, RECORD_HEAD3.size, _RING_ENTRY3)}
 #: the most a version 2 ring count holds (an interval with more signals of one group is
 #: written as version 1)
 _COUNT_MAX = 0xFFFF
 
 
-def _ring_of(raw: bytes) -> tuple[int, int]:
-    """(ring length, bytes per ring entry) of a binary estimator record, from its first byte
-    (version 1: ``0xB0 + length``; version 2: ``0x90 + length``)."""
-    first = raw[0]
-    if first < _TAG:
-        return first - _TAG2, _RING_ENTRY2
-    return first - _TAG, _RING_ENTRY
+def _version_of(first: int) -> int:
+    """The record version a first byte names (0: not a binary estimator record)."""
+    for version, (tag, _, _) in _LAYOUTS.items():
+        if tag <= first <= tag + 15:
+            return version
+    return 0
 
 
-def _record_dtype(ring_len: int, version: int = 2) -> np.dtype:
-    """:data:`RECORD_HEAD` plus a ring of ``ring_len`` as one packed numpy dtype (the same
-    bytes: ``struct``'s ``<`` has no padding), for reading and writing records on arrays."""
+def _ring_of(raw: bytes) -> tuple[int, int, int]:
+    """(version, ring length, expected bytes) of a binary estimator record, from its first
+    byte (module docstring)."""
+    version = _version_of(raw[0])
+    tag, head, entry = _LAYOUTS[version]
+    return version, raw[0] - tag, head + (raw[0] - tag) * entry
+
+
+def record_sizes(first: npt.NDArray[Any]) -> npt.NDArray[np.int64]:
+    """The bytes of binary estimator records by their first bytes (-1: not one), on arrays."""
+    t = first.astype(np.int64)
+    out = np.full(t.shape, -1, dtype=np.int64)
+    for tag, head, entry in _LAYOUTS.values():
+        mine = (t >= tag) & (t <= tag + 15)
+        out[mine] = head + (t[mine] - tag) * entry
+    return out
+
+
+def _record_dtype(ring_len: int, version: int = 3) -> np.dtype:
+    """A record of ``version`` with a ring of ``ring_len`` as one packed numpy dtype (the
+    same bytes: ``struct``'s ``<`` has no padding), for reading and writing on arrays."""
     g, d = N_GROUPS, _D
-    fields: list[Any] = [
-        ("tag", "u1"), ("n_intervals", "<u4"), ("alpha", "<f4"), ("alpha_se", "<f4"),
-        ("kappa", "<f4", (g,)), ("theta", "<f4", (d,)), ("unchanged", "<f4", (d,)),
-        ("totals", "<f4", (d,)), ("quad_b", "<f4", (d,)), ("quad_a", "<f4", (_NQ,)),
-    ]
+    if version == 3:
+        fields: list[Any] = [
+            ("tag", "u1"), ("n_intervals", "<u4"), ("alpha", "<f4"), ("alpha_se", "<f4"),
+            ("kappa", "<f4", (g,)), ("theta", "<f4", (d,)), ("lin", "<f4", (d,)),
+            ("totals", "<f4", (d,)), ("quad_a", "<f4", (_NQ,)),
+        ]
+    else:
+        fields = [
+            ("tag", "u1"), ("n_intervals", "<u4"), ("alpha", "<f4"), ("alpha_se", "<f4"),
+            ("kappa", "<f4", (g,)), ("theta", "<f4", (d,)), ("unchanged", "<f4", (d,)),
+            ("totals", "<f4", (d,)), ("quad_b", "<f4", (d,)), ("quad_a", "<f4", (_NQ,)),
+        ]
     if ring_len and version == 1:
         fields.append(("ring", "<f4", (ring_len, d + 1)))
-    elif ring_len:
+    elif ring_len and version == 2:
         entry = np.dtype([("tau", "<f4"), ("n", "<u2", (g,)), ("w", "<f4")])
         fields.append(("ring", entry, (ring_len,)))
+    elif ring_len:
+        fields.append(("ring", np.dtype([("tau", "<f4"), ("n", "<u2", (g,))]), (ring_len,)))
     return np.dtype(fields)
 
 
-def _counts_fit(batch: BatchSignalState) -> npt.NDArray[np.bool_]:
-    """Per page, whether every count of its ring's intervals is a whole number a uint16
-    holds: its record is then version 2, else version 1 (lossless either way)."""
+def _versions(batch: BatchSignalState) -> npt.NDArray[np.int64]:
+    """Per page, the record version that holds its state exactly (module docstring): 1 if a
+    count of its ring's intervals is not a whole number a uint16 holds, else 2 if a ring
+    weight is not 1, else 3."""
     n = batch.ring[..., 1:-1]
     ok = ((n >= 0.0) & (n <= _COUNT_MAX) & (n == np.floor(n))).all(axis=2)
+    one = batch.ring[..., -1] == 1.0
     k = batch.ring.shape[1]
     used = (np.arange(k)[None, :] - batch.ring_pos[:, None]) % max(k, 1) < batch.ring_len[:, None]
-    fit: npt.NDArray[np.bool_] = (ok | ~used).all(axis=1)
-    return fit
+    fit = (ok | ~used).all(axis=1)
+    ones = (one | ~used).all(axis=1)
+    out: npt.NDArray[np.int64] = np.where(fit, np.where(ones, 3, 2), 1)
+    return out
 
 
 def group_counts(signals: Sequence[int]) -> tuple[float, ...]:
@@ -237,7 +292,7 @@ def _is_binary(record: str | bytes) -> bool:
         return False
     # a str: read through a surrogateescape client, the byte as a surrogate
     b = ord(first) - 0xDC00 if isinstance(first, str) else first[0]
-    return _TAG <= b <= _TAG + 15 or _TAG2 <= b <= _TAG2 + 15
+    return _version_of(b) > 0
 
 
 def _raw(record: str | bytes) -> bytes:
@@ -252,21 +307,29 @@ class EstimatorRecord:
     state: SignalState
 
     def encode(self) -> str:
-        """Binary (version 1) as a ``str`` of surrogate-escaped bytes (what a
+        """Binary (module docstring) as a ``str`` of surrogate-escaped bytes (what a
         ``surrogateescape`` Redis client reads and writes back unchanged)."""
         return self.to_bytes().decode("utf-8", "surrogateescape")
 
     def to_bytes(self) -> bytes:
+        """Version 3 if it holds the state exactly, else 2, else 1 (as :func:`_versions`)."""
         st, e = self.state, self.estimates
         ring = st.ring[-15:]
-        v2 = all(0.0 <= n <= _COUNT_MAX and n == math.floor(n)
-                 for entry in ring for n in entry[1:-1])
+        fit = all(0.0 <= n <= _COUNT_MAX and n == math.floor(n)
+                  for entry in ring for n in entry[1:-1])
+        n_int = min(st.n_intervals, 0xFFFFFFFF)
+        if fit and all(entry[-1] == 1.0 for entry in ring):
+            # lin in float64, then float32 by the packing: the bytes records_of writes
+            lin = (u - b for u, b in zip(st.unchanged, st.quad_b, strict=True))
+            head = RECORD_HEAD3.pack(_TAG3 + len(ring), n_int, e.alpha_per_s, e.alpha_se_per_s,
+                                     *e.kappa, *st.theta, *lin, *st.totals, *st.quad_a)
+            return head + b"".join(
+                _RING3.pack(x[0], *(int(n) for n in x[1:-1])) for x in ring)
         head = RECORD_HEAD.pack(
-            (_TAG2 if v2 else _TAG) + len(ring), min(st.n_intervals, 0xFFFFFFFF),
-            e.alpha_per_s, e.alpha_se_per_s,
+            (_TAG2 if fit else _TAG) + len(ring), n_int, e.alpha_per_s, e.alpha_se_per_s,
             *e.kappa, *st.theta, *st.unchanged, *st.totals, *st.quad_b, *st.quad_a,
         )
-        if v2:
+        if fit:
             return head + b"".join(
                 _RING2.pack(x[0], *(int(n) for n in x[1:-1]), x[-1]) for x in ring)
         flat = [x for entry in ring for x in entry]
@@ -293,22 +356,30 @@ class EstimatorRecord:
 
 
 def _decode_binary(raw: bytes, end_s: float, ring_capacity: int) -> EstimatorRecord:
-    n_ring, entry = _ring_of(raw)
-    if len(raw) != RECORD_HEAD.size + n_ring * entry:
-        raise ValueError(f"estimator record of {len(raw)} bytes, expected "
-                         f"{RECORD_HEAD.size + n_ring * entry}")
-    v = RECORD_HEAD.unpack_from(raw)
+    version, n_ring, size = _ring_of(raw)
+    if len(raw) != size:
+        raise ValueError(f"estimator record of {len(raw)} bytes, expected {size}")
     g, d = N_GROUPS, _D
-    alpha, alpha_se, kappa = v[2], v[3], v[4 : 4 + g]
-    i = 4 + g
-    theta, unchanged, totals = v[i : i + d], v[i + d : i + 2 * d], v[i + 2 * d : i + 3 * d]
-    quad_b, quad_a = v[i + 3 * d : i + 4 * d], v[i + 4 * d : i + 4 * d + _NQ]
-    if entry == _RING_ENTRY2:
-        ring = tuple(tuple(float(x) for x in _RING2.unpack_from(raw, RECORD_HEAD.size + j * entry))
+    _, head, entry = _LAYOUTS[version]
+    if version == 3:
+        v = RECORD_HEAD3.unpack_from(raw)
+        i = 4 + g
+        theta, unchanged, totals = v[i : i + d], v[i + d : i + 2 * d], v[i + 2 * d : i + 3 * d]
+        quad_b, quad_a = (0.0,) * d, v[i + 3 * d : i + 3 * d + _NQ]
+        ring = tuple((*(float(x) for x in _RING3.unpack_from(raw, head + j * entry)), 1.0)
                      for j in range(n_ring))
     else:
-        flat = struct.unpack_from(f"<{n_ring * (d + 1)}f", raw, RECORD_HEAD.size)
-        ring = tuple(tuple(flat[j * (d + 1) : (j + 1) * (d + 1)]) for j in range(n_ring))
+        v = RECORD_HEAD.unpack_from(raw)
+        i = 4 + g
+        theta, unchanged, totals = v[i : i + d], v[i + d : i + 2 * d], v[i + 2 * d : i + 3 * d]
+        quad_b, quad_a = v[i + 3 * d : i + 4 * d], v[i + 4 * d : i + 4 * d + _NQ]
+        if version == 2:
+            ring = tuple(tuple(float(x) for x in _RING2.unpack_from(raw, head + j * entry))
+                         for j in range(n_ring))
+        else:
+            flat = struct.unpack_from(f"<{n_ring * (d + 1)}f", raw, head)
+            ring = tuple(tuple(flat[j * (d + 1) : (j + 1) * (d + 1)]) for j in range(n_ring))
+    alpha, alpha_se, kappa = v[2], v[3], v[4 : 4 + g]
     state = SignalState(g, end_s if math.isfinite(end_s) else -math.inf, v[1], theta,
                         unchanged, totals, ring, quad_b, quad_a,
                         max(ring_capacity, n_ring))
@@ -422,7 +493,7 @@ class Estimation:
                 for i, o in enumerate(observations) if o.record and not _is_binary(o.record)}
         k = self.estimator.ring_capacity
         if (any(len(st.ring) > k for st in text.values())
-                or any(o.record and _is_binary(o.record) and _ring_of(_raw(o.record))[0] > k
+                or any(o.record and _is_binary(o.record) and _ring_of(_raw(o.record))[1] > k
                        for o in observations)):
             # a record with a ring longer than the stream's (written before the ring was 2):
             # the object path (the scalar update evicts one interval per update) until it fits
@@ -446,8 +517,8 @@ class Estimation:
     # -- the stored record <-> arrays (the storage encoding lives here and in EstimatorRecord)
     def states_of(self, records: Sequence[str | bytes | None],
                   end_s: npt.NDArray[np.float64] | None = None) -> BatchSignalState:
-        """Binary records (:data:`RECORD_HEAD` + ring) as arrays, one ``numpy.frombuffer``
-        per ring length; absent or unreadable records (another layout, a ring longer than the
+        """Binary records (module docstring) as arrays, one ``numpy.frombuffer`` per version
+        and ring length; absent or unreadable records (another layout, a ring longer than the
         stream's) start from the prior.  ``end_s``: each page's last crawl (not kept in the
         record; ``-inf`` if not given).  Old text records: :meth:`state_of`."""
         n = len(records)
@@ -459,10 +530,10 @@ class Estimation:
             if not rec or not _is_binary(rec):
                 continue
             raw = _raw(rec)
-            ring_len, entry = _ring_of(raw)
-            if ring_len <= k and len(raw) == RECORD_HEAD.size + ring_len * entry:
+            version, ring_len, size = _ring_of(raw)
+            if ring_len <= k and len(raw) == size:
                 raws[i] = raw
-                groups.setdefault((ring_len, 1 if entry == _RING_ENTRY else 2), []).append(i)
+                groups.setdefault((ring_len, version), []).append(i)
         d = _D
         iu = np.triu_indices(d)
         for (ring_len, version), members in groups.items():
@@ -471,7 +542,8 @@ class Estimation:
             rows = np.asarray(members, dtype=np.int64)
             batch.n_intervals[rows] = arr["n_intervals"]
             batch.theta[rows] = arr["theta"]
-            batch.unchanged[rows] = arr["unchanged"]
+            # version 3 keeps unchanged - quad_b as one sum (module docstring)
+            batch.unchanged[rows] = arr["lin" if version == 3 else "unchanged"]
             batch.totals[rows] = arr["totals"]
             batch.ring[rows] = 0.0
             if ring_len and version == 1:
@@ -480,10 +552,10 @@ class Estimation:
                 ring = arr["ring"]
                 batch.ring[rows, :ring_len, 0] = ring["tau"]
                 batch.ring[rows, :ring_len, 1:-1] = ring["n"]
-                batch.ring[rows, :ring_len, -1] = ring["w"]
+                batch.ring[rows, :ring_len, -1] = 1.0 if version == 3 else ring["w"]
             batch.ring_len[rows] = ring_len
             batch.ring_pos[rows] = 0
-            batch.quad_b[rows] = arr["quad_b"]
+            batch.quad_b[rows] = 0.0 if version == 3 else arr["quad_b"]
             upper = arr["quad_a"].astype(np.float64)
             qa = np.zeros((rows.size, d, d))
             qa[:, iu[0], iu[1]] = upper
@@ -500,21 +572,24 @@ class Estimation:
         d = _D
         k = batch.ring.shape[1]
         iu = np.triu_indices(d)
-        fits = _counts_fit(batch)  # version 2, else 1 (only the ring's counts differ)
-        for ring_len, version in sorted({(int(r), 2 if f else 1) for r, f in
-                                         zip(batch.ring_len.tolist(), fits.tolist(),
+        versions = _versions(batch)
+        for ring_len, version in sorted({(int(r), int(v)) for r, v in
+                                         zip(batch.ring_len.tolist(), versions.tolist(),
                                              strict=True)}):
-            rows = np.flatnonzero((batch.ring_len == ring_len) & (fits == (version == 2)))
+            rows = np.flatnonzero((batch.ring_len == ring_len) & (versions == version))
             arr = np.zeros(rows.size, dtype=_record_dtype(ring_len, version))
-            arr["tag"] = (_TAG2 if version == 2 else _TAG) + ring_len
+            arr["tag"] = _LAYOUTS[version][0] + ring_len
             arr["n_intervals"] = np.minimum(batch.n_intervals[rows], 0xFFFFFFFF)
             arr["alpha"] = r.alpha_per_s[rows]
             arr["alpha_se"] = r.alpha_se_per_s[rows]
             arr["kappa"] = r.kappa[rows]
             arr["theta"] = batch.theta[rows]
-            arr["unchanged"] = batch.unchanged[rows]
+            if version == 3:
+                arr["lin"] = batch.unchanged[rows] - batch.quad_b[rows]
+            else:
+                arr["unchanged"] = batch.unchanged[rows]
+                arr["quad_b"] = batch.quad_b[rows]
             arr["totals"] = batch.totals[rows]
-            arr["quad_b"] = batch.quad_b[rows]
             arr["quad_a"] = batch.quad_a[rows][:, iu[0], iu[1]]
             if ring_len:
                 order = (batch.ring_pos[rows, None] + np.arange(ring_len)[None, :]) % k
@@ -524,7 +599,8 @@ class Estimation:
                 else:
                     arr["ring"]["tau"] = ring[:, :, 0]
                     arr["ring"]["n"] = ring[:, :, 1:-1]
-                    arr["ring"]["w"] = ring[:, :, -1]
+                    if version == 2:
+                        arr["ring"]["w"] = ring[:, :, -1]
             buf = arr.tobytes()
             size = arr.dtype.itemsize
             for j, row in enumerate(rows.tolist()):

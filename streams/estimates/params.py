@@ -34,10 +34,11 @@ from models.estimators import conservative_change_rate
 from streams.estimates.estimation import (
     GROUP_OF,
     GROUPS,
-    RECORD_HEAD,
+    HEAD_PREFIX,
     Estimates,
     estimates_of,
     gamma_from_totals,
+    record_sizes,
     value_parameters,
 )
 from streams.events.records import SOURCES
@@ -186,44 +187,24 @@ def page_params_many(values: Sequence[str | bytes], estimators: Sequence[str | b
 
 
 _PSIZE = PAGE_STRUCT.size
-#: :data:`streams.estimates.estimation.RECORD_HEAD` as a numpy dtype
-_EST_DTYPE = np.dtype([("tag", "u1"), ("n", "<u4"), ("alpha", "<f4"), ("alpha_se", "<f4"),
-                       ("kappa", "<f4", (len(GROUPS),)), ("theta", "<f4", (1 + len(GROUPS),)),
-                       ("unchanged", "<f4", (1 + len(GROUPS),)),
-                       ("totals", "<f4", (1 + len(GROUPS),)),
-                       ("rest", "V", RECORD_HEAD.size - 1 - 4 - 4 * (2 + len(GROUPS))
-                        - 12 * (1 + len(GROUPS)))])
-assert _EST_DTYPE.itemsize == RECORD_HEAD.size
-
-
-#: estimator record versions 1 and 2 (``streams.estimates.estimation``): first byte, bytes per
-#: ring entry (the head is the same; the ring is read here only for its length)
-_EST_TAG = 0xB0
-_RING_ENTRY = 4 * (2 + len(GROUPS))
-_EST_TAG2 = 0x90
-_RING_ENTRY2 = 8 + 2 * len(GROUPS)
-
-
-def _ring_bytes(tag: npt.NDArray[Any]) -> npt.NDArray[np.int64]:
-    """The ring's bytes of binary estimator records by their first byte (-1: not one)."""
-    t = tag.astype(np.int64)
-    return np.where((t >= _EST_TAG2) & (t <= _EST_TAG2 + 15), (t - _EST_TAG2) * _RING_ENTRY2,
-                    np.where((t >= _EST_TAG) & (t <= _EST_TAG + 15),
-                             (t - _EST_TAG) * _RING_ENTRY, -1))
+#: what a rebuild reads of an estimator record: the first bytes, alike in every version
+_EST_DTYPE = HEAD_PREFIX
+#: every size a binary estimator record can have (each version, ring lengths 0 to 15)
+_EST_SIZES = frozenset(record_sizes(np.arange(256)).tolist()) - {-1}
 
 
 def _record_dtype(size: int) -> np.dtype[Any] | None:
     """The dtype of a binary page value of ``size`` bytes: the page record, then none or an
-    estimator record (its head, then its ring as opaque bytes); None if no such layout."""
+    estimator record (the first bytes every version shares, then the rest as opaque bytes;
+    which version it is, the caller checks from its first byte); None if no such layout."""
     if size == _PSIZE:
         return PAGE_DTYPE
-    ring = size - _PSIZE - RECORD_HEAD.size
-    if ring < 0 or ((ring % _RING_ENTRY or ring // _RING_ENTRY > 15)
-                    and (ring % _RING_ENTRY2 or ring // _RING_ENTRY2 > 15)):
+    if size - _PSIZE not in _EST_SIZES:
         return None
+    rest = size - _PSIZE - _EST_DTYPE.itemsize
     fields: list[tuple[Any, ...]] = [("page", PAGE_DTYPE), ("est", _EST_DTYPE)]
-    if ring:
-        fields.append(("ring", "V", ring))
+    if rest:
+        fields.append(("rest", "V", rest))
     return np.dtype(fields)
 
 
@@ -273,7 +254,7 @@ def _pages_many(raw: list[bytes], estimators: Sequence[str | bytes | None]) -> t
         imp[rows], prior[rows], last[rows] = p["importance"], p["prior"], p["last_crawl"]
         sig[rows] = p["signals"]
         if size > _PSIZE:
-            ok = _ring_bytes(a["est"]["tag"]) == size - _PSIZE - RECORD_HEAD.size
+            ok = record_sizes(a["est"]["tag"]) == size - _PSIZE
             est_rows.append(rows[ok])
             est_heads.append(a["est"][ok])
     text = np.flatnonzero(other)
@@ -312,10 +293,11 @@ def _estimates_many(
     bheads: list[bytes] = []
     for i, r0 in records:
         r = record_bytes(r0)
-        if _EST_TAG <= r[0] <= _EST_TAG + 15 or _EST_TAG2 <= r[0] <= _EST_TAG2 + 15:
-            if len(r) == RECORD_HEAD.size + int(_ring_bytes(np.array([r[0]]))[0]):
+        size = int(record_sizes(np.array([r[0]]))[0])
+        if size > 0:
+            if len(r) == size:
                 brows.append(i)
-                bheads.append(r[: RECORD_HEAD.size])
+                bheads.append(r[: _EST_DTYPE.itemsize])
             continue
         head = r.decode("utf-8", "replace").partition("|")[0]
         if head.count(",") == _N_EST - 1:

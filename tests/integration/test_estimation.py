@@ -14,7 +14,7 @@ import pytest
 from test_agents_redis import Harness, js
 
 import streams.worker.agents as agents_module
-from models.estimators import CrawlInterval, fit_signal_mle
+from models.estimators import CrawlInterval, SignalState, fit_signal_mle
 from streams.estimates.estimation import (
     GROUP_OF,
     STREAM_RING,
@@ -117,14 +117,26 @@ def test_records_round_trip_and_bad_ones_restart_from_the_prior() -> None:
     record = simulate(est, 1.0 / HOUR, 12)
     back = EstimatorRecord.decode(record)
     assert back.encode() == record
-    # binary: 129 bytes and 14 per interval in the ring (streams/estimates/estimation.py's
-    # docstring: version 2, whole counts)
-    assert record[0] == chr(0xDC00 + 0x90 + STREAM_RING)
-    assert len(back.to_bytes()) == 129 + 14 * STREAM_RING
+    # binary: 113 bytes and 10 per interval in the ring (streams/estimates/estimation.py's
+    # docstring: version 3, whole counts, every ring weight 1)
+    assert record[0] == chr(0xDC00 + 0x80 + STREAM_RING)
+    assert len(back.to_bytes()) == 113 + 10 * STREAM_RING
     assert estimates_of(record) == back.estimates
     assert est.state_of("garbage|###") == est.estimator.init()
     assert estimates_of("garbage") is None
     assert est.state_of(record[:-3]) == est.estimator.init()  # truncated: from the prior
+
+
+def _packed_version_2(rec: EstimatorRecord) -> str:
+    """``rec`` as version 2 was written (unchanged and quad_b apart, a weight per ring
+    entry), packed here field by field from the docstring's layout."""
+    st, e = rec.state, rec.estimates
+    head = struct.pack("<BI5f4f4f4f4f10f", 0x90 + len(st.ring), st.n_intervals,
+                       e.alpha_per_s, e.alpha_se_per_s, *e.kappa, *st.theta, *st.unchanged,
+                       *st.totals, *st.quad_b, *st.quad_a)
+    ring = b"".join(struct.pack("<f3Hf", x[0], *(int(n) for n in x[1:-1]), x[-1])
+                    for x in st.ring)
+    return (head + ring).decode("utf-8", "surrogateescape")
 
 
 def _as_version_1(record: str) -> str:
@@ -136,46 +148,93 @@ def _as_version_1(record: str) -> str:
     return v1.decode("utf-8", "surrogateescape")
 
 
-def test_record_versions_1_and_2() -> None:
-    """Version 2 (ring counts uint16) is written; version 1 (every ring value float32, what
-    was written before) reads as the same state and estimates, on every path, and its next
-    update writes version 2; a count a uint16 cannot hold keeps version 1, exactly."""
+def _model_state(n: int) -> SignalState:
+    """``n`` crawl intervals through the model's own scalar update (its quad_b not zero once
+    a changed interval has left the ring)."""
     est = Estimation()
-    v2 = simulate(est, 1.0 / HOUR, 12, signal_recall=0.7)
+    st = est.estimator.init()
+    rng = random.Random(7)
+    for i in range(n):
+        st = est.estimator.update(st, CrawlInterval(
+            HOUR * (1 + rng.random()), rng.random() < 0.6,
+            (float(i % 2), float(rng.randrange(3)), 0.0), end_s=1e6 + (i + 1) * 2 * HOUR))
+    return st
+
+
+def test_record_versions_3_2_and_1() -> None:
+    """Version 3 (unchanged - quad_b as one sum, no ring weights) is written; versions 2 and
+    1 (what was written before) read as ever, on every path, and their next update writes
+    version 3; a state version 3 cannot hold exactly is written as 2 (a ring weight not 1)
+    or 1 (a count a uint16 cannot hold), exactly."""
+    est = Estimation()
+    st = _model_state(12)
+    assert any(b != 0.0 for b in st.quad_b)  # the sum version 3 merges is not trivial
+    (e,) = est.results([st])
+    v3 = EstimatorRecord(e, st).encode()
+    v2 = _packed_version_2(EstimatorRecord(e, st))
     v1 = _as_version_1(v2)
-    assert len(v1.encode("utf-8", "surrogateescape")) == 129 + 20 * STREAM_RING
-    end = 1_000_000.0 + 12 * HOUR
-    s1, s2 = EstimatorRecord.decode(v1, end).state, EstimatorRecord.decode(v2, end).state
-    assert s1 == s2 and any(entry[2] > 0 for entry in s2.ring)  # signals in the ring
-    assert estimates_of(v1) == estimates_of(v2)
+    sizes = [len(r.encode("utf-8", "surrogateescape")) for r in (v3, v2, v1)]
+    assert sizes == [113 + 10 * STREAM_RING, 129 + 14 * STREAM_RING, 129 + 20 * STREAM_RING]
+    assert v3[0] == chr(0xDC00 + 0x80 + STREAM_RING)
+    end = st.end_s
+    s1, s2, s3 = (EstimatorRecord.decode(r, end).state for r in (v1, v2, v3))
+    assert s1 == s2 and s2.quad_b == pytest.approx(st.quad_b, rel=1e-6)
+    assert s3.quad_b == (0.0,) * 4
+    assert s3.unchanged == pytest.approx([u - b for u, b in zip(st.unchanged, st.quad_b,
+                                                                strict=True)], rel=1e-6)
+    assert s3.ring == s2.ring and any(entry[2] > 0 for entry in s3.ring)
+    # the stored estimates are the same bytes; a full solve of each state agrees to
+    # float32's rounding of the merged sum
+    assert estimates_of(v1) == estimates_of(v2) == estimates_of(v3)
+    f2, f3 = full_estimates(v2), full_estimates(v3)
+    assert f2 is not None and f3 is not None
+    assert f3.alpha_per_s == pytest.approx(f2.alpha_per_s, rel=1e-5)
+    assert f3.kappa == pytest.approx(f2.kappa, rel=1e-5)
+    assert f3.alpha_se_per_s == pytest.approx(f2.alpha_se_per_s, rel=1e-5)
     # whatever the bytes after the first (n_intervals 130: 0x82 0x00, which after a UTF-8
     # lead byte would decode as one character), a record read as text is still binary
-    raw = bytearray(v2.encode("utf-8", "surrogateescape"))
-    raw[1:5] = struct.pack("<I", 130)
-    e130 = estimates_of(raw.decode("utf-8", "surrogateescape"))
-    assert e130 is not None and e130.n_intervals == 130
-    values = [PageState(2.0, None, end, (0, 1, 0, 0, 0)).encode(v) for v in (v1, v2)]
-    many = page_params_many(values, [None, None], Settings())
+    for rec in (v3, v2):
+        raw = bytearray(rec.encode("utf-8", "surrogateescape"))
+        raw[1:5] = struct.pack("<I", 130)
+        e130 = estimates_of(raw.decode("utf-8", "surrogateescape"))
+        assert e130 is not None and e130.n_intervals == 130
+    values = [PageState(2.0, None, end, (0, 1, 0, 0, 0)).encode(v) for v in (v1, v2, v3)]
+    many = page_params_many(values, [None, None, None], Settings())
     assert many is not None and many.estimated.all()
-    assert many.alpha[0] == many.alpha[1] and many.beta[0] == many.beta[1]
+    assert many.alpha[0] == many.alpha[1] == many.alpha[2]
+    assert many.beta[0] == many.beta[1] == many.beta[2]
 
-    def update(rec: str) -> Observation:
+    def update(rec: str) -> Observation:  # a changed interval: the ring's oldest leaves it
         return Observation(rec, HOUR, (0, 2, 1, 0, 0), True, end + HOUR)
 
-    (a,), (b,), (c,) = (est.observe([update(v1)]), est.observe([update(v2)]),
-                        est.observe_states([update(v1)]))
-    assert a == b == c and a[0] == chr(0xDC00 + 0x90 + STREAM_RING)
+    (a,), (b,), (c,), (d,) = (est.observe([update(v1)]), est.observe([update(v2)]),
+                              est.observe_states([update(v1)]), est.observe([update(v3)]))
+    assert a == b == c and a[0] == chr(0xDC00 + 0x80 + STREAM_RING)
+    ea, ed = EstimatorRecord.decode(a), EstimatorRecord.decode(d)
+    assert ed.estimates.alpha_per_s == pytest.approx(ea.estimates.alpha_per_s, rel=1e-5)
+    assert ed.estimates.kappa == pytest.approx(ea.estimates.kappa, rel=1e-5)
+    assert ed.state.unchanged == pytest.approx(ea.state.unchanged, rel=1e-5, abs=1e-3)
+    assert ed.state.quad_a == pytest.approx(ea.state.quad_a, rel=1e-5)
 
     # 70,000 push signals in one interval: version 1, the count exact
-    big = est.observe([Observation(v2, HOUR, (0, 70_000, 0, 0, 0), True, end + HOUR),
-                       Observation(v2, HOUR, (0, 3, 0, 0, 0), True, end + HOUR)])
+    big = est.observe([Observation(v3, HOUR, (0, 70_000, 0, 0, 0), True, end + HOUR),
+                       Observation(v3, HOUR, (0, 3, 0, 0, 0), True, end + HOUR)])
     assert big == est.observe_states(
-        [Observation(v2, HOUR, (0, 70_000, 0, 0, 0), True, end + HOUR),
-         Observation(v2, HOUR, (0, 3, 0, 0, 0), True, end + HOUR)])
-    assert big[0][0] == chr(0xDC00 + 0xB0 + STREAM_RING) and big[1] == a
+        [Observation(v3, HOUR, (0, 70_000, 0, 0, 0), True, end + HOUR),
+         Observation(v3, HOUR, (0, 3, 0, 0, 0), True, end + HOUR)])
+    assert big[0][0] == chr(0xDC00 + 0xB0 + STREAM_RING) and big[1] == d
     state = EstimatorRecord.decode(big[0], end + HOUR).state
     assert state.ring[-1][1:-1] == (0.0, 70_000.0, 0.0)
     assert EstimatorRecord.decode(big[0]).encode() == big[0]
+
+    # with a half-life the ring's weights decay: version 2, every weight kept
+    half = Estimation(half_life_s=100 * HOUR)
+    decayed = simulate(half, 1.0 / HOUR, 12, signal_recall=0.7)
+    assert decayed[0] == chr(0xDC00 + 0x90 + STREAM_RING)
+    back = EstimatorRecord.decode(decayed, 2e6)
+    assert back.encode() == decayed and any(0.0 < x[-1] < 1.0 for x in back.state.ring)
+    nxt = Observation(decayed, HOUR, (0, 1, 0, 0, 0), True, 1e6 + 13 * HOUR)
+    assert half.observe([nxt]) == half.observe_states([nxt])
 
 
 def test_old_text_records_are_still_read() -> None:
@@ -196,7 +255,7 @@ def test_old_text_records_are_still_read() -> None:
     assert after is not None and after.n_intervals == 13
     # binary now; the old record's longer ring is kept (the model evicts one interval per
     # update, never folds several at once: docs/benchmarks.md "Compact binary records")
-    assert new[0] == "\udc95" and len(EstimatorRecord.decode(new).to_bytes()) == 129 + 14 * 5
+    assert new[0] == "\udc85" and len(EstimatorRecord.decode(new).to_bytes()) == 113 + 10 * 5
     # that binary record with its ring of 5, in a chunk with a page of the stream's own ring:
     # its history is kept (not restarted from the prior by the array path), the other page
     # updated as by itself
