@@ -139,7 +139,7 @@ from streams.store.protocol import (
     _host_info,
     _in_flight,
 )
-from streams.store.redis_conn import AsyncRedis, connect
+from streams.store.redis_conn import AsyncRedis, connect, run_commands
 
 __all__ = [
     "N_SEEN",
@@ -298,6 +298,13 @@ async def _execute(pipe: Any, *, raise_on_error: bool = False) -> list[Any]:
     connection: redis-py drops one whose read was cancelled, so no reply is left behind)."""
     async with asyncio.timeout(BATCH_TIMEOUT_S):
         return list(await pipe.execute(raise_on_error=raise_on_error))
+
+
+async def _run(client: AsyncRedis, commands: Sequence[Sequence[Any]]) -> list[Any]:
+    """:func:`streams.store.redis_conn.run_commands` within :data:`BATCH_TIMEOUT_S` (a
+    timeout drops the connection, as :func:`_execute`)."""
+    async with asyncio.timeout(BATCH_TIMEOUT_S):
+        return await run_commands(client, commands)
 
 
 def transient_reply(res: Any) -> bool:
@@ -498,14 +505,15 @@ class Store:
         out: list[Any] = [None] * len(calls)
         todo = list(range(len(calls)))
         for _attempt in range(3):
-            pipe = self.batch.pipeline(transaction=False)
+            commands: list[tuple[Any, ...]] = []
             for i in todo:
                 script, keys, args = calls[i]
-                pipe.execute_command("EVALSHA", script.sha, len(keys), *keys, *args)
+                commands.append(("EVALSHA", script.sha, len(keys), *keys, *args))
                 if shards is not None:
-                    pipe.sadd(self.shard_key(shards[i].partition), shards[i].host)
+                    commands.append(("SADD", self.shard_key(shards[i].partition),
+                                     shards[i].host))
             step = 1 if shards is None else 2
-            results = await _execute(pipe)
+            results = await _run(self.batch, commands)
             bad = next((r for r in results if transient_reply(r)), None)
             if bad is not None:
                 raise StoreUnavailable(repr(bad))
@@ -576,18 +584,17 @@ class Store:
         """One pipeline, one script call per host; not run again (not guarded): a host
         whose script Redis lacked gets NoScriptError (scripts loaded for the next tick),
         and no reply at all raises."""
-        pipe = self.batch.pipeline(transaction=False)
         # KEYS pages, inflight, host, blocked, buckets; ARGV now, default rate, default max in
         # flight, burst, then (url, order id) pairs (streams/store/lua/issue.lua).  Built here in
         # one loop (10^4 hosts a tick at 10^4 orders/s): straight EVALSHA, no SCRIPT EXISTS
         head = (repr(now_s), repr(default_rate), default_mif, repr(burst))
-        sha, p, run = self.issue_script.sha, self.prefix, pipe.execute_command
-        for b in batches:
-            h = b.host
-            run("EVALSHA", sha, 5, f"{p}:{{{h}}}:pages", f"{p}:{{{h}}}:inflight",
-                f"{p}:{{{h}}}:host", f"{p}:{{{h}}}:blocked", f"{p}:{{{h}}}:buckets", *head,
-                *itertools.chain.from_iterable(b.orders))
-        results = await _execute(pipe)
+        sha, p = self.issue_script.sha, self.prefix
+        commands = [
+            ("EVALSHA", sha, 5, f"{p}:{{{b.host}}}:pages", f"{p}:{{{b.host}}}:inflight",
+             f"{p}:{{{b.host}}}:host", f"{p}:{{{b.host}}}:blocked", f"{p}:{{{b.host}}}:buckets",
+             *head, *itertools.chain.from_iterable(b.orders))
+            for b in batches]
+        results = await _run(self.batch, commands)
         if any(isinstance(r, NoScriptError) for r in results):
             await self.load_scripts()
         return [r if isinstance(r, Exception) else _pairs(r) for r in results]

@@ -2,11 +2,12 @@
 
 A Redis Cluster refuses a script whose keys hash to two slots (CROSSSLOT), and redis-py's
 cluster client refuses it before sending.  This test records every EVAL/EVALSHA the store
-sends (through the clients' and pipelines' ``execute_command``, which every call goes
-through), computes each key's slot with ``redis.crc.key_slot`` (the cluster's own CRC16
-rule, hash tags included) and fails if one call spans two slots, on a single Redis node
-(where nothing else would notice) and on a real three-master cluster.  It also fails if a
-script of the store is never called here, so a new script has to be added to it.
+sends (through the clients' and pipelines' ``execute_command`` and the store's
+``run_commands``, which every call goes through), computes each key's slot with
+``redis.crc.key_slot`` (the cluster's own CRC16 rule, hash tags included) and fails if one
+call spans two slots, on a single Redis node (where nothing else would notice) and on a
+real three-master cluster.  It also fails if a script of the store is never called here,
+so a new script has to be added to it.
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ import redis.asyncio.client
 import redis.asyncio.cluster
 from redis.crc import key_slot
 
-from streams.store import ControlOp, HostOp, IssueBatch, OutcomeOp, PageOp, PingBatch
+from streams.store import ControlOp, HostOp, IssueBatch, OutcomeOp, PageOp, PingBatch, redis_store
 from streams.store.redis_store import Store
 
 pytestmark = pytest.mark.integration
@@ -49,6 +50,20 @@ def script_calls(monkeypatch: pytest.MonkeyPatch) -> Iterator[Calls]:
             return __original(self, *args, **kw)
 
         monkeypatch.setattr(cls, "execute_command", recording)
+
+    def record(commands: Any) -> None:
+        for c in commands:
+            if str(c[0]).upper() in ("EVAL", "EVALSHA"):
+                calls.append((str(c[1]), tuple(str(k) for k in c[3 : 3 + int(c[2])])))
+
+    original_run = redis_store.run_commands
+
+    async def run_recorded(client: Any, commands: Any) -> list[Any]:
+        record(commands)
+        return await original_run(client, commands)
+
+    # the store's batches on one node skip the clients' execute_command (run_commands)
+    monkeypatch.setattr(redis_store, "run_commands", run_recorded)
     yield calls
 
 
