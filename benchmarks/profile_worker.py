@@ -10,7 +10,9 @@ py-spy`` first.  Run it beside the bench::
     .venv/bin/python benchmarks/profile_worker.py --phase pings outcomes --out /tmp/prof &
     .venv/bin/python -u benchmarks/bench_e2e.py throughput --pages 100000 --hosts 10000
 
-``--summarise FILE`` prints the table of a raw profile written before.
+It also prints the CPU used over each window by the worker, Redis, Kafka and kcat (from
+``/proc``, in % of one core) and how busy the machine's cores were: whether the worker
+waits or computes.  ``--summarise FILE`` prints the table of a raw profile written before.
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ from __future__ import annotations
 import argparse
 import collections
 import json
+import os
 import re
 import shutil
 import subprocess
@@ -41,6 +44,45 @@ def counted(port: int, prefix: str) -> int:
     with urlopen(f"http://127.0.0.1:{port}/stats/", timeout=5) as r:
         counters = json.load(r).get("counters", {})
     return sum(int(v) for k, v in counters.items() if k.startswith(prefix + "."))
+
+
+def cpu_ticks(pid: int) -> int:
+    """utime + stime of a process, all its threads (clock ticks; 0 if it is gone)."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except OSError:
+        return 0
+    return int(fields[11]) + int(fields[12])
+
+
+def thread_ticks(pid: int) -> dict[str, int]:
+    """utime + stime per thread of a process, by ``<tid> <name>``."""
+    out = {}
+    for task in Path(f"/proc/{pid}/task").glob("*"):
+        try:
+            name = (task / "comm").read_text().strip()
+            out[f"{task.name} {name}"] = cpu_ticks_path(task / "stat")
+        except OSError:
+            continue
+    return out
+
+
+def cpu_ticks_path(stat: Path) -> int:
+    fields = stat.read_text().rsplit(")", 1)[1].split()
+    return int(fields[11]) + int(fields[12])
+
+
+def machine_ticks() -> tuple[int, int]:
+    """(busy, total) clock ticks of every core (``/proc/stat``'s first line)."""
+    v = [int(x) for x in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]]
+    idle = v[3] + v[4]  # idle + iowait
+    return sum(v) - idle, sum(v)
+
+
+def pids_of(pattern: str) -> list[int]:
+    out = subprocess.run(["pgrep", "-f", pattern], capture_output=True, text=True,
+                         check=False).stdout
+    return [int(x) for x in out.split()]
 
 
 def summarise(path: Path, top: int) -> list[tuple[float, str]]:
@@ -69,6 +111,8 @@ def main() -> int:
     ap.add_argument("--out", type=Path, default=Path("/tmp/recrawl-profile"))
     ap.add_argument("--top", type=int, default=40)
     ap.add_argument("--summarise", type=Path)
+    ap.add_argument("--idle", action="store_true",
+                    help="py-spy --idle: samples of waiting threads too (where the loop waits)")
     args = ap.parse_args()
     if args.summarise:
         for share, name in summarise(args.summarise, args.top):
@@ -91,12 +135,32 @@ def main() -> int:
         if n > args.after:
             out = args.out / f"{todo[0]}.txt"
             print(f"profiling {todo[0]} (worker {pid}) -> {out}", flush=True)
+            others = {"redis-server": pids_of("redis-server"), "kafka": pids_of("kafka.Kafka"),
+                      "kcat": pids_of("^kcat")}
+            w0, m0, t0 = cpu_ticks(pid), machine_ticks(), time.monotonic()
+            th0 = thread_ticks(pid)
+            o0 = {k: sum(cpu_ticks(p) for p in v) for k, v in others.items()}
             done = subprocess.run([spy, "record", "--format", "raw", "-r", str(args.rate),
-                                   "-d", str(args.seconds), "--pid", str(pid), "-o", str(out)],
+                                   "-d", str(args.seconds), "--pid", str(pid), "-o", str(out),
+                                   *(["--idle"] if args.idle else [])],
                                   capture_output=True, text=True, check=False)
             if done.returncode or not out.exists():
                 print(f"py-spy failed ({done.returncode}): {done.stderr[-2000:]}", flush=True)
                 return 1
+            # CPU over the window, in % of one core (this machine's cores: 100% each)
+            hz, dt = os.sysconf("SC_CLK_TCK"), time.monotonic() - t0
+            (b1, a1), (b0, a0) = machine_ticks(), m0
+            used = {k: (sum(cpu_ticks(p) for p in v) - o0[k]) / hz / dt
+                    for k, v in others.items()}
+            print(f"CPU over {dt:.1f} s, % of one core: worker "
+                  f"{100 * (cpu_ticks(pid) - w0) / hz / dt:.0f}%, "
+                  + ", ".join(f"{k} {100 * u:.0f}%" for k, u in used.items())
+                  + f"; all cores busy {100 * (b1 - b0) / max(a1 - a0, 1):.0f}% "
+                  f"of {os.cpu_count()}", flush=True)
+            th1 = thread_ticks(pid)
+            busy = sorted(((th1[k] - th0.get(k, 0)) / hz / dt, k) for k in th1)[::-1]
+            print("worker threads, % of one core: " + ", ".join(
+                f"{k} {100 * u:.0f}%" for u, k in busy if u >= 0.01), flush=True)
             for share, name in summarise(out, args.top):
                 print(f"{share:5.1f}% {name}")
             todo.pop(0)

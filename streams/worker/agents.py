@@ -101,6 +101,11 @@ MAX_CAS_ATTEMPTS = 5
 #: Outcomes per vectorised estimator update (``Estimation.observe``, ~70 us a page on this
 #: 2-core machine: a slice holds the event loop for ~35 ms at most).
 OBSERVE_SLICE = 512
+#: A batch's pings or outcomes are handled in at most this many groups of hosts at once, one
+#: group per HOST_GROUP_MIN events at most: while Redis runs one group's scripts the loop
+#: prepares or finishes another's (:func:`by_host_groups`).
+HOST_GROUPS = 4
+HOST_GROUP_MIN = 64
 
 #: Kafka errors that no retry gets past (a record too large, a topic that cannot be written)
 KAFKA_PERMANENT = (MessageSizeTooLargeError, RecordTooLargeError, RecordListTooLargeError,
@@ -325,6 +330,9 @@ class Agents:
 
     async def _pings(self, events: Sequence[faust.types.EventT[Any]]) -> None:
         jobs = await self._checked(events, PingEvent)
+        await all_of([self._pings_of(g) for g in by_host_groups(jobs)])
+
+    async def _pings_of(self, jobs: list[Job]) -> None:
         ctl = self.scheduler.control if self.scheduler is not None else None
         t_delay = ctl.t_delay_s if ctl is not None else self.settings.t_delay_s
 
@@ -377,6 +385,9 @@ class Agents:
 
     async def _outcomes(self, events: Sequence[faust.types.EventT[Any]]) -> None:
         jobs = await self._checked(events, OutcomeEvent)
+        await all_of([self._outcomes_of(g) for g in by_host_groups(jobs)])
+
+    async def _outcomes_of(self, jobs: list[Job]) -> None:
         # A url at most once per chunk: its estimator update reads the previous one's result.
         chunk: list[Job] = []
         urls: set[str] = set()
@@ -534,6 +545,44 @@ class Agents:
             self.metrics.event("control", _s(res))
         if jobs and self.scheduler is not None:
             await self.scheduler.refresh_control()
+
+
+def by_host_groups(jobs: list[Job], groups: int = HOST_GROUPS,
+                   least: int = HOST_GROUP_MIN) -> list[list[Job]]:
+    """``jobs`` split into groups of whole hosts, every group in the batch's order: at most
+    ``groups``, and at most one per ``least`` jobs (one group for a small batch); hosts are
+    dealt to the groups in turn as they first appear.
+
+    Handled at once (:func:`all_of`), one group's Redis scripts run while the event loop
+    builds the next group's or applies the last one's replies, instead of waiting: end to
+    end, the worker's loop sat in ``epoll`` about a third of the pings phase, the time Redis
+    took (docs/benchmarks.md).  What must stay in order does: a page's events, and each
+    host's offsets (the scripts guard them per host and partition), are in one group, in
+    order, and one group's commands go to Redis in one write."""
+    k = min(groups, len(jobs) // max(least, 1))
+    if k <= 1:
+        return [jobs] if jobs else []
+    out: list[list[Job]] = [[] for _ in range(k)]
+    slot: dict[str, int] = {}
+    for j in jobs:
+        host = j.record.host
+        g = slot.get(host)
+        if g is None:
+            g = slot[host] = len(slot) % k
+        out[g].append(j)
+    return [g for g in out if g]
+
+
+async def all_of(calls: Sequence[Awaitable[None]]) -> None:
+    """Run ``calls`` at once; once all have ended, raise the first exception if any (so
+    that no group is left running when the batch's error handling starts)."""
+    if len(calls) == 1:
+        await calls[0]
+        return
+    results = await asyncio.gather(*calls, return_exceptions=True)
+    for r in results:
+        if isinstance(r, BaseException):
+            raise r
 
 
 def _s(x: Any) -> str:
