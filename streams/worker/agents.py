@@ -101,7 +101,7 @@ MAX_CAS_ATTEMPTS = 5
 #: Outcomes per vectorised estimator update (``Estimation.observe``, ~70 us a page on this
 #: 2-core machine: a slice holds the event loop for ~35 ms at most).
 OBSERVE_SLICE = 512
-#: A batch's pings or outcomes are handled in at most this many groups of hosts at once, one
+#: A batch's pages, pings or outcomes are handled in at most this many groups of hosts at once, one
 #: group per HOST_GROUP_MIN events at most: while Redis runs one group's scripts the loop
 #: prepares or finishes another's (:func:`by_host_groups`).
 HOST_GROUPS = 4
@@ -308,6 +308,9 @@ class Agents:
 
     async def _pages(self, events: Sequence[faust.types.EventT[Any]]) -> None:
         jobs = await self._checked(events, PageEvent)
+        await all_of([self._pages_of(g) for g in by_host_groups(jobs)])
+
+    async def _pages_of(self, jobs: list[Job]) -> None:
         ops = [PageOp(j.record.url, j.record.host, j.record.importance,
                       j.record.change_rate_per_s, j.record.deleted, j.topic, j.partition,
                       j.offset) for j in jobs]
