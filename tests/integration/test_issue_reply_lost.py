@@ -14,32 +14,24 @@ from typing import Any
 from test_agents_redis import Harness, js
 
 from streams.scheduler import Scheduler
+from streams.store import redis_store
 
 
 class LosesOneReply:
-    """The real Redis client; the next pipeline armed runs on the server, then its reply is
-    lost (a ``TimeoutError``, as redis-py raises when the server does not answer)."""
+    """The store's batch runner (``run_commands``, what ``Store.issue`` sends through); once
+    armed, the next batch runs on the server, then its reply is lost (a ``TimeoutError``, as
+    when the server does not answer)."""
 
     def __init__(self, real: Any) -> None:
         self.real = real
         self.armed = False
 
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self.real, name)
-
-    def pipeline(self, **kw: Any) -> Any:
-        pipe = self.real.pipeline(**kw)
-        run = pipe.execute
-
-        async def execute(*a: Any, **k: Any) -> Any:
-            res = await run(*a, **k)
-            if self.armed:
-                self.armed = False
-                raise TimeoutError("Timeout reading from socket")
-            return res
-
-        pipe.execute = execute
-        return pipe
+    async def __call__(self, client: Any, commands: Any) -> list[Any]:
+        res: list[Any] = await self.real(client, commands)
+        if self.armed:
+            self.armed = False
+            raise TimeoutError("Timeout reading from socket")
+        return res
 
 
 async def test_an_issue_whose_reply_is_lost_leaves_no_page_in_flight(redis_url: str) -> None:
@@ -52,14 +44,14 @@ async def test_an_issue_whose_reply_is_lost_leaves_no_page_in_flight(redis_url: 
     async def sink(k: bytes, v: bytes) -> None:
         sent.append(json.loads(v)["url"])
 
-    flaky = LosesOneReply(h.store.batch)  # the client of the batches (Store.issue)
+    flaky = LosesOneReply(redis_store.run_commands)
     sch = Scheduler(h.settings, h.store, h.metrics, sink)
     shard = sch.new_shard(0)
     shard.ready, shard.share_per_s = True, 100.0
     sch.shards[0] = shard
     for u in urls:
         await sch.on_page(0, "lost.org", u, await h.store.get_page_raw("lost.org", u))
-    h.store.batch = flaky
+    redis_store.run_commands = flaky  # type: ignore[assignment]
     flaky.armed = True
     try:
         while flaky.armed:
@@ -67,7 +59,7 @@ async def test_an_issue_whose_reply_is_lost_leaves_no_page_in_flight(redis_url: 
                 await sch.tick_all([shard])
             await asyncio.sleep(0.02)
     finally:
-        h.store.batch = flaky.real
+        redis_store.run_commands = flaky.real
     assert sent == []
     inflight = h.store.key("lost.org", "inflight")
     assert await h.store.redis.hlen(inflight) == 0
