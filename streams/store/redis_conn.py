@@ -140,9 +140,10 @@ async def run_commands(client: AsyncRedis, commands: Sequence[Sequence[Any]]) ->
     taken straight from its ``hiredis.Reader``, as they come (no response callbacks: the
     callers send scripts and ``SADD``, whose replies have none).  redis-py's pipeline does
     the same I/O with more Python per command: staging, its HIMPORT preflight, three layers
-    of response parsing (9.5 against 2.9 us of CPU per ``SET`` in a batch of 500 here:
-    docs/benchmarks.md).  An error or a cancellation while the replies are read drops the
-    connection (no reply is left on it for the next user), as redis-py does.  A cluster
+    of response parsing (about 10 against 3.5 us of client CPU per ``SET`` in batches of
+    500: ``benchmarks/bench_run_commands.py``, docs/benchmarks.md).  An error or a
+    cancellation while the replies are read drops the connection (no reply is left on it
+    for the next user), as redis-py does.  A cluster
     client, or a connection without hiredis: a redis-py pipeline (it routes by slot)."""
     if isinstance(client, aioredis.Redis):
         pool = client.connection_pool
