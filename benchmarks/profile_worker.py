@@ -46,30 +46,26 @@ def counted(port: int, prefix: str) -> int:
     return sum(int(v) for k, v in counters.items() if k.startswith(prefix + "."))
 
 
-def cpu_ticks(pid: int) -> int:
-    """utime + stime of a process, all its threads (clock ticks; 0 if it is gone)."""
+def cpu_ticks(stat: Path) -> int:
+    """utime + stime from a ``/proc/.../stat`` file (a process: all its threads; a task:
+    one thread), in clock ticks; 0 if it is gone."""
     try:
-        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        fields = stat.read_text().rsplit(")", 1)[1].split()
     except OSError:
         return 0
     return int(fields[11]) + int(fields[12])
 
 
 def thread_ticks(pid: int) -> dict[str, int]:
-    """utime + stime per thread of a process, by ``<tid> <name>``."""
+    """:func:`cpu_ticks` per thread of a process, by ``<tid> <name>``."""
     out = {}
     for task in Path(f"/proc/{pid}/task").glob("*"):
         try:
             name = (task / "comm").read_text().strip()
-            out[f"{task.name} {name}"] = cpu_ticks_path(task / "stat")
         except OSError:
             continue
+        out[f"{task.name} {name}"] = cpu_ticks(task / "stat")
     return out
-
-
-def cpu_ticks_path(stat: Path) -> int:
-    fields = stat.read_text().rsplit(")", 1)[1].split()
-    return int(fields[11]) + int(fields[12])
 
 
 def machine_ticks() -> tuple[int, int]:
@@ -137,9 +133,9 @@ def main() -> int:
             print(f"profiling {todo[0]} (worker {pid}) -> {out}", flush=True)
             others = {"redis-server": pids_of("redis-server"), "kafka": pids_of("kafka.Kafka"),
                       "kcat": pids_of("^kcat")}
-            w0, m0, t0 = cpu_ticks(pid), machine_ticks(), time.monotonic()
+            w0, m0, t0 = cpu_ticks(Path(f"/proc/{pid}/stat")), machine_ticks(), time.monotonic()
             th0 = thread_ticks(pid)
-            o0 = {k: sum(cpu_ticks(p) for p in v) for k, v in others.items()}
+            o0 = {p: cpu_ticks(Path(f"/proc/{p}/stat")) for v in others.values() for p in v}
             done = subprocess.run([spy, "record", "--format", "raw", "-r", str(args.rate),
                                    "-d", str(args.seconds), "--pid", str(pid), "-o", str(out),
                                    *(["--idle"] if args.idle else [])],
@@ -150,10 +146,11 @@ def main() -> int:
             # CPU over the window, in % of one core (this machine's cores: 100% each)
             hz, dt = os.sysconf("SC_CLK_TCK"), time.monotonic() - t0
             (b1, a1), (b0, a0) = machine_ticks(), m0
-            used = {k: (sum(cpu_ticks(p) for p in v) - o0[k]) / hz / dt
-                    for k, v in others.items()}
+            # only processes there at both ends (a kcat that ended reads 0: not a negative)
+            used = {k: sum(max(0, cpu_ticks(Path(f"/proc/{p}/stat")) - o0[p]) for p in v)
+                    / hz / dt for k, v in others.items()}
             print(f"CPU over {dt:.1f} s, % of one core: worker "
-                  f"{100 * (cpu_ticks(pid) - w0) / hz / dt:.0f}%, "
+                  f"{100 * (cpu_ticks(Path(f'/proc/{pid}/stat')) - w0) / hz / dt:.0f}%, "
                   + ", ".join(f"{k} {100 * u:.0f}%" for k, u in used.items())
                   + f"; all cores busy {100 * (b1 - b0) / max(a1 - a0, 1):.0f}% "
                   f"of {os.cpu_count()}", flush=True)
