@@ -78,8 +78,16 @@ async def main(args: argparse.Namespace) -> None:
             for j, (h, u) in enumerate(urls[i:i + BATCH])]))
     pinged = random.Random(1).sample(urls, n)
 
+    async def redis_cpu() -> tuple[float, int, float]:
+        """Redis's CPU seconds so far (``INFO cpu``), its EVALSHA calls and their seconds."""
+        cpu = await store.redis.info("cpu")
+        ev = (await store.redis.info("commandstats")).get("cmdstat_evalsha", {})
+        return (float(cpu["used_cpu_user"]) + float(cpu["used_cpu_sys"]),
+                int(ev.get("calls", 0)), 1e-6 * float(ev.get("usec", 0)))
+
     async def timed(label: str, batches: list[list[Ev]], handler: Any) -> None:
         prof = cProfile.Profile()
+        r0 = await redis_cpu()
         t0, c0 = time.perf_counter(), time.process_time()
         if args.profile:
             prof.enable()
@@ -88,10 +96,14 @@ async def main(args: argparse.Namespace) -> None:
         if args.profile:
             prof.disable()
         dt, cpu = time.perf_counter() - t0, time.process_time() - c0
+        r1 = await redis_cpu()
+        calls = r1[1] - r0[1]
         # this process's CPU apart from the wall time: Redis runs on the same 2 cores
         print(f"{label}: {n} in {dt:.2f} s = {n / dt:,.0f}/s, "
               f"this process's CPU {1e6 * cpu / n:.1f} us each"
-              + (" (under cProfile)" if args.profile else ""))
+              + (" (under cProfile)" if args.profile else "")
+              + f"; Redis's CPU {1e6 * (r1[0] - r0[0]) / n:.1f} us each, {calls / n:.2f} "
+              f"script calls each of {1e6 * (r1[2] - r0[2]) / max(calls, 1):.1f} us")
         if args.profile:
             pstats.Stats(prof).sort_stats("tottime").print_stats(args.top)
 

@@ -25,7 +25,7 @@ from pydantic import (
     model_validator,
 )
 
-from streams.events.urls import canonical_host, canonical_url, url_host
+from streams.events.urls import canonical_host, canonical_url, host_of_canonical, url_host
 
 __all__ = [
     "MAX_BUDGET_PER_S",
@@ -123,8 +123,9 @@ class _Event(BaseModel):
 
     @functools.cached_property
     def host(self) -> str:
-        """The url's canonical host (parsed once per event: the agents read it often)."""
-        return host_of(self.url)
+        """The url's canonical host (read once per event: the agents read it often), off the
+        url, which validation made canonical."""
+        return host_of_canonical(self.url)
 
 
 def _same_host(host: str) -> str:

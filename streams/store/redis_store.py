@@ -252,9 +252,17 @@ def _layout(values: Sequence[Any]) -> tuple[int, int]:
     return (int(values[0] or 0), int(values[1] or 0))
 
 
+def _pos(name: str) -> str:
+    """Where a page record's field starts, 1-based (a Lua string position)."""
+    fields = PAGE_DTYPE.fields
+    assert fields is not None
+    return str(fields[name][1] + 1)
+
+
 # The scripts live in streams/store/lua/ (each file's header: its KEYS, ARGV and replies); every
 # one starts with lib.lua's helpers; ``__N`` is the number of ping sources, ``__PFMT`` the
-# page record's struct format, ``__PVER`` its version byte.
+# page record's struct format, ``__PVER`` its version byte, ``__LPOS``, ``__CPOS`` and ``__FPOS``
+# where its last crawl, counts and fingerprints start.
 # (Redis's struct takes no repeat counts: "5H" is written "HHHHH")
 _LIB = (_lua("lib.lua").replace("__PFMT", "<Bffd" + "H" * (N_SOURCES + N_SEEN))
         .replace("__SEEN", str(N_SEEN))
@@ -263,8 +271,14 @@ _LIB = (_lua("lib.lua").replace("__PFMT", "<Bffd" + "H" * (N_SOURCES + N_SEEN))
 _APPLY_PAGE = (_LIB + _lua("apply_page.lua").replace("__N", str(N_SOURCES))
                .replace("__SEEN", str(N_SEEN)).replace("__SPLITS", str(BUCKET_SPLITS))
                .replace("__FILL", str(BUCKET_FILL)).replace("__FIRST", str(BUCKET_FIRST)))
-_APPLY_PINGS = _LIB + _lua("apply_pings.lua").replace("__SEEN", str(N_SEEN))
-_APPLY_OUTCOME = _LIB + _lua("apply_outcome.lua").replace("__N", str(N_SOURCES))
+_APPLY_PINGS = (_LIB + _lua("apply_pings.lua").replace("__SEEN", str(N_SEEN))
+                .replace("__LPOS", _pos("last_crawl")).replace("__CPOS", _pos("signals"))
+                .replace("__FPOS", _pos("seen"))
+                .replace("__PVER", str(PAGE_VERSION)).replace("__PSIZE", str(PAGE_STRUCT.size)))
+_APPLY_OUTCOME = (_LIB + _lua("apply_outcome.lua").replace("__N", str(N_SOURCES))
+                  .replace("__LPOS", _pos("last_crawl")).replace("__CPOS", _pos("signals"))
+                  .replace("__FPOS", _pos("seen")).replace("__PVER", str(PAGE_VERSION))
+                  .replace("__PSIZE", str(PAGE_STRUCT.size)))
 _APPLY_HOST = _LIB + _lua("apply_host.lua")
 _APPLY_CONTROL = _LIB + _lua("apply_control.lua")
 _ISSUE = _LIB + _lua("issue.lua")

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import math
 import uuid
+from dataclasses import replace
 
 import numpy as np
 import pytest
@@ -14,6 +15,7 @@ import pytest
 from models.decision.pings import VERDICTS, ping_verdict
 from streams.events.records import SOURCES
 from streams.store import PingBatch
+from streams.store.page_record import ping_fingerprint
 from streams.store.redis_store import N_SEEN, PageState, Store, record_bytes
 
 pytestmark = pytest.mark.integration
@@ -169,6 +171,61 @@ async def test_an_old_text_page_is_read_and_rewritten_binary(redis_url: str) -> 
         assert raw[0] == 0xA1 and len(raw) == 29
         new = PageState(2.5, 1e-4, 1000.25, (2, 0, 2, 0, 0))
         assert await store.get_page(host, url) == PageState.decode(new.encode())  # float32
+    finally:
+        await store.delete_all()
+        await store.close()
+
+
+async def test_a_ping_writes_the_record_the_page_model_gives(redis_url: str) -> None:
+    """The script splices a binary record's fields in place: the stored bytes are what
+    ``PageState.encode`` makes of the page after the ping (its counts, its fingerprints, the
+    estimator record after it kept), for random records: with and without an estimator
+    record (then stored without trailing zero bytes), counts at the uint16 cap, a prior or
+    none, the ping's fingerprint already kept (a duplicate) or its two bytes only across
+    two kept fingerprints (not one)."""
+    rng = np.random.default_rng(23)
+    store = Store.from_url(redis_url, f"ps{uuid.uuid4().hex[:8]}")
+    try:
+        await store.load_scripts()
+        codes: set[str] = set()
+        for i, (last, received, changed, t_delay) in enumerate(_cases(400, seed=29)):
+            host, url = f"s{i}.test", f"http://s{i}.test/p"
+            source = SOURCES[int(rng.integers(0, len(SOURCES)))]
+            fp = ping_fingerprint(f"f{i}")
+            seen = [int(x) for x in rng.integers(0, 1 << 16, N_SEEN)]
+            seen[int(rng.integers(0, N_SEEN))] *= int(rng.random() < 0.7)  # some none
+            pick = i % 3
+            if pick == 0:  # a duplicate
+                seen[int(rng.integers(0, N_SEEN))] = fp
+            elif pick == 1:  # fp's bytes straddle two kept fingerprints: not a duplicate
+                k = int(rng.integers(0, N_SEEN - 1))
+                seen[k] = (fp & 0xFF) << 8 | int(rng.integers(0, 256))
+                seen[k + 1] = (fp >> 8) | int(rng.integers(0, 256)) << 8
+            signals = tuple(int(x) for x in rng.choice([0, 1, 7, 65534, 65535], len(SOURCES)))
+            prior = None if rng.random() < 0.5 else float(rng.uniform(1e-6, 1e-2))
+            page = PageState(float(rng.uniform(0.1, 10)), prior, last, signals, tuple(seen))
+            rest = None if rng.random() < 0.4 else bytes([0x82]) + rng.bytes(132)
+            await store.redis.hset(store.key(host, "pages"), url, page.encode(rest))
+            (res,) = await store.apply_pings([PingBatch(
+                host, "pings", 0, [(1, url, source, changed, received, f"f{i}")])],
+                t_delay_s=t_delay)
+            code = str(res[0][0])
+            codes.add(code)
+            if fp in seen:
+                assert code == "duplicate"
+                want = page.encode(rest)
+            else:
+                v = ping_verdict("live", t_delay, last if last > 0 else -math.inf, received,
+                                 math.nan if changed is None else changed)
+                assert code == VERDICTS[v]
+                counts = list(signals)
+                if code == "applied":
+                    n = SOURCES.index(source)
+                    counts[n] = min(counts[n] + 1, 65535)
+                want = replace(page, signals=tuple(counts),
+                               seen=(fp, *seen[:-1])).encode(rest)
+            assert record_bytes(await store.get_page_raw(host, url) or "") == want, i
+        assert codes == {"duplicate", "applied", "before-crawl", "within-delay"}
     finally:
         await store.delete_all()
         await store.close()

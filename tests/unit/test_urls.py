@@ -8,7 +8,7 @@ from hypothesis import strategies as st
 from pydantic import ValidationError
 
 from streams.events.records import HostEvent, PageEvent, PingEvent, host_of
-from streams.events.urls import canonical_host, canonical_url, in_scope
+from streams.events.urls import canonical_host, canonical_url, host_of_canonical, in_scope
 
 SAME_PAGE = [
     "http://example.com/a",
@@ -82,7 +82,7 @@ def test_canonical_url_is_idempotent_and_keeps_the_host(
     except ValueError:
         return  # refused with a reason (e.g. a malformed percent-escape in the host)
     assert canonical_url(c) == c
-    assert host_of(c) == host_of(url) == canonical_host(host)
+    assert host_of(c) == host_of(url) == canonical_host(host) == host_of_canonical(c)
     assert "#" not in c and "@" not in c.split("/", 3)[2]
     assert c.startswith(("http://", "https://"))
 
@@ -135,6 +135,7 @@ def test_urls_taken_as_canonical_without_parsing_are_what_yarl_makes_of_them(
     fast = simple_canonical(url)
     if fast is not None:
         assert parse_canonical(url) == fast == (url, fast[1])
+        assert host_of_canonical(url) == fast[1]
 
 
 def test_the_fast_path_takes_the_usual_urls_and_declines_the_others() -> None:
