@@ -110,8 +110,13 @@ class Settings(BaseSettings):
     forward_discoveries: bool = False
     #: Decisions kept per page for explain.
     decisions_per_page: int = Field(default=4, ge=0, le=32)
-    #: Batch size of the agents (``stream.take_events``).
-    batch_size: int = Field(default=500, ge=1)
+    #: Batch size of the agents: the most records of one fetch handed to a handler at once
+    #: (Faust's ``broker_max_poll_records``; ``stream.take_events`` without the batch
+    #: consumer).  5000, not 500: the handlers' costs per batch (each group's pipeline,
+    #: estimator and book updates on arrays) spread over more events, 1.2-1.4x the pings
+    #: and outcomes per second end to end (docs/benchmarks.md, "fourth session"); a small
+    #: fetch is handed over as it is, so this only matters with a backlog.
+    batch_size: int = Field(default=5000, ge=1)
     #: How long an agent waits for its batch to fill (``take_events``' ``within``).
     batch_wait_s: float = Field(default=0.02, gt=0.0, le=10.0)
     #: The input topics' records go to the agents' handlers a fetch at a time

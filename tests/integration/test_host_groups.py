@@ -102,6 +102,10 @@ async def test_groups_of_hosts_end_where_one_group_ends(redis_url: str) -> None:
     assert dict(many.metrics.tally) == dict(one.metrics.tally)
     for name in ("pings.applied", "pings.duplicate", "pings.unknown", "outcomes.applied"):
         assert one.metrics.tally[name] > 0, name
+    # every valid ping of the batch (more than one validation slice) got a verdict
+    verdicts = ("applied", "duplicate", "unknown", "dup-offset", "before-crawl", "within-delay")
+    assert len(data["pings"]) > agents_module.VALIDATE_SLICE
+    assert sum(one.metrics.tally[f"pings.{v}"] for v in verdicts) == len(data["pings"]) - 1
     for host, url in URLS:
         a = await one.store.get_page_raw(host, url)
         b = await many.store.get_page_raw(host, url)
