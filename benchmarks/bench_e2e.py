@@ -17,7 +17,11 @@ order time-out ``0.5 * pages / R``); ``--seconds`` s of orders by ``issued_at``,
 from the intervals: ``(n - 1) / (last - first)`` of the window's ``n`` orders.
 ``throughput`` (budget 1e6, hosts at 1 crawl/s via ``recrawl.hosts``, ``t_delay_s`` 0):
 seconds from the first produce until ``/stats`` counts every page (paused), ping, outcome;
-Redis bytes per page; orders/s while every host has pages left (capped at ``hosts``/s); RSS;
+with ``--state crawled`` (the default: the issue's 10^6 *crawled* pages) every page then gets
+two outcomes without an order, the second an observed crawl interval (an estimator update,
+timed), so the pings land on crawled pages, the orders are Greedy-NCIS picks among crawled
+pages and the timed outcomes update estimators (``--state new``: pages never crawled, the
+runs before 2026-11-27); Redis bytes per page after the pages and after the pings; orders/s while every host has pages left (capped at ``hosts``/s); RSS;
 the rebuild after SIGKILL (a new worker, same consumer group). Same-run reference: kcat
 producing then consuming ``--ref-messages`` messages on a plain topic; pipelined Redis SET.
 """
@@ -185,12 +189,32 @@ def ready(partitions: int) -> Check:
         s["ready"] for s in st["shards"].values())
 
 
+def by_result(st: dict[str, Any], topic: str) -> dict[str, int]:
+    """The worker's counters of ``topic``'s events by result (``pings.applied``, ...)."""
+    return {k.split(".", 1)[1]: int(v) for k, v in st.get("counters", {}).items()
+            if k.startswith(f"{topic}.")}
+
+
+def results_between(a: dict[str, int], b: dict[str, int]) -> dict[str, int]:
+    """Events counted between two :func:`by_result` readings, by result (none omitted)."""
+    return {k: b[k] - a.get(k, 0) for k in sorted(b) if b[k] - a.get(k, 0)}
+
+
 def at_least(prefix: str, n: int) -> Check:
     return lambda st: counted(st, prefix) >= n
 
 
 def host_name(i: int) -> str:
     return f"h{i:06d}.bench.test"
+
+
+def outcome_lines(n: int, hosts: int, fetched_at: float, changed: bool | None) -> list[str]:
+    """An outcome of every page of :func:`page_lines` without an order (a fetcher may crawl
+    unasked): ``changed`` None (unknown), or True for one page in two and False else."""
+    def c(i: int) -> str:
+        return "null" if changed is None else ("true" if i % 2 else "false")
+    return [f'{host_name(i % hosts)}\t{{"url":"https://{host_name(i % hosts)}/p/{i:08d}",'
+            f'"fetched_at":{fetched_at!r},"status":200,"changed":{c(i)}}}' for i in range(n)]
 
 
 def page_lines(n: int, hosts: int) -> list[str]:
@@ -329,14 +353,32 @@ def throughput(svc: Services, args: argparse.Namespace) -> dict[str, Any]:
         res["pages_per_s"] = n / res["ingest_s"]
         res["redis_bytes_per_page"] = (used_memory(r) - mem0) / n
         res["rss_after_pages"] = w.memory()
+        if args.state == "crawled":
+            # the issue's set-up: every page crawled twice before the timed phases, so each
+            # has an estimator record (an observed crawl interval, changed for one in two)
+            # and the orders are Greedy-NCIS picks among crawled pages, not never-crawled
+            # ones; the second crawl is timed: outcomes that each update an estimator
+            t0 = time.time()
+            w.feed("outcomes", outcome_lines(n, nh, t0 - 3000, None))
+            before = by_result(w.stats() or {}, "outcomes")
+            res["crawl_s"], _ = w.feed("outcomes", outcome_lines(n, nh, t0 - 1500, True))
+            res["crawl_by_result"] = results_between(before,
+                                                     by_result(w.stats() or {}, "outcomes"))
+            res["crawl_per_s"] = n / res["crawl_s"]
+            gcs.append(full_gc(w))
 
         m, now = min(args.pings, n), time.time()
         pings = [f'{host_name(i % nh)}\t{{"url":"https://{host_name(i % nh)}/p/{i:08d}",'
                  f'"source":"sitemap","received_at":{now!r},"changed_at":{now - 5!r},'
                  f'"id":"b{i}"}}' for i in range(m)]
+        before = by_result(w.stats() or {}, "pings")
         res["pings"], (res["pings_s"], _) = m, w.feed("pings", pings)
+        res["pings_by_result"] = results_between(before, by_result(w.stats() or {}, "pings"))
         gcs.append(full_gc(w))
         res["pings_per_s"] = m / res["pings_s"]
+        # every page's value now: page and estimator records (crawled), signal counts and
+        # ping fingerprints (pinged), over the never-crawled pages' bytes above
+        res["redis_bytes_per_page_now"] = (used_memory(r) - mem0) / n
 
         tap = Tap(svc, w, answer=False)
         span = min(args.seconds, max(1.0, n / nh - args.warmup - 1.0))
@@ -357,11 +399,16 @@ def throughput(svc: Services, args: argparse.Namespace) -> dict[str, Any]:
         oc = [f'{o["host"]}\t{{"url":"{o["url"]}","order_id":"{o["order_id"]}",'
               f'"fetched_at":{now!r},"status":200,"changed":{"true" if i % 2 else "false"}}}'
               for i, o in enumerate(orders[:k])]
+        before = by_result(w.stats() or {}, "outcomes")
         res["outcomes"], (res["outcomes_s"], _) = k, w.feed("outcomes", oc) if k else (0.0, 0.0)
+        # which of them added an observed crawl interval ("applied") and which did not
+        res["outcomes_by_result"] = results_between(before,
+                                                    by_result(w.stats() or {}, "outcomes"))
         gcs.append(full_gc(w))
         # the worker's full garbage collections (pauses of its loop) in each phase
         res["gc_full"] = {phase: [b[0] - a[0], round(b[1] - a[1], 3)] for phase, a, b in zip(
-            ("pages", "pings", "orders", "outcomes"), gcs[:-1], gcs[1:], strict=True)}
+            ("pages", *(("crawls",) if args.state == "crawled" else ()), "pings", "orders",
+             "outcomes"), gcs[:-1], gcs[1:], strict=True)}
         res["outcomes_per_s"] = k / res["outcomes_s"] if k else 0.0
         res["rss_end"] = w.memory()
         res["counters"] = (w.stats() or {}).get("counters", {})
@@ -445,6 +492,11 @@ def services(args: argparse.Namespace) -> Iterator[Services]:
             shutil.rmtree(tmp, ignore_errors=True)
 
 
+def _results(counts: dict[str, int] | None) -> str:
+    """``applied 99,990, stale 10``: a phase's events by the worker's result code."""
+    return ", ".join(f"{k} {v:,}" for k, v in (counts or {}).items()) or "results not read"
+
+
 def show(res: dict[str, Any], args: argparse.Namespace) -> None:
     ref = res["reference"]
     kc, rs = ref["kafka_consume_per_s"], ref["redis_set_per_s"]
@@ -472,16 +524,23 @@ def show(res: dict[str, Any], args: argparse.Namespace) -> None:
             ("ingest (first produce -> all counted)", f"{th['ingest_s']:.2f} s = "
              f"{th['pages_per_s']:,.0f} pages/s (kcat produce {th['pages_produce_s']:.2f} s)",
              f"{th['pages_per_s'] / kc:.4f} x kcat consume"),
-            ("redis bytes per page", f"{th['redis_bytes_per_page']:.0f}", ""),
+            ("redis bytes per page (pages in / after the pings)",
+             f"{th['redis_bytes_per_page']:.0f} / {th.get('redis_bytes_per_page_now', 0):.0f}",
+             ""),
+            *([("crawls: the second, timed (an estimator update each)",
+                f"{th['pages']:,} in {th['crawl_s']:.2f} s = {th['crawl_per_s']:,.0f}/s "
+                f"({_results(th.get('crawl_by_result'))})",
+                f"{th['crawl_per_s'] / kc:.4f} x kcat consume")] if "crawl_s" in th else []),
             ("pings applied", f"{th['pings']:,} in {th['pings_s']:.2f} s = "
-             f"{th['pings_per_s']:,.0f}/s", f"{th['pings_per_s'] / kc:.4f} x kcat consume"),
+             f"{th['pings_per_s']:,.0f}/s ({_results(th.get('pings_by_result'))})",
+             f"{th['pings_per_s'] / kc:.4f} x kcat consume"),
             ("orders (steady, by issued_at)", f"{th['orders_per_s']:,.0f}/s over "
              f"{th['orders_window_s']:g} s (hosts cap: {th['hosts']:,}/s)",
              f"{th['orders_per_s'] / rs:.4f} x redis SET"),
-            ("full GC: count, seconds (pages / pings / orders / outcomes)",
+            (f"full GC: count, seconds ({' / '.join(th['gc_full'])})",
              " / ".join(f"{c}, {t:.2f} s" for c, t in th["gc_full"].values()), ""),
             ("outcomes applied", f"{th['outcomes']:,} in {th['outcomes_s']:.2f} s = "
-             f"{th['outcomes_per_s']:,.0f}/s",
+             f"{th['outcomes_per_s']:,.0f}/s ({_results(th.get('outcomes_by_result'))})",
              f"{th['outcomes_per_s'] / kc:.4f} x kcat consume"),
             ("worker RSS after pages / at end / peak",
              f"{th['rss_after_pages'].get('VmRSS', 0) / mib:.0f} / "
@@ -515,6 +574,9 @@ def main() -> int:
     ap.add_argument("--supply", choices=["outcomes", "timeout"], default="outcomes",
                     help="budget: pages come back by an outcome per order, or by time-out")
     ap.add_argument("--tick", type=float, default=0.05, help="RECRAWL_TICK_S (the default)")
+    ap.add_argument("--state", choices=["crawled", "new"], default="crawled",
+                    help="throughput: every page crawled twice first (estimator records; the "
+                         "issue's set-up), or pages never crawled (runs before 2026-11-27)")
     ap.add_argument("--pings", type=int, default=100_000)
     ap.add_argument("--outcomes", type=int, default=100_000)
     ap.add_argument("--ref-messages", type=int, default=200_000)

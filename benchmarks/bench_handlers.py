@@ -6,7 +6,8 @@ book's update), which bounds the end-to-end rates of ``bench_e2e.py throughput``
         --pages 100000 --hosts 1000 [--profile]
 
 Pages are loaded and crawled once (outcomes without an observed interval), then
-``--pages`` pings of random pages (batches of 500, as the batch consumer delivers them)
+``--pages`` pings of random pages (batches of ``--batch`` records, by default the worker's
+``RECRAWL_BATCH_SIZE`` default: the most the batch consumer hands a handler at once)
 and one outcome per pinged page (an observed interval: the estimator's update) are timed.
 ``--profile``: cProfile of the two timed phases (the top functions by own time).
 """
@@ -31,10 +32,9 @@ from streams.store.redis_store import Store
 from streams.worker.agents import Agents
 from streams.worker.metrics import Metrics
 
-BATCH = 500
-
 
 async def main(args: argparse.Namespace) -> None:
+    batch = args.batch
     await set_listpack_value(args.redis, args.listpack_value)
     prefix = f"bh{uuid.uuid4().hex[:6]}"
     s = Settings(redis_url=args.redis, key_prefix=prefix, budget_per_s=1.0, tick_s=1.0,
@@ -69,13 +69,13 @@ async def main(args: argparse.Namespace) -> None:
         return out
 
     t0 = time.perf_counter()
-    for i in range(0, n, BATCH):
-        await agents.on_pages(events("pages", [(h, {"url": u}) for h, u in urls[i:i + BATCH]]))
+    for i in range(0, n, batch):
+        await agents.on_pages(events("pages", [(h, {"url": u}) for h, u in urls[i:i + batch]]))
     print(f"pages: {n / (time.perf_counter() - t0):,.0f}/s")
-    for i in range(0, n, BATCH):
+    for i in range(0, n, batch):
         await agents.on_outcomes(events("outcomes", [
             (h, {"url": u, "fetched_at": now - 1000 - (i + j) % 500, "changed": None})
-            for j, (h, u) in enumerate(urls[i:i + BATCH])]))
+            for j, (h, u) in enumerate(urls[i:i + batch])]))
     pinged = random.Random(1).sample(urls, n)
 
     async def redis_cpu() -> tuple[float, int, float]:
@@ -109,11 +109,11 @@ async def main(args: argparse.Namespace) -> None:
 
     await timed("pings", [events("pings", [
         (h, {"url": u, "source": "sitemap", "received_at": now - 500, "id": f"p{i + j}"})
-        for j, (h, u) in enumerate(pinged[i:i + BATCH])]) for i in range(0, n, BATCH)],
+        for j, (h, u) in enumerate(pinged[i:i + batch])]) for i in range(0, n, batch)],
         agents.on_pings)
     await timed("outcomes with an observed interval", [events("outcomes", [
         (h, {"url": u, "fetched_at": now - 10, "changed": (i + j) % 3 != 0})
-        for j, (h, u) in enumerate(pinged[i:i + BATCH])]) for i in range(0, n, BATCH)],
+        for j, (h, u) in enumerate(pinged[i:i + batch])]) for i in range(0, n, batch)],
         agents.on_outcomes)
     await store.delete_all()
     await store.close()
@@ -128,4 +128,6 @@ if __name__ == "__main__":
     ap.add_argument("--hosts", type=int, default=1_000)
     ap.add_argument("--profile", action="store_true")
     ap.add_argument("--top", type=int, default=25)
+    ap.add_argument("--batch", type=int, default=Settings.model_fields["batch_size"].default,
+                    help="records per handler call (default: RECRAWL_BATCH_SIZE's default)")
     asyncio.run(main(ap.parse_args()))
