@@ -21,9 +21,10 @@ with ``--state crawled`` (the default: the issue's 10^6 *crawled* pages) every p
 two outcomes without an order, the second an observed crawl interval (an estimator update,
 timed), so the pings land on crawled pages, the orders are Greedy-NCIS picks among crawled
 pages and the timed outcomes update estimators (``--state new``: pages never crawled, the
-runs before 2026-11-27); Redis bytes per page after the pages and after the pings; orders/s while every host has pages left (capped at ``hosts``/s); RSS;
-the rebuild after SIGKILL (a new worker, same consumer group). Same-run reference: kcat
-producing then consuming ``--ref-messages`` messages on a plain topic; pipelined Redis SET.
+runs before 2026-11-27); Redis bytes per page after the pages and after the pings;
+orders/s while every host has pages left (capped at ``hosts``/s); RSS; the rebuild
+after SIGKILL (a new worker, same consumer group). Same-run reference: kcat producing then
+consuming ``--ref-messages`` messages on a plain topic; pipelined Redis SET.
 """
 
 from __future__ import annotations

@@ -89,6 +89,10 @@ def build(kind: str, args: argparse.Namespace) -> ShardBook:
         beta = np.where(est, np.log(np.maximum(gamma, 1e-300) / nu) / alpha, beta)
     mu = 1.0 + rng.integers(0, 5, n).astype(np.float64)
     origin = -rng.uniform(10.0, 86400.0, n)
+    if args.alike:  # every page of a host with its host's parameters (bench_e2e's pages)
+        first = np.arange(n) % H
+        delta, alpha, gamma, beta, mu, origin = (a[first] for a in (
+            delta, alpha, gamma, beta, mu, origin))
     pages = list(range(n))
     hosts = [f"host{i % H}.example" for i in range(n)]
     book.set_pages(pages, hosts, crawled=np.ones(n, dtype=bool), origin=origin, alpha=alpha,
@@ -166,6 +170,9 @@ def main() -> None:
     ap.add_argument("--seconds", type=float, default=10.0, help="wall seconds per index")
     ap.add_argument("--window", type=float, default=5.0, help="HostIndex window_s")
     ap.add_argument("--estimated", action="store_true")
+    ap.add_argument("--alike", action="store_true",
+                    help="every page of a host alike (its host's parameters and last crawl: "
+                         "value ties within each host, as bench_e2e's pages)")
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--only", choices=["host", "legacy"], default=None)
     args = ap.parse_args()

@@ -53,6 +53,8 @@ __all__ = ["HostIndex", "HostIndexStats"]
 
 FloatArray = npt.NDArray[np.float64]
 IntArray = npt.NDArray[np.int64]
+#: a block of a host's order: slots as a list (a few) or an array (more than 16)
+_Block = list[int] | IntArray
 
 _NO_HOST: Hashable = ("__no_host__",)
 # extras beyond this many pages (or half the host's pages) trigger a refresh of the host
@@ -471,7 +473,7 @@ class HostIndex:
         return c is not None and bool(self._parked[c])
 
     # ------------------------------------------------------------------ queries
-    def _first_block(self, c: int, step: int) -> tuple[list[int], int]:
+    def _first_block(self, c: int, step: int) -> tuple[_Block, int]:
         """Host ``c``'s extras and the valid entries among the next ``step`` of its order
         (the leading invalid ones are skipped for good: that tightens its bound).  Plain
         Python: blocks are a few pages, where numpy's per-call cost dominates."""
@@ -486,17 +488,17 @@ class HostIndex:
         sl, j = self._next_block(c, i, step)
         ex = self._extras[c]
         if ex:
-            sl = [s for s in ex if act[s]] + sl
+            sl = [s for s in ex if act[s]] + list(sl)
         return sl, j
 
-    def _next_block(self, c: int, i: int, step: int) -> tuple[list[int], int]:
+    def _next_block(self, c: int, i: int, step: int) -> tuple[_Block, int]:
         order, over = self._order[c], self._order_ver[c]
         assert order is not None and over is not None
         j = min(order.size, i + step)
         ver, act = self._version, self._active
-        if j - i > 16:
+        if j - i > 16:  # an array (the walk concatenates the blocks' slots)
             sl = order[i:j]
-            return sl[(ver[sl] == over[i:j]) & act[sl]].tolist(), j
+            return sl[(ver[sl] == over[i:j]) & act[sl]], j
         out = []
         for t in range(i, j):
             s = int(order[t])
@@ -557,7 +559,7 @@ class HostIndex:
             # blocks in one call (more than needed is harmless: exact values wait in qe)
             want = k - len(out)
             cap = min(256, max(8, 2 * want))
-            blocks: list[tuple[int, list[int], int, int]] = []
+            blocks: list[tuple[int, _Block, int, int]] = []
             while len(blocks) < cap:
                 if check:
                     while src and (src[0][2] != hver[src[0][1]] or parked[src[0][1]]):
@@ -572,6 +574,8 @@ class HostIndex:
                             parked[c] = True
                             hver[c] += 1
                             park(name)
+                        elif check:  # not parked: back in the heap for the next query
+                            touched.append(c)
                         continue
                     if check:
                         touched.append(c)
@@ -589,14 +593,33 @@ class HostIndex:
                     break
             if not blocks:
                 continue
-            flat = [s for b in blocks for s in b[1]]
-            vals = self._values(np.array(flat, dtype=np.int64), now).tolist()
+            flat = np.concatenate([np.asarray(b[1], dtype=np.int64) for b in blocks])
+            vals_np = self._values(flat, now)
+            vals = vals_np.tolist()
             pos = 0
             for c, sl, j, step in blocks:
                 m = len(sl)
-                for s, v in zip(sl, vals[pos:pos + m], strict=True):
-                    if v > 0.0:
-                        heappush(qe, (-v, int(seq[s]), s, c))
+                # only a block's best ``left`` can be picked: the host gives at most
+                # ``left`` more, and any other entry of the block has ``left`` of its own
+                # host before it (a deep walk among pages of equal values pushes a few
+                # entries per block, not every page; with ``eligible`` every one, since
+                # entries before it may be left out)
+                left = m if eligible is not None else rooms[c] - used.get(c, 0)
+                if m > left and m > 16:  # numpy: the block's best ``left``
+                    v = vals_np[pos:pos + m]
+                    bs = flat[pos:pos + m]
+                    for t in np.lexsort((seq[bs], -v))[:left].tolist():
+                        if vals[pos + t] > 0.0:
+                            heappush(qe, (-vals[pos + t], int(seq[bs[t]]), int(bs[t]), c))
+                elif m > left:
+                    cand = sorted((-v, int(seq[s]), s, c) for s, v in zip(
+                        sl, vals[pos:pos + m], strict=True) if v > 0.0)
+                    for e in cand[:left]:
+                        heappush(qe, e)
+                else:
+                    for s, v in zip(sl, vals[pos:pos + m], strict=True):
+                        if v > 0.0:
+                            heappush(qe, (-v, int(seq[s]), s, c))
                 pos += m
                 oub = order_ub[c]
                 assert oub is not None
@@ -616,7 +639,8 @@ class HostIndex:
         """The greedy top ``k`` (value decreasing, ties by rank) under per-host caps
         ``room(host)`` (called at most once per host; no side effects expected), pages
         with a positive value only.  A host found without room is parked (``park(host)``
-        told) when ``park`` is given, and left out until :meth:`unpark`."""
+        told) when ``park`` is given, and left out until :meth:`unpark`; without ``park``
+        it stays a candidate of the next query."""
         if k < 1:
             raise ValueError(f"k must be >= 1, got {k!r}")
         self.stats.queries += 1

@@ -471,6 +471,55 @@ def test_host_index_capped_pick_matches_brute_force(seed: int, window_s: float) 
         assert len(idx) == len(pages)
 
 
+@pytest.mark.parametrize("seed", range(4))
+def test_host_index_capped_pick_among_alike_pages_matches_brute_force(seed: int) -> None:
+    """Hosts of many pages that share a few parameter sets and last crawls (equal values:
+    the tie goes to the page inserted first), so a query walks deep into
+    each host's order in blocks of more than 16 pages, with rooms of 0-4 and pages leaving
+    and coming back: every query equals the brute-force greedy."""
+    from models.decision.hostindex import HostIndex
+
+    rng = np.random.default_rng(300 + seed)
+    H, per_host = 12, 80
+    idx = HostIndex(window_s=float(rng.choice([0.05, 3.0])))
+    pages: dict[int, list[float]] = {}
+    host: dict[int, str] = {}
+    rank: dict[int, int] = {}
+    n_rank = 0
+    for h in range(H):
+        classes = _random_params(rng, int(rng.integers(1, 4)))
+        origins = -rng.uniform(1.0, 30.0, len(classes))
+        for i in range(h * per_host, (h + 1) * per_host):
+            c = int(rng.integers(0, len(classes)))
+            o = float(origins[c])
+            a, b, g, mu = classes[c]
+            host[i] = f"h{h}"
+            idx.upsert(i, origin=o, alpha=a, beta=b, gamma=g, mu=mu, host=host[i])
+            pages[i] = [o, a, b, g, mu]
+            rank[i] = n_rank
+            n_rank += 1
+    out_pages: dict[int, list[float]] = {}
+    now = 0.0
+    for step in range(25):
+        now += float(rng.choice([0.01, 0.5, 4.0]))
+        room = {f"h{h}": int(rng.integers(0, 5)) for h in range(H)}
+        k = int(rng.choice([1, 5, 20, 200]))
+        got = idx.best_capped(now, k, lambda h, room=room: room.get(str(h), 0))
+        want = _capped_brute(pages, host, rank, now, k, room)
+        assert [p for p, _ in got] == [p for p, _ in want], step
+        np.testing.assert_allclose([v for _, v in got], [v for _, v in want], rtol=1e-12)
+        for p, _ in got[: int(rng.integers(0, len(got) + 1))]:  # orders leave
+            idx.remove(p)
+            out_pages[p] = pages.pop(p)[1:]
+        for p in list(out_pages):  # back crawled, inserted again: the tie's rank is new
+            if rng.random() < 0.5:
+                a, b, g, mu = out_pages.pop(p)
+                idx.upsert(p, origin=now, alpha=a, beta=b, gamma=g, mu=mu)
+                pages[p] = [now, a, b, g, mu]
+                rank[p] = n_rank
+                n_rank += 1
+
+
 @pytest.mark.parametrize("seed", range(3))
 def test_host_index_upsert_many_of_pages_there_equals_upsert_one_at_a_time(seed: int) -> None:
     """A batch of events re-keys pages already in the index (the arrays' path of
