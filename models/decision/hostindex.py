@@ -475,8 +475,9 @@ class HostIndex:
     # ------------------------------------------------------------------ queries
     def _first_block(self, c: int, step: int) -> tuple[_Block, int]:
         """Host ``c``'s extras and the valid entries among the next ``step`` of its order
-        (the leading invalid ones are skipped for good: that tightens its bound).  Plain
-        Python: blocks are a few pages, where numpy's per-call cost dominates."""
+        (the leading invalid ones are skipped for good: that tightens its bound).  A
+        list for a block of up to 16 pages (plain Python, where numpy's per-call cost
+        dominates), an array past that (:meth:`_next_block`)."""
         order, over = self._order[c], self._order_ver[c]
         assert order is not None and over is not None
         ver, act = self._version, self._active
