@@ -9,7 +9,11 @@ without room can be *parked* (:meth:`FreshPages.take` with ``park``): it leaves 
 hosts until :meth:`FreshPages.unpark`, so a tick does not look at it again and again (with
 pages loaded host by host, the hosts just used sat at the top of the heap: 600k room
 checks for 7k orders at 1000 orders/s over 3000 hosts).  Removal is lazy: an entry counts
-only while ``self.key[page]`` is that entry.
+only while ``self.key[page]`` is that entry; once the dead entries (pages removed, values
+replaced) outnumber the live ones, every host's heap is compacted (amortised O(1) per
+removal).  Before that bound, a shard whose never-crawled pages were all crawled kept
+every dead entry: ~160 B per page for good, 10^6 pages' worth in the end-to-end bench
+(docs/benchmarks.md, fifth session).
 """
 
 from __future__ import annotations
@@ -20,10 +24,12 @@ from collections.abc import Callable, Hashable, Sequence
 __all__ = ["FreshPages"]
 
 Entry = tuple[float, int, Hashable]
+#: dead entries always tolerated before a compaction of every host's heap
+COMPACT_MIN = 1024
 
 
 class FreshPages:
-    __slots__ = ("by_host", "hosts", "key", "parked", "seq")
+    __slots__ = ("by_host", "dead", "hosts", "key", "parked", "seq")
 
     def __init__(self) -> None:
         self.by_host: dict[Hashable, list[Entry]] = {}
@@ -31,6 +37,8 @@ class FreshPages:
         self.key: dict[Hashable, Entry] = {}
         self.parked: set[Hashable] = set()
         self.seq = 0
+        #: entries in the hosts' heaps that no longer count (at least; module docstring)
+        self.dead = 0
 
     def __len__(self) -> int:
         return len(self.key)
@@ -42,6 +50,8 @@ class FreshPages:
         old = self.key.get(page)
         if old is not None and old[0] == -value:
             return
+        if old is not None:
+            self._died()
         self.seq += 1
         entry = (-value, self.seq, page)
         self.key[page] = entry
@@ -87,6 +97,8 @@ class FreshPages:
                 old = key.get(page)
                 if old is not None and old[0] == -value:
                     continue
+                if old is not None:
+                    self.dead += 1
                 seq += 1
                 entry = (-value, seq, page)
                 key[page] = entry
@@ -108,6 +120,8 @@ class FreshPages:
                 heapq.heappush(self.hosts, (top[0], top[1], host))
             if len(heap) > 2 * 64 and len(heap) > 4 * len(key):
                 self._compact(host)
+        if self.dead > max(COMPACT_MIN, len(key)):
+            self.compact_all()
 
     def _compact(self, host: Hashable) -> None:
         heap = [e for e in self.by_host[host] if self.key.get(e[2]) is e]
@@ -115,7 +129,26 @@ class FreshPages:
         self.by_host[host] = heap
 
     def remove(self, page: Hashable) -> None:
-        self.key.pop(page, None)
+        if self.key.pop(page, None) is not None:
+            self._died()
+
+    def _died(self) -> None:
+        """One more dead entry; every heap compacted once they outnumber the live ones."""
+        self.dead += 1
+        if self.dead > max(COMPACT_MIN, len(self.key)):
+            self.compact_all()
+
+    def compact_all(self) -> None:
+        """Drop every dead entry from the hosts' heaps (hosts left empty go)."""
+        key = self.key
+        for host in list(self.by_host):
+            heap = [e for e in self.by_host[host] if key.get(e[2]) is e]
+            if heap:
+                heapq.heapify(heap)
+                self.by_host[host] = heap
+            else:
+                del self.by_host[host]
+        self.dead = 0
 
     def value(self, page: Hashable) -> float | None:
         e = self.key.get(page)

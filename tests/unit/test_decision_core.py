@@ -195,6 +195,48 @@ def test_fresh_take_is_the_greedy_under_caps() -> None:
     assert len(f) == 300 - len(got)
 
 
+@pytest.mark.parametrize("seed", range(3))
+def test_fresh_pages_removed_leave_no_dead_entries_and_picks_stay_greedy(seed: int) -> None:
+    """Pages leave by ``remove`` (crawled) and get new values; the hosts' heaps keep at most
+    about as many dead entries as live ones (beyond ``COMPACT_MIN``), and ``take`` is still
+    the brute-force greedy under the caps over what is left."""
+    from models.decision.fresh import COMPACT_MIN
+
+    rng = np.random.default_rng(40 + seed)
+    f = FreshPages()
+    pages: dict[int, tuple[str, float]] = {}
+    rank: dict[int, int] = {}
+    n = 6000
+    hosts = [f"h{int(h)}" for h in rng.integers(0, 50, n)]
+    values = rng.integers(1, 30, n).astype(float)  # ties on purpose
+    f.add_many(list(range(n)), hosts, values.tolist())
+    for i in range(n):
+        pages[i], rank[i] = (hosts[i], float(values[i])), i
+    order = n
+    for i in rng.permutation(n)[: n - 300].tolist():  # most are crawled: removed
+        f.remove(i)
+        del pages[i]
+        stored = sum(len(h) for h in f.by_host.values())
+        assert stored - len(f) <= max(COMPACT_MIN, len(f)) + 1, (stored, len(f))
+    for i in list(pages)[:100]:  # new values for some: their old entries die too
+        v = float(rng.integers(1, 30))
+        f.add(i, pages[i][0], v)
+        if v != pages[i][1]:  # the same value again changes nothing (not its rank)
+            pages[i], rank[i] = (pages[i][0], v), order
+            order += 1
+    assert sum(len(h) for h in f.by_host.values()) <= len(f) + COMPACT_MIN + 1
+    room = {f"h{j}": int(rng.integers(0, 3)) for j in range(50)}
+    got = f.take(40, lambda h: room[h])
+    used: dict[str, int] = {}
+    want = []
+    for i in sorted(pages, key=lambda i: (-pages[i][1], rank[i])):
+        h, v = pages[i]
+        if used.get(h, 0) < room[h] and len(want) < 40:
+            used[h] = used.get(h, 0) + 1
+            want.append((i, h, v))
+    assert got == want
+
+
 # -- ping rule ----------------------------------------------------------------------------
 
 
