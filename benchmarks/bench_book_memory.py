@@ -4,7 +4,10 @@ source line; and the worker's decisions ring (``streams.worker.decisions``) at `
 pages of four ~100-character entries, against the layout it replaced (a ``deque`` per
 page).  No Redis, no Kafka.
 
-    .venv/bin/python benchmarks/bench_book_memory.py --pages 200000 --hosts 2000
+    .venv/bin/python benchmarks/bench_book_memory.py --pages 200000 --hosts 2000 [--from-new]
+
+``--from-new``: the pages are set never crawled first, then crawled (what a shard goes
+through when its pages are crawled after they came in).
 """
 
 from __future__ import annotations
@@ -67,6 +70,10 @@ def main() -> None:
     ap.add_argument("--batch", type=int, default=5_000, help="pages per set_pages call")
     ap.add_argument("--top", type=int, default=10)
     ap.add_argument("--ring-pages", type=int, default=100_000)
+    ap.add_argument("--from-new", action="store_true",
+                    help="set every page never crawled first, then crawled (the path of a "
+                         "shard whose pages are crawled after they came in: bench_e2e.py "
+                         "throughput --state crawled)")
     args = ap.parse_args()
     ring_memory(args.ring_pages)
     n_all, h_all = args.pages, args.hosts
@@ -75,15 +82,16 @@ def main() -> None:
     tracemalloc.start()
     book = ShardBook(HostBuckets(1.0, 1.0, 0), key=0, table=PageTable(n_sources=5))
     now = time.time()
-    for k in range(0, n_all, args.batch):
-        n = min(args.batch, n_all - k)
-        ones = np.ones(n)
-        book.set_pages(urls[k:k + n], hosts[k:k + n], crawled=np.ones(n, bool),
-                       origin=now - 100 * ones, alpha=1e-4 * ones, beta=50 * ones,
-                       gamma=1e-4 * ones, mu=ones, max_value=ones, first_seen_s=now,
-                       last_crawl_s=now - 100 * ones, delta=1e-4 * ones,
-                       estimated=np.ones(n, bool), src_beta=np.full((n, 5), 50.0),
-                       floor_due_s=now + 86400 * ones)
+    for crawled in (False, True) if args.from_new else (True,):
+        for k in range(0, n_all, args.batch):
+            n = min(args.batch, n_all - k)
+            ones = np.ones(n)
+            book.set_pages(urls[k:k + n], hosts[k:k + n], crawled=np.full(n, crawled),
+                           origin=now - 100 * ones, alpha=1e-4 * ones, beta=50 * ones,
+                           gamma=1e-4 * ones, mu=ones, max_value=ones, first_seen_s=now,
+                           last_crawl_s=(now - 100 if crawled else 0.0) * ones,
+                           delta=1e-4 * ones, estimated=np.full(n, crawled),
+                           src_beta=np.full((n, 5), 50.0), floor_due_s=now + 86400 * ones)
     gc.collect()
     snap = tracemalloc.take_snapshot()
     stats = snap.statistics("lineno")
