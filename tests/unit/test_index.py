@@ -392,6 +392,23 @@ def _capped_brute(pages: dict[int, list[float]], host: dict[int, str], rank: dic
     return out
 
 
+def _orders_leave_and_come_back(rng: np.random.Generator, idx, got, pages: dict,
+                                out_pages: dict, rank: dict, n_rank: int, now: float) -> int:
+    """Some of a query's picks leave (orders out); about half of the pages out come back
+    crawled at ``now`` (an outcome), inserted again with a new rank.  The next rank."""
+    for p, _ in got[: int(rng.integers(0, len(got) + 1))]:
+        idx.remove(p)
+        out_pages[p] = pages.pop(p)[1:]
+    for p in list(out_pages):
+        if rng.random() < 0.5:
+            a, b, g, mu = out_pages.pop(p)
+            idx.upsert(p, origin=now, alpha=a, beta=b, gamma=g, mu=mu)
+            pages[p] = [now, a, b, g, mu]
+            rank[p] = n_rank
+            n_rank += 1
+    return n_rank
+
+
 @pytest.mark.parametrize("seed", range(6))
 @pytest.mark.parametrize("window_s", [0.05, 3.0])
 def test_host_index_capped_pick_matches_brute_force(seed: int, window_s: float) -> None:
@@ -438,16 +455,8 @@ def test_host_index_capped_pick_matches_brute_force(seed: int, window_s: float) 
         np.testing.assert_allclose([v for _, v in got], [v for _, v in want], rtol=1e-12)
         parked.update(newly)
         assert all(room[h] == 0 for h in newly)
-        for p, _ in got[: int(rng.integers(0, len(got) + 1))]:  # orders leave
-            idx.remove(p)
-            out_pages[p] = pages.pop(p)[1:]
-        for p in list(out_pages):  # outcomes: back with a new origin
-            if rng.random() < 0.5:
-                a, b, g, mu = out_pages.pop(p)
-                idx.upsert(p, origin=now, alpha=a, beta=b, gamma=g, mu=mu)
-                pages[p] = [now, a, b, g, mu]
-                rank[p] = n_rank
-                n_rank += 1
+        n_rank = _orders_leave_and_come_back(rng, idx, got, pages, out_pages, rank, n_rank,
+                                             now)
         for p in rng.choice(list(pages), size=min(len(pages), 8), replace=False).tolist():
             if rng.random() < 0.7:  # a ping: the origin moves back
                 o = pages[p][0] - float(rng.uniform(0, 20))
@@ -508,16 +517,8 @@ def test_host_index_capped_pick_among_alike_pages_matches_brute_force(seed: int)
         want = _capped_brute(pages, host, rank, now, k, room)
         assert [p for p, _ in got] == [p for p, _ in want], step
         np.testing.assert_allclose([v for _, v in got], [v for _, v in want], rtol=1e-12)
-        for p, _ in got[: int(rng.integers(0, len(got) + 1))]:  # orders leave
-            idx.remove(p)
-            out_pages[p] = pages.pop(p)[1:]
-        for p in list(out_pages):  # back crawled, inserted again: the tie's rank is new
-            if rng.random() < 0.5:
-                a, b, g, mu = out_pages.pop(p)
-                idx.upsert(p, origin=now, alpha=a, beta=b, gamma=g, mu=mu)
-                pages[p] = [now, a, b, g, mu]
-                rank[p] = n_rank
-                n_rank += 1
+        n_rank = _orders_leave_and_come_back(rng, idx, got, pages, out_pages, rank, n_rank,
+                                             now)
 
 
 @pytest.mark.parametrize("seed", range(3))
