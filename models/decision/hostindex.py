@@ -117,6 +117,8 @@ class HostIndex:
         self._order: list[IntArray | None] = []  # slots by bound, decreasing
         self._order_ub: list[FloatArray | None] = []
         self._order_ver: list[IntArray | None] = []
+        # where each entry's run of identical pages ends (None: no two alike; below)
+        self._order_run: list[npt.NDArray[np.int32] | None] = []
         self._ptr: list[int] = []  # first entry of _order that may still be valid
         self._extras: list[dict[int, float]] = []  # slot -> bound at T_h
         hcap = 16
@@ -172,6 +174,7 @@ class HostIndex:
             self._order.append(None)
             self._order_ub.append(None)
             self._order_ver.append(None)
+            self._order_run.append(None)
             self._ptr.append(0)
             self._extras.append({})
             self._jitter[c] = (c * 0.6180339887498949) % 1.0  # golden-ratio spread
@@ -393,11 +396,13 @@ class HostIndex:
         allsl, ub, owner = allsl[order], ub[order], owner[order]
         ver = self._version[allsl]
         bounds = np.searchsorted(owner, np.arange(len(codes) + 1))
+        run_end, alike = self._runs(allsl, owner, bounds)
         for j, c in enumerate(codes):
             lo, hi = int(bounds[j]), int(bounds[j + 1])
             self._order[c] = allsl[lo:hi]
             self._order_ub[c] = ub[lo:hi]
             self._order_ver[c] = ver[lo:hi]
+            self._order_run[c] = (run_end[lo:hi] - lo).astype(np.int32) if alike[j] else None
             self._ptr[c] = 0
             self._extras[c] = {}
             Tc = float(T[j])
@@ -406,6 +411,30 @@ class HostIndex:
             self._ub[c] = float(ub[lo]) if hi > lo else -math.inf
             heapq.heappush(self._expiry, (Tc, c))
             self._push(c)
+
+    def _runs(self, allsl: IntArray, owner: IntArray, bounds: IntArray
+              ) -> tuple[IntArray, npt.NDArray[np.bool_]]:
+        """Runs of *identical* pages in the hosts' orders (``allsl`` sorted by owner, bound,
+        rank): adjacent entries of one host with the same origin and parameters have the
+        same value at every time, so within a run the rank decides, and only a run's first
+        ``left`` valid entries can be among its host's next ``left`` picks (the walk skips
+        the rest: pages crawled or imported together, e.g. day-granular last-modified
+        dates, otherwise make it evaluate every page of their host).  Returns, for each
+        entry, the index after its run, and for each host whether any run is longer than
+        one entry."""
+        n = allsl.size
+        same = np.zeros(n, dtype=bool)
+        if n > 1:
+            same[1:] = owner[1:] == owner[:-1]
+            for col in (self._origin, self._alpha, self._beta, self._gamma, self._mu):
+                v = col[allsl]
+                same[1:] &= v[1:] == v[:-1]
+        starts = np.flatnonzero(~same)
+        ends = np.append(starts[1:], n)
+        run_end = np.repeat(ends, np.diff(np.append(starts, n)))
+        runs_per_host = np.diff(np.searchsorted(starts, bounds))
+        alike = runs_per_host < np.diff(bounds)
+        return run_end, alike
 
     def _push(self, c: int) -> None:
         self._hver[c] += 1
@@ -473,7 +502,7 @@ class HostIndex:
         return c is not None and bool(self._parked[c])
 
     # ------------------------------------------------------------------ queries
-    def _first_block(self, c: int, step: int) -> tuple[_Block, int]:
+    def _first_block(self, c: int, step: int, left: int | None) -> tuple[_Block, int]:
         """Host ``c``'s extras and the valid entries among the next ``step`` of its order
         (the leading invalid ones are skipped for good: that tightens its bound).  A
         list for a block of up to 16 pages (plain Python, where numpy's per-call cost
@@ -486,26 +515,58 @@ class HostIndex:
         while i < n and (ver[order[i]] != over[i] or not act[order[i]]):
             i += 1
         self._ptr[c] = i
-        sl, j = self._next_block(c, i, step)
+        sl, j = self._next_block(c, i, step, left)
         ex = self._extras[c]
         if ex:
             sl = [s for s in ex if act[s]] + list(sl)
         return sl, j
 
-    def _next_block(self, c: int, i: int, step: int) -> tuple[_Block, int]:
+    def _next_block(self, c: int, i: int, step: int, left: int | None) -> tuple[_Block, int]:
+        """The valid entries among ``order[i:i + step]`` and the index after the block.
+        ``left``: the host gives at most that many more pages, so of a run of identical
+        pages (:meth:`_runs`) only the first ``left`` valid entries are kept, and a run
+        that reaches them is skipped to its end (None: keep every entry)."""
         order, over = self._order[c], self._order_ver[c]
         assert order is not None and over is not None
-        j = min(order.size, i + step)
+        n = order.size
+        j = min(n, i + step)
         ver, act = self._version, self._active
+        rend = self._order_run[c] if left is not None else None
         if j - i > 16:  # an array (the walk concatenates the blocks' slots)
             sl = order[i:j]
-            return sl[(ver[sl] == over[i:j]) & act[sl]], j
+            ok = (ver[sl] == over[i:j]) & act[sl]
+            if rend is None:
+                return sl[ok], j
+            assert left is not None
+            re = rend[i:j]
+            cs = np.cumsum(ok)
+            start = np.flatnonzero(np.r_[True, re[1:] != re[:-1]])
+            base = (cs - ok)[start]  # valid entries before each run's first in the block
+            rank = cs - np.repeat(base, np.diff(np.append(start, j - i)))
+            if int(re[-1]) > j and int(rank[-1]) >= left:
+                j = int(re[-1])  # the last run had its ``left``: skip the rest of it
+            return sl[ok & (rank <= left)], j
         out = []
-        for t in range(i, j):
+        if rend is None:
+            for t in range(i, j):
+                s = int(order[t])
+                if ver[s] == over[t] and act[s]:
+                    out.append(s)
+            return out, j
+        assert left is not None
+        t, end, got = i, -1, 0
+        while t < j:
+            if t >= end:
+                end, got = int(rend[t]), 0
             s = int(order[t])
             if ver[s] == over[t] and act[s]:
                 out.append(s)
-        return out, j
+                got += 1
+                if got >= left:  # the run had its ``left``: skip the rest of it
+                    t = end
+                    continue
+            t += 1
+        return out, max(t, j)
 
     def _tighten(self, c: int) -> None:
         """The host's bound from its first valid entry and its extras (still bounds)."""
@@ -586,13 +647,14 @@ class HostIndex:
                     # among alike pages, 6-7 blocks of mostly Python work per host of 100;
                     # bench_pick.py --alike 9.3k -> 12.2k picks/s, varied pages 16.9k ->
                     # 17.1-17.8k, this session's runs)
-                    sl, j = self._first_block(c, step)
+                    sl, j = self._first_block(c, step, r if eligible is None else None)
                     blocks.append((c, sl, j, 4 * step))
                 elif qb:
                     _nb, c, i, step = heappop(qb)
                     if used.get(c, 0) >= rooms[c]:
                         continue
-                    sl, j = self._next_block(c, i, step)
+                    sl, j = self._next_block(c, i, step, rooms[c] - used.get(c, 0)
+                                             if eligible is None else None)
                     blocks.append((c, sl, j, 4 * step))
                 else:
                     break

@@ -481,11 +481,15 @@ def test_host_index_capped_pick_matches_brute_force(seed: int, window_s: float) 
 
 
 @pytest.mark.parametrize("seed", range(4))
-def test_host_index_capped_pick_among_alike_pages_matches_brute_force(seed: int) -> None:
-    """Hosts of many pages that share a few parameter sets and last crawls (equal values:
-    the tie goes to the page inserted first), so a query walks deep into
-    each host's order in blocks of more than 16 pages, with rooms of 0-4 and pages leaving
-    and coming back: every query equals the brute-force greedy."""
+@pytest.mark.parametrize("n_classes, max_room", [((1, 4), 4), ((8, 30), 12)])
+def test_host_index_capped_pick_among_alike_pages_matches_brute_force(
+        seed: int, n_classes: tuple[int, int], max_room: int) -> None:
+    """Hosts of many pages that share parameter sets and last crawls (runs of identical
+    pages: the tie goes to the page inserted first, and the walk keeps only a run's first
+    ``room`` entries), so a query walks deep into each host's order in blocks of more
+    than 16 pages (with many sets, blocks holding several runs), with rooms of
+    0-``max_room`` and pages leaving and coming back: every query equals the brute-force
+    greedy."""
     from models.decision.hostindex import HostIndex
 
     rng = np.random.default_rng(300 + seed)
@@ -496,7 +500,7 @@ def test_host_index_capped_pick_among_alike_pages_matches_brute_force(seed: int)
     rank: dict[int, int] = {}
     n_rank = 0
     for h in range(H):
-        classes = _random_params(rng, int(rng.integers(1, 4)))
+        classes = _random_params(rng, int(rng.integers(*n_classes)))
         origins = -rng.uniform(1.0, 30.0, len(classes))
         for i in range(h * per_host, (h + 1) * per_host):
             c = int(rng.integers(0, len(classes)))
@@ -511,7 +515,7 @@ def test_host_index_capped_pick_among_alike_pages_matches_brute_force(seed: int)
     now = 0.0
     for step in range(25):
         now += float(rng.choice([0.01, 0.5, 4.0]))
-        room = {f"h{h}": int(rng.integers(0, 5)) for h in range(H)}
+        room = {f"h{h}": int(rng.integers(0, max_room + 1)) for h in range(H)}
         k = int(rng.choice([1, 5, 20, 200]))
         got = idx.best_capped(now, k, lambda h, room=room: room.get(str(h), 0))
         want = _capped_brute(pages, host, rank, now, k, room)
@@ -519,6 +523,41 @@ def test_host_index_capped_pick_among_alike_pages_matches_brute_force(seed: int)
         np.testing.assert_allclose([v for _, v in got], [v for _, v in want], rtol=1e-12)
         n_rank = _orders_leave_and_come_back(rng, idx, got, pages, out_pages, rank, n_rank,
                                              now)
+
+
+def test_host_index_run_of_alike_pages_across_a_block_end_is_not_skipped() -> None:
+    """Three runs of identical pages on one host, in bound order B, C, A while the exact
+    values at ``now`` are A > B > C (their curves cross inside the window): the walk's
+    second block (an array) holds all of C and only the first 8 of A, fewer than the
+    host's room of 12, so A must not be skipped past the block's end.  The picks are the
+    first 12 of A, as the brute force says."""
+    from models.decision.hostindex import HostIndex
+
+    window = 100.0
+    idx = HostIndex(window_s=window)
+    runs = {"B": (16, 0.01, 1.0), "C": (44, 0.01, 0.5), "A": (30, 1.0, 5.0)}
+    pages: dict[int, list[float]] = {}
+    rank: dict[int, int] = {}
+    for count, a, mu in runs.values():
+        for _ in range(count):
+            p = len(pages)
+            idx.upsert(p, origin=-10.0, alpha=a, beta=1.0, gamma=0.0, mu=mu, host="h")
+            pages[p] = [-10.0, a, 1.0, 0.0, mu]
+            rank[p] = p
+    first = {name: next(p for p in pages if pages[p][1:] == [a, 1.0, 0.0, mu])
+             for name, (_, a, mu) in runs.items()}
+
+    def v(name: str, t: float) -> float:
+        o, a, b, g, mu = pages[first[name]]
+        return float(crawl_value(np.array([t - o]), np.array([a]), np.array([b]),
+                                 np.array([g]), np.array([mu]))[0])
+
+    # the set-up this test is about: bounds (at now + window) B > C > A, values A > B > C
+    assert v("B", window) > v("C", window) > v("A", window)
+    assert v("A", 0.0) > v("B", 0.0) > v("C", 0.0)
+    got = idx.best_capped(0.0, 12, lambda h: 12)
+    want = _capped_brute(pages, dict.fromkeys(pages, "h"), rank, 0.0, 12, {"h": 12})
+    assert [p for p, _ in got] == [p for p, _ in want] == list(range(60, 72))
 
 
 @pytest.mark.parametrize("seed", range(3))
