@@ -423,6 +423,8 @@ class HostIndex:
         entry, the index after its run, and for each host whether any run is longer than
         one entry."""
         n = allsl.size
+        if not n:
+            return np.zeros(0, dtype=np.int64), np.zeros(bounds.size - 1, dtype=bool)
         same = np.zeros(n, dtype=bool)
         if n > 1:
             same[1:] = owner[1:] == owner[:-1]
