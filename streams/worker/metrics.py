@@ -171,9 +171,10 @@ class Metrics:
         self.rejects.labels(topic).inc()
         self.tally[f"{topic}.rejected"] += 1
 
-    def order(self, shard: int, policy: str) -> None:
-        self.orders.labels(str(shard), policy).inc()
-        self.tally[f"orders.{policy}"] += 1
+    def order(self, shard: int, policy: str, n: int = 1) -> None:
+        """``n`` orders of ``shard`` by ``policy`` (a tick's, counted once)."""
+        self.orders.labels(str(shard), policy).inc(n)
+        self.tally[f"orders.{policy}"] += n
 
     def retry(self, where: str) -> None:
         self.retries.labels(where).inc()
