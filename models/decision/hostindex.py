@@ -113,7 +113,12 @@ class HostIndex:
         # hosts (by code)
         self._host_code: dict[Hashable, int] = {}
         self._host_names: list[Hashable] = []
-        self._members: list[list[int]] = []  # slots ever placed on the host (lazy)
+        # slots ever placed on the host (lazy: pages gone are dropped at its refresh), as
+        # int32 arrays (a list of Python ints took ~41 B per page) and a list of the slots
+        # added one by one since its last refresh; hosts given slots since (duplicates?)
+        self._members: list[npt.NDArray[np.int32]] = []
+        self._members_new: list[list[int]] = []
+        self._grown: set[int] = set()
         self._order: list[IntArray | None] = []  # slots by bound, decreasing
         self._order_ub: list[FloatArray | None] = []
         self._order_ver: list[IntArray | None] = []
@@ -170,7 +175,8 @@ class HostIndex:
                 self._grow_hosts()
             self._host_code[key] = c
             self._host_names.append(key)
-            self._members.append([])
+            self._members.append(np.zeros(0, dtype=np.int32))
+            self._members_new.append([])
             self._order.append(None)
             self._order_ub.append(None)
             self._order_ver.append(None)
@@ -219,7 +225,8 @@ class HostIndex:
             self._counter += 1
         if code != old:
             self._host[s] = code
-            self._members[code].append(s)
+            self._members_new[code].append(s)
+            self._grown.add(code)
             if old >= 0:
                 self._mark_dirty(old)
         self._origin[s] = origin
@@ -242,13 +249,15 @@ class HostIndex:
         codes = np.fromiter(map(code.__getitem__, hs), dtype=np.int64, count=n)
         self._host[sl] = codes
         members = self._members
-        # each host's new slots in page order (a stable sort by host), one extend per host
+        # each host's new slots in page order (a stable sort by host), one append per host
         order = np.argsort(codes, kind="stable")
         by_host = codes[order]
         cuts = np.flatnonzero(by_host[1:] != by_host[:-1]) + 1
         for part in np.split(order, cuts):
             if part.size:
-                members[int(codes[part[0]])].extend(sl[part].tolist())
+                c = int(codes[part[0]])
+                members[c] = np.concatenate((members[c], sl[part].astype(np.int32)))
+                self._grown.add(c)
         for c in np.unique(codes).tolist():
             self._mark_dirty(c)
         self._active[sl] = True
@@ -374,20 +383,26 @@ class HostIndex:
             return
         self.stats.refreshes += len(codes)
         parts = []
+        grown = self._grown
         for c in codes:
-            mem = self._members[c]
-            arr = np.asarray(mem, dtype=np.int64)
+            arr = self._members[c]
+            new = self._members_new[c]
+            if new:
+                arr = np.concatenate((arr, np.asarray(new, dtype=np.int32)))
+                new.clear()
             if arr.size:
                 keep = self._host[arr] == c
-                if not keep.all() or (arr.size > 1 and len(set(mem)) != arr.size):
-                    # pages that left the host or were forgotten; slots given twice
+                if c in grown:  # slots given since: one may be there twice (a reused slot)
                     arr = np.unique(arr[keep])
-                    self._members[c] = arr.tolist()
+                    grown.discard(c)
+                elif not keep.all():  # pages that left the host or were forgotten
+                    arr = arr[keep]
+            self._members[c] = arr
             parts.append(arr)
         cs = np.asarray(codes, dtype=np.int64)
         T = now + self.window_s * (1.0 + self._jitter[cs])
         sizes = np.fromiter((a.size for a in parts), dtype=np.int64, count=len(parts))
-        allsl = np.concatenate(parts) if parts else np.zeros(0, dtype=np.int64)
+        allsl = np.concatenate(parts).astype(np.int64)
         owner = np.repeat(np.arange(len(codes)), sizes)
         act = self._active[allsl]
         allsl, owner = allsl[act], owner[act]
@@ -465,7 +480,8 @@ class HostIndex:
                     if u > self._ub[c]:
                         self._ub[c] = u
                         raised.add(c)
-                    if len(ex) > _MAX_EXTRAS and 2 * len(ex) > len(self._members[c]):
+                    if len(ex) > _MAX_EXTRAS and 2 * len(ex) > (
+                            self._members[c].size + len(self._members_new[c])):
                         self._mark_dirty(c)
                 for c in raised:
                     if not self._dirty[c]:

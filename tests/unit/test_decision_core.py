@@ -5,6 +5,7 @@ Pure: no Redis, no Kafka, time passed in."""
 from __future__ import annotations
 
 import math
+import sys
 
 import numpy as np
 import pytest
@@ -218,6 +219,8 @@ def test_fresh_pages_removed_leave_no_dead_entries_and_picks_stay_greedy(seed: i
         del pages[i]
         stored = sum(len(h) for h in f.by_host.values())
         assert stored - len(f) <= max(COMPACT_MIN, len(f)) + 1, (stored, len(f))
+    # the page -> entry dict shrank with its pages (a dict keeps its table as keys leave)
+    assert sys.getsizeof(f.key) < sys.getsizeof(dict.fromkeys(range(n))) / 2
     for i in list(pages)[:100]:  # new values for some: their old entries die too
         v = float(rng.integers(1, 30))
         f.add(i, pages[i][0], v)

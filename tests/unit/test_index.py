@@ -560,6 +560,36 @@ def test_host_index_run_of_alike_pages_across_a_block_end_is_not_skipped() -> No
     assert [p for p, _ in got] == [p for p, _ in want] == list(range(60, 72))
 
 
+@pytest.mark.parametrize("bulk", [False, True])
+def test_host_index_slot_back_on_its_host_is_one_page(bulk: bool) -> None:
+    """A page forgotten, its slot reused by a new page on the same host, and a page moved
+    to another host and back: each is still one candidate (never picked twice), with or
+    without a refresh in between, one by one or in bulk."""
+    from models.decision.hostindex import HostIndex
+
+    idx = HostIndex(window_s=1.0)
+
+    def put(pages: list[str], host: str, origin: float) -> None:
+        if bulk:
+            m = len(pages)
+            idx.upsert_many(pages, [host] * m, [origin] * m, [0.5] * m, [1.0] * m,
+                            [0.0] * m, [1.0] * m)
+        else:
+            for p in pages:
+                idx.upsert(p, origin=origin, alpha=0.5, beta=1.0, gamma=0.0, mu=1.0,
+                           host=host)
+
+    put(["a", "b", "c"], "h", -10.0)
+    assert [p for p, _ in idx.best_capped(0.0, 10, lambda h: 10)] == ["a", "b", "c"]
+    idx.forget("b")
+    put(["d"], "h", -20.0)  # b's slot, again on h
+    put(["c"], "g", -10.0)  # c to another host ...
+    assert sorted(p for p, _ in idx.best_capped(1.0, 10, lambda h: 10)) == ["a", "c", "d"]
+    put(["c"], "h", -30.0)  # ... and back
+    got = [p for p, _ in idx.best_capped(2.0, 10, lambda h: 10)]
+    assert got == ["c", "d", "a"]
+
+
 @pytest.mark.parametrize("seed", range(3))
 def test_host_index_upsert_many_of_pages_there_equals_upsert_one_at_a_time(seed: int) -> None:
     """A batch of events re-keys pages already in the index (the arrays' path of
