@@ -8,6 +8,7 @@ and the HTTP views (:mod:`streams.worker.web`), sharing one Redis store and one 
 from __future__ import annotations
 
 import asyncio
+import gc
 import logging
 from collections.abc import AsyncIterator
 from typing import Any
@@ -142,6 +143,9 @@ def create_app(settings: Settings) -> faust.App:
     from streams.worker.web import register_views
 
     GC_PAUSES.install()
+    if settings.gc_freeze:  # (off: the interpreter's default collector)
+        _g0, g1, g2 = gc.get_threshold()
+        gc.set_threshold(settings.gc_gen0_threshold, g1, g2)
 
     app = faust.App(
         settings.app_id,

@@ -63,3 +63,23 @@ def test_a_long_full_collection_asks_for_a_freeze(monkeypatch: Any) -> None:
     finally:
         gc.unfreeze()
         gc.callbacks.remove(pauses._callback)
+
+
+def test_worker_app_sets_the_collectors_first_threshold_with_gc_freeze_only() -> None:
+    """``create_app`` sets ``gc_gen0_threshold`` as the collector's first threshold when
+    the worker manages the collector (``gc_freeze``), and leaves the interpreter's
+    thresholds alone when it does not."""
+    from streams.settings import Settings
+    from streams.worker.app import create_app
+
+    before = gc.get_threshold()
+    try:
+        gc.set_threshold(700, 10, 10)
+        create_app(Settings(gc_gen0_threshold=12_345))
+        assert gc.get_threshold() == (12_345, 10, 10)
+        gc.set_threshold(700, 10, 10)
+        create_app(Settings(gc_freeze=False, gc_gen0_threshold=555))
+        assert gc.get_threshold() == (700, 10, 10)
+        assert Settings().gc_gen0_threshold == 20_000
+    finally:
+        gc.set_threshold(*before)
