@@ -134,7 +134,7 @@ class OrderIssuing(ShardLoading):
                                          f"{level!r} must be finite (JSON)")
                     accepted.append((shard, url, host, oid, policy, value, crawled, tau))
                     # pydantic-core's serialiser: ~0.7 us an order against ~4.7 us for
-                    # json.dumps(allow_nan=False), a tenth of a 10^4-order tick's time
+                    # json.dumps(allow_nan=False) (7.5% of a py-spy profile of the orders)
                     records.append((key, to_json(order)))
                     continue
                 if code == "no-token":
