@@ -131,7 +131,7 @@ class Settings(BaseSettings):
     #: interpreter's default is 700): container allocations between two collections of the
     #: youngest generation.  At 700, a collection of everything not frozen came every ~100
     #: young ones: ~410 full collections (~11 s) while 10^6 pages were crawled once
-    #: (``gc_full`` of ``bench_e2e.py throughput``); at 20,000, 12 (0.3 s), the RSS the
+    #: (``gc_full`` of ``bench_e2e.py throughput``); at 20,000, 12 (0.3-0.5 s), the RSS the
     #: same (docs/benchmarks.md, sixth session).  The worker's garbage is acyclic but for
     #: a few objects (reference counts free it), so collecting less often holds little.
     gc_gen0_threshold: int = Field(default=20_000, ge=1)

@@ -584,7 +584,7 @@ class HostIndex:
                     t = end
                     continue
             t += 1
-        return out, max(t, j)
+        return out, t  # j, or past it when the last run was skipped to its end
 
     def _tighten(self, c: int) -> None:
         """The host's bound from its first valid entry and its extras (still bounds)."""
