@@ -57,7 +57,9 @@ class _SlotTable(Protocol):
     _free: list[int]
     _slot: dict[Hashable, int]
     _ids: list[Hashable | None]
-    _origin: FloatArray
+
+    @property
+    def _origin(self) -> FloatArray: ...
 
     def _grow(self) -> None: ...
 

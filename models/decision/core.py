@@ -69,6 +69,11 @@ class ShardBook:
         # the floor's due times live by the table's slots (models/decision/floor.py)
         if not self.floor.uses(self.table):
             self.floor.bind(self.table)
+        # the host index keeps its pages by the table's slots, with the table's parameter
+        # columns (models/decision/hostindex.py ``bind``); other indexes keep their own
+        bind = getattr(self.index, "bind", None)
+        if bind is not None and not self.index.uses(self.table):
+            bind(self.table)
 
     def __len__(self) -> int:
         return len(self.table)
@@ -142,9 +147,11 @@ class ShardBook:
         if upsert_many is not None and idx.size:
             sl = slots[idx]
             every = idx.size == len(pages)
+            uses = getattr(self.index, "uses", None)  # a bound index takes the slots
+            more = {"slots": sl} if uses is not None and uses(self.table) else {}
             upsert_many(pages if every else [pages[i] for i in idx.tolist()],
                         hosts if every else [hosts[i] for i in idx.tolist()],
-                        t.origin[sl], t.alpha[sl], t.beta[sl], t.gamma[sl], t.mu[sl])
+                        t.origin[sl], t.alpha[sl], t.beta[sl], t.gamma[sl], t.mu[sl], **more)
         else:
             for i in idx.tolist():
                 j = int(slots[i])
@@ -181,9 +188,9 @@ class ShardBook:
     def remove_page(self, page: Hashable) -> None:
         host = self.table.host_of(page)
         self.floor.discard(page)  # by its slot: before the table frees it
+        self.index.forget(page)  # the same (a bound host index)
         self.table.remove(page)
         self.fresh.remove(page)
-        self.index.forget(page)
         if self.in_flight.pop(page, None) is not None and host is not None:
             self.hosts.add_in_flight(host, -1)
 

@@ -23,7 +23,11 @@ host's own top ``min(room(h), k)`` pages, so the index works host by host:
   own time (a per-host jitter of the window spreads them), so no tick re-evaluates every page.
 
 A tick costs ``O(sum over examined hosts of the pages evaluated + k log H)`` plus the
-refreshes that fall due; per-page state is in numpy arrays.  Ties between exactly equal
+refreshes that fall due; per-page state is in numpy arrays.  In a
+:class:`models.decision.core.ShardBook` the index is bound to the book's page table
+(:meth:`HostIndex.bind`): it keeps its pages by the table's slots and reads the table's
+parameter columns, so a page costs the index ~29 bytes of its own arrays (tie rank,
+version, host code, active flag) and its host's order entries.  Ties between exactly equal
 values go to the page (re)inserted first, as in :class:`models.index.CrawlIndex`.
 
 Pure: no clock, no I/O; time is the ``now`` argument.
@@ -43,6 +47,7 @@ from __future__ import annotations
 import heapq
 import math
 from collections.abc import Callable, Hashable, Iterator, Sequence
+from typing import Protocol
 
 import numpy as np
 import numpy.typing as npt
@@ -59,6 +64,43 @@ _Block = list[int] | IntArray
 _NO_HOST: Hashable = ("__no_host__",)
 # extras beyond this many pages (or half the host's pages) trigger a refresh of the host
 _MAX_EXTRAS = 32
+
+
+class _ParamColumns(Protocol):
+    """A page's crawl-value parameters by slot."""
+
+    origin: FloatArray
+    alpha: FloatArray
+    beta: FloatArray
+    gamma: FloatArray
+    mu: FloatArray
+
+
+class _BoundTable(_ParamColumns, Protocol):
+    """What :meth:`HostIndex.bind` shares of a page table: the columns, slots and ids."""
+
+    slot: dict[Hashable, int]
+    ids: list[Hashable | None]
+
+
+class _Columns:
+    """A host index's own parameter columns (an index not bound to a page table)."""
+
+    __slots__ = ("alpha", "beta", "gamma", "mu", "origin")
+
+    def __init__(self, cap: int) -> None:
+        self.origin = np.zeros(cap)
+        self.alpha = np.zeros(cap)
+        self.beta = np.zeros(cap)
+        self.gamma = np.zeros(cap)
+        self.mu = np.zeros(cap)
+
+    def grow(self, n: int) -> None:
+        for name in self.__slots__:
+            old = getattr(self, name)
+            new = np.zeros(n)
+            new[: old.size] = old
+            setattr(self, name, new)
 
 
 class HostIndexStats:
@@ -96,11 +138,9 @@ class HostIndex:
         self._terms = terms
         self.stats = HostIndexStats()
         cap = 64
-        self._origin = np.zeros(cap)
-        self._alpha = np.zeros(cap)
-        self._beta = np.zeros(cap)
-        self._gamma = np.zeros(cap)
-        self._mu = np.zeros(cap)
+        # the pages' parameters: the index's own, or its page table's once bound (:meth:`bind`)
+        self._cols: _ParamColumns = _Columns(cap)
+        self._table: _BoundTable | None = None
         self._seq = np.zeros(cap, dtype=np.int64)
         self._version = np.zeros(cap, dtype=np.int64)
         self._host = np.full(cap, -1, dtype=np.int64)
@@ -140,13 +180,60 @@ class HostIndex:
         self._threshold = math.nan
 
     # ------------------------------------------------------------------ storage
+    # the parameter columns, read through these (a bound table replaces its arrays as it grows)
+    @property
+    def _origin(self) -> FloatArray:
+        return self._cols.origin
+
+    @property
+    def _alpha(self) -> FloatArray:
+        return self._cols.alpha
+
+    @property
+    def _beta(self) -> FloatArray:
+        return self._cols.beta
+
+    @property
+    def _gamma(self) -> FloatArray:
+        return self._cols.gamma
+
+    @property
+    def _mu(self) -> FloatArray:
+        return self._cols.mu
+
+    def bind(self, table: _BoundTable) -> None:
+        """Keep the pages by ``table``'s slots (a :class:`models.decision.table.PageTable`,
+        as :class:`models.decision.core.ShardBook` does): its page -> slot dictionary, page
+        ids and parameter columns are the index's, instead of copies of them (~120 B per
+        page at 10^6 pages: a dictionary entry and its slot's integer, the id's reference,
+        five float64).  The table adds and frees the slots: a page must be in it before
+        :meth:`upsert`, and :meth:`forget` must come before the table frees its slot.  The
+        table's columns must hold the parameters given to the index whenever it is queried
+        (the book writes both)."""
+        if self._ids or self._slot:
+            raise ValueError("bind an empty host index")
+        self._table = table
+        self._cols = table
+        self._slot = table.slot
+        self._ids = table.ids
+        self._fit()
+
+    def uses(self, table: object) -> bool:
+        return self._table is table
+
+    def _fit(self) -> None:
+        """The index's own per-slot arrays as long as its bound table's (which grows alone)."""
+        n = self._cols.origin.size
+        if self._active.size < n:
+            self._grow_own(n)
+
     def _grow(self) -> None:
         n = self._origin.size * 2
-        for name in ("_origin", "_alpha", "_beta", "_gamma", "_mu"):
-            old = getattr(self, name)
-            new = np.zeros(n)
-            new[: old.size] = old
-            setattr(self, name, new)
+        if isinstance(self._cols, _Columns):
+            self._cols.grow(n)
+        self._grow_own(n)
+
+    def _grow_own(self, n: int) -> None:
         for name, fill in (("_seq", 0), ("_version", 0), ("_host", -1)):
             old = getattr(self, name)
             new_i = np.full(n, fill, dtype=np.int64)
@@ -192,11 +279,19 @@ class HostIndex:
         return self._n_active
 
     def __contains__(self, page_id: object) -> bool:
-        s = self._slot.get(page_id)
-        return s is not None and bool(self._active[s])
+        s = self._slot.get(page_id)  # a bound table's slot may be past the arrays: not here
+        return s is not None and s < self._active.size and bool(self._active[s])
 
     def __iter__(self) -> Iterator[Hashable]:
-        return iter([p for p, s in self._slot.items() if self._active[s]])
+        n, act = self._active.size, self._active
+        return iter([p for p, s in self._slot.items() if s < n and act[s]])
+
+    def _slot_of(self, page_id: Hashable) -> int:
+        """The page's slot; a bound table's page the index has never seen: KeyError."""
+        s = self._slot[page_id]
+        if s >= self._active.size:
+            raise KeyError(page_id)
+        return s
 
     # ------------------------------------------------------------------ updates
     @staticmethod
@@ -214,8 +309,12 @@ class HostIndex:
         self._check(origin, alpha, beta, gamma, mu)
         s = self._slot.get(page_id)
         if s is None:
+            if self._table is not None:
+                raise KeyError(f"page {page_id!r} is not in the bound page table")
             s = new_slot(self, page_id)
             self._host[s] = -1
+        elif s >= self._active.size:
+            self._fit()
         old = int(self._host[s])
         code = self._code(host) if host is not None else (old if old >= 0 else self._code(None))
         if not self._active[s]:
@@ -236,12 +335,27 @@ class HostIndex:
 
     def upsert_many(self, page_ids: Sequence[Hashable], hosts: Sequence[Hashable] | None,
                     origin: npt.ArrayLike, alpha: npt.ArrayLike, beta: npt.ArrayLike,
-                    gamma: npt.ArrayLike, mu: npt.ArrayLike) -> None:
-        """:meth:`upsert` of many pages in order (a shard's rebuild, or a batch of events)."""
+                    gamma: npt.ArrayLike, mu: npt.ArrayLike, *,
+                    slots: npt.ArrayLike | None = None) -> None:
+        """:meth:`upsert` of many pages in order (a shard's rebuild, or a batch of events).
+        ``slots``: a bound index's pages' slots in its table, when the caller has them
+        (:meth:`models.decision.core.ShardBook.set_pages`: not looked up again)."""
         o, cols, n = checked_columns(page_ids, hosts, origin, alpha, beta, gamma, mu)
-        if n and self._rekey_many(page_ids, hosts, o, cols):
+        known: IntArray | None = None
+        if self._table is not None:
+            self._fit()
+            known = self._table_slots(page_ids) if slots is None else np.asarray(
+                slots, dtype=np.int64).ravel()
+            if known.size != n:
+                raise ValueError("page_ids and slots differ in length")
+        elif slots is not None:
+            raise ValueError("slots are a bound index's (bind)")
+        if n and self._rekey_many(page_ids, hosts, o, cols, known):
             return
-        sl = new_slots(self, page_ids, hosts, o, cols)
+        if known is None:
+            sl = new_slots(self, page_ids, hosts, o, cols)
+        else:
+            sl = self._unplaced_slots(page_ids, hosts, o, cols, known)
         if sl is None:
             return
         hs = hosts if hosts is not None else [None] * n
@@ -258,8 +372,7 @@ class HostIndex:
                 c = int(codes[part[0]])
                 members[c] = np.concatenate((members[c], sl[part].astype(np.int32)))
                 self._grown.add(c)
-        for c in np.unique(codes).tolist():
-            self._mark_dirty(c)
+                self._mark_dirty(c)
         self._active[sl] = True
         self._n_active += n
         self._seq[sl] = self._counter + np.arange(n, dtype=np.int64)
@@ -268,15 +381,44 @@ class HostIndex:
         self._alpha[sl], self._beta[sl], self._gamma[sl], self._mu[sl] = cols
         self._version[sl] += 1
 
-    def _rekey_many(self, page_ids: Sequence[Hashable], hosts: Sequence[Hashable] | None,
-                    o: npt.NDArray[np.float64], cols: list[npt.NDArray[np.float64]]) -> bool:
-        """:meth:`upsert_many` of distinct pages that are all in the index, active, on the
-        same host as given (a batch of pings or outcomes): what :meth:`upsert` does to each
-        (new parameters, version, re-keyed at the next query), on arrays.  False, with
-        nothing changed, when any page is not such a page."""
+    def _table_slots(self, page_ids: Sequence[Hashable]) -> IntArray:
+        """A bound index's pages' slots in its table; KeyError if one is not there."""
         get = self._slot.get
         sl = np.fromiter((-1 if (s := get(p)) is None else s for p in page_ids),
                          dtype=np.int64, count=len(page_ids))
+        if (sl < 0).any():
+            raise KeyError("pages not in the bound page table")
+        return sl
+
+    def _unplaced_slots(self, page_ids: Sequence[Hashable], hosts: Sequence[Hashable] | None,
+                        o: FloatArray, cols: list[FloatArray], sl: IntArray
+                        ) -> IntArray | None:
+        """:func:`models._index_store.new_slots` of a bound index: the pages' table slots
+        ``sl`` when the index has none of them placed (never upserted, or forgotten: a
+        rebuild) and each is given once, for the bulk path; otherwise one :meth:`upsert`
+        each, in order, and None."""
+        if (self._host[sl] == -1).all():
+            seen = np.zeros(self._active.size, dtype=bool)  # each once? (np.unique: 7x slower)
+            seen[sl] = True
+            if int(np.count_nonzero(seen)) == sl.size:
+                return sl
+        for i, p in enumerate(page_ids):
+            self.upsert(p, origin=float(o[i]), alpha=float(cols[0][i]),
+                        beta=float(cols[1][i]), gamma=float(cols[2][i]),
+                        mu=float(cols[3][i]), host=None if hosts is None else hosts[i])
+        return None
+
+    def _rekey_many(self, page_ids: Sequence[Hashable], hosts: Sequence[Hashable] | None,
+                    o: npt.NDArray[np.float64], cols: list[npt.NDArray[np.float64]],
+                    sl: IntArray | None = None) -> bool:
+        """:meth:`upsert_many` of distinct pages that are all in the index, active, on the
+        same host as given (a batch of pings or outcomes): what :meth:`upsert` does to each
+        (new parameters, version, re-keyed at the next query), on arrays.  False, with
+        nothing changed, when any page is not such a page.  ``sl``: their slots, if known."""
+        if sl is None:
+            get = self._slot.get
+            sl = np.fromiter((-1 if (s := get(p)) is None else s for p in page_ids),
+                             dtype=np.int64, count=len(page_ids))
         if (sl < 0).any() or not self._active[sl].all() or np.unique(sl).size != sl.size:
             return False
         if hosts is not None:
@@ -295,7 +437,7 @@ class HostIndex:
         """Re-key an active page whose parameters are unchanged (a crawl or a ping)."""
         if math.isnan(origin) or origin == math.inf:
             raise ValueError(f"origin must be a number or -inf, got {origin!r}")
-        s = self._slot[page_id]
+        s = self._slot_of(page_id)
         if not self._active[s]:
             raise KeyError(page_id)
         self._origin[s] = origin
@@ -305,7 +447,7 @@ class HostIndex:
     def remove(self, page_id: Hashable) -> None:
         """Take a page out (an order in flight, or gone).  Its slot is kept for its
         return; the host's bound stays valid (an overestimate)."""
-        s = self._slot[page_id]
+        s = self._slot_of(page_id)
         if not self._active[s]:
             raise KeyError(page_id)
         self._active[s] = False
@@ -314,10 +456,16 @@ class HostIndex:
         self._pending.discard(s)
 
     def forget(self, page_id: Hashable) -> None:
-        """Remove a page for good (its slot is reused); unknown pages are ignored."""
-        s = self._slot.pop(page_id, None)
-        if s is None:
-            return
+        """Remove a page for good (its slot is reused); unknown pages are ignored.  A
+        bound index leaves the slot to its table (:meth:`bind`: call this first)."""
+        if self._table is not None:
+            s = self._slot.get(page_id)
+            if s is None or s >= self._active.size:
+                return
+        else:
+            s = self._slot.pop(page_id, None)
+            if s is None:
+                return
         if self._active[s]:
             self._active[s] = False
             self._n_active -= 1
@@ -325,8 +473,9 @@ class HostIndex:
         self._pending.discard(s)
         code = int(self._host[s])
         self._host[s] = -1
-        self._ids[s] = None
-        self._free.append(s)
+        if self._table is None:
+            self._ids[s] = None
+            self._free.append(s)
         if code >= 0:
             self._mark_dirty(code)
 
@@ -358,14 +507,14 @@ class HostIndex:
 
     def value(self, page_id: Hashable, now: float) -> float:
         """Exact crawl value of one page at ``now``."""
-        return float(self._values(np.array([self._slot[page_id]], dtype=np.int64), now)[0])
+        return float(self._values(np.array([self._slot_of(page_id)], dtype=np.int64), now)[0])
 
     def values(self, page_ids: Sequence[Hashable], now: float) -> FloatArray:
-        slots = np.fromiter((self._slot[p] for p in page_ids), dtype=np.int64)
+        slots = np.fromiter((self._slot_of(p) for p in page_ids), dtype=np.int64)
         return self._values(slots, now)
 
     def origin(self, page_id: Hashable) -> float:
-        return float(self._origin[self._slot[page_id]])
+        return float(self._origin[self._slot_of(page_id)])
 
     def threshold(self) -> float:
         """The lowest value the last query returned (``nan`` before one): every page it

@@ -277,27 +277,41 @@ def test_pooled_beta_is_sec3_on_the_merged_source() -> None:
 # -- the merged pick ----------------------------------------------------------------------
 
 
-def _world(rng: np.random.Generator, n_books: int, pages: int, hosts: int, burst: float
+def _random_page(rng: np.random.Generator, b: int, hosts: int, origin_s: float = 0.0
+                 ) -> dict[str, float]:
+    """A page of book ``b`` (its host under ``"host"``), crawled in 7 of 10."""
+    host = f"{b}-h{int(rng.integers(0, hosts))}"
+    crawled = bool(rng.random() < 0.7)
+    delta = float(rng.uniform(0.01, 1.0))
+    lam = float(rng.uniform(0, 0.9))
+    nu = float(rng.uniform(0.01, 0.5))
+    alpha, gamma = (1 - lam) * delta, lam * delta + nu
+    beta = math.log(gamma / nu) / alpha
+    mu = float(rng.uniform(0.1, 2.0))
+    origin = origin_s + float(rng.uniform(-50, 0)) if crawled else 0.0
+    return {"alpha": alpha, "beta": beta, "gamma": gamma, "mu": mu, "origin": origin,
+            "max_value": mu / delta, "crawled": float(crawled), "host": host}  # type: ignore[dict-item]
+
+
+def _world(rng: np.random.Generator, n_books: int, pages: int, hosts: int, burst: float,
+           window_s: float | None = None
            ) -> tuple[list[ShardBook], dict[tuple[int, int], dict[str, float]]]:
+    """Books of random pages; ``window_s``: each book's host index made with that window
+    (bound to the book's table, as the service's)."""
+    from models.decision.hostindex import HostIndex
+
     books = []
     truth: dict[tuple[int, int], dict[str, float]] = {}
     for b in range(n_books):
         book = ShardBook(HostBuckets(default_rate_per_s=1.0, burst=burst), key=b)
+        if window_s is not None:
+            book = ShardBook(book.hosts, key=b, index=HostIndex(window_s=window_s))
         for i in range(pages):
-            host = f"{b}-h{int(rng.integers(0, hosts))}"
-            crawled = bool(rng.random() < 0.7)
-            delta = float(rng.uniform(0.01, 1.0))
-            lam = float(rng.uniform(0, 0.9))
-            nu = float(rng.uniform(0.01, 0.5))
-            alpha, gamma = (1 - lam) * delta, lam * delta + nu
-            beta = math.log(gamma / nu) / alpha
-            mu = float(rng.uniform(0.1, 2.0))
-            origin = float(rng.uniform(-50, 0)) if crawled else 0.0
-            p = dict(alpha=alpha, beta=beta, gamma=gamma, mu=mu, origin=origin,
-                     max_value=mu / delta, crawled=float(crawled))
-            book.set_page(i, host, crawled=crawled, origin=origin, alpha=alpha, beta=beta,
-                          gamma=gamma, mu=mu, max_value=mu / delta)
-            truth[(b, i)] = {**p, "host": host}  # type: ignore[dict-item]
+            p = _random_page(rng, b, hosts)
+            book.set_page(i, p["host"], crawled=bool(p["crawled"]), origin=p["origin"],
+                          alpha=p["alpha"], beta=p["beta"], gamma=p["gamma"], mu=p["mu"],
+                          max_value=p["max_value"])
+            truth[(b, i)] = p
         books.append(book)
     return books, truth
 
@@ -570,15 +584,15 @@ def test_ticks_equal_brute_force_with_parking_pings_and_outcomes(
     """Ticks over two books with hosts limited to ``rate`` crawls/s (burst 1-2): hosts run
     out of tokens and are parked, come back at their refill; orders go in flight and come
     back crawled (a new origin), pings move origins back, floor pages fall due, never-crawled
-    pages wait: every tick equals the brute force (the host index's bounds expire within the
-    run: window 0.5 s)."""
-    from models.decision.hostindex import HostIndex
-
+    pages wait, pages are deleted and new ones added (one by one and in bulk: the host
+    index, bound to the book's table, gets the freed slots back): every tick equals the
+    brute force (the host index's bounds expire within the run: window 0.5 s)."""
     rng = np.random.default_rng(seed)
-    books, truth = _world(rng, n_books=2, pages=150, hosts=hosts, burst=1.0)
+    books, truth = _world(rng, n_books=2, pages=150, hosts=hosts, burst=1.0, window_s=0.5)
+    next_id = 150
     for b, book in enumerate(books):
+        assert book.index.uses(book.table)
         book.hosts = HostBuckets(default_rate_per_s=rate, burst=float(1 + b))
-        book.index = HostIndex(window_s=0.5)
         for (bb, i), p in truth.items():
             if bb != b:
                 continue
@@ -611,14 +625,53 @@ def test_ticks_equal_brute_force_with_parking_pings_and_outcomes(
                               max_value=p["max_value"], floor_due_s=p["due"])
         for _ in range(10):  # pings of crawled pages not in flight: the origin moves back
             b = int(rng.integers(0, 2))
-            i = int(rng.integers(0, 150))
-            p = truth[(b, i)]
-            if p["crawled"] and i not in books[b].in_flight:
+            i = int(rng.integers(0, next_id))
+            p = truth.get((b, i))  # type: ignore[assignment]
+            if p is not None and p["crawled"] and i not in books[b].in_flight:
                 p["origin"] -= float(rng.uniform(0, 30))
                 books[b].set_page(i, p["host"], crawled=True, origin=p["origin"],
                                   alpha=p["alpha"], beta=p["beta"], gamma=p["gamma"],
                                   mu=p["mu"], max_value=p["max_value"],
                                   floor_due_s=None if p["due"] == math.inf else p["due"])
+        for _ in range(4):  # pages deleted (some in flight): their slots are freed
+            b = int(rng.integers(0, 2))
+            mine = [i for bb, i in truth if bb == b]
+            i = mine[int(rng.integers(0, len(mine)))]
+            books[b].remove_page(i)
+            del truth[(b, i)]
+            flights = [f for f in flights if f != (b, i)]
+        b = int(rng.integers(0, 2))
+        new = [_random_page(rng, b, hosts, now) for _ in range(int(rng.integers(1, 5)))]
+        for p in new:
+            p["due"] = math.inf
+        ids = list(range(next_id, next_id + len(new)))
+        next_id += len(new)
+        if step % 2:  # one by one
+            for i, p in zip(ids, new, strict=True):
+                books[b].set_page(i, p["host"], crawled=bool(p["crawled"]), origin=p["origin"],
+                                  alpha=p["alpha"], beta=p["beta"], gamma=p["gamma"],
+                                  mu=p["mu"], max_value=p["max_value"])
+        else:  # in bulk, as a batch of the agents, with pages the book has (pinged)
+            old = [i for bb, i in truth if bb == b and i not in books[b].in_flight][:3]
+            for i in old:
+                truth[(b, i)]["origin"] -= float(rng.uniform(0, 30))
+            batch = [truth[(b, i)] for i in old] + new
+
+            def col(name: str) -> list[float]:
+                return [q[name] for q in batch]  # noqa: B023
+
+            books[b].set_pages(old + ids, col("host"),
+                               crawled=[bool(x) for x in col("crawled")],
+                               origin=col("origin"), alpha=col("alpha"), beta=col("beta"),
+                               gamma=col("gamma"), mu=col("mu"), max_value=col("max_value"),
+                               first_seen_s=now, last_crawl_s=col("origin"),
+                               delta=[0.0] * len(batch), estimated=[False] * len(batch),
+                               src_beta=[[0.0]] * len(batch),
+                               floor_due_s=[q["due"] for q in batch])
+        truth.update({(b, i): p for i, p in zip(ids, new, strict=True)})
+        for b, book in enumerate(books):  # the index holds the crawled pages not in flight
+            assert len(book.index) == sum(1 for (bb, i), p in truth.items() if bb == b
+                                          and p["crawled"] and i not in book.in_flight)
 
 
 def test_floor_due_with_many_due_pages_looks_further_when_ok_refuses() -> None:
