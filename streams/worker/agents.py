@@ -103,12 +103,11 @@ MAX_CAS_ATTEMPTS = 5
 OBSERVE_SLICE = 512
 #: A batch's pages, pings or outcomes are handled in at most this many groups of hosts at once, one
 #: group per HOST_GROUP_MIN events at most: while Redis runs one group's scripts the loop
-#: prepares or finishes another's (:func:`deal_hosts`, :meth:`Agents._pipelined`).
+#: prepares or finishes another's (:func:`by_host_groups`).
 HOST_GROUPS = 4
 HOST_GROUP_MIN = 64
 #: Events validated between two yields to the event loop (a batch of 5000 is validated in
-#: ten slices, not in one stretch of the loop); each slice's host groups start once it is
-#: validated, while the next is (:meth:`Agents._pipelined`)
+#: ten slices, not in one stretch of the loop)
 VALIDATE_SLICE = 512
 
 #: Kafka errors that no retry gets past (a record too large, a topic that cannot be written)
@@ -319,39 +318,9 @@ class Agents:
     async def on_pages(self, events: Sequence[faust.types.EventT[Any]]) -> None:
         await self._safely(events, "pages", lambda: self._pages(events))
 
-    async def _pipelined(self, events: Sequence[faust.types.EventT[Any]],
-                         model: type[BaseModel],
-                         handle: Callable[[list[Job]], Awaitable[None]]) -> None:
-        """``handle`` the batch's valid events by host groups (:func:`deal_hosts`), one
-        validation slice after another: a slice's groups start as soon as it is validated,
-        each after the same group of the slice before (a host stays in one group for the
-        whole batch), so the next slice is validated while Redis runs the last one's
-        scripts (end to end the loop waited on Redis ~a quarter of the pings phase:
-        docs/benchmarks.md).  Per host, and so per page, the events are handled in the
-        batch's order, as with one group.  Once every group has ended the first error, if
-        any, is raised (:func:`all_of`)."""
-        k = group_count(len(events))
-        hosts: dict[str, int] = {}
-        tails: list[asyncio.Task[None] | None] = [None] * k
-        tasks: list[asyncio.Task[None]] = []
-        try:
-            for i in range(0, len(events), VALIDATE_SLICE):
-                if i:
-                    await asyncio.sleep(0)  # the groups started send their commands
-                jobs = await self._checked(events[i:i + VALIDATE_SLICE], model)
-                for g, part in enumerate(deal_hosts(jobs, k, hosts)):
-                    if part:
-                        tails[g] = t = asyncio.ensure_future(_after(tails[g], handle(part)))
-                        tasks.append(t)
-        except BaseException:
-            for t in tasks:
-                t.cancel()
-            await asyncio.gather(*tasks, return_exceptions=True)
-            raise
-        await all_of(tasks)
-
     async def _pages(self, events: Sequence[faust.types.EventT[Any]]) -> None:
-        await self._pipelined(events, PageEvent, self._pages_of)
+        jobs = await self._checked(events, PageEvent)
+        await all_of([self._pages_of(g) for g in by_host_groups(jobs)])
 
     async def _pages_of(self, jobs: list[Job]) -> None:
         ops = [PageOp(j.record.url, j.record.host, j.record.importance,
@@ -375,7 +344,8 @@ class Agents:
         await self._safely(events, "pings", lambda: self._pings(events))
 
     async def _pings(self, events: Sequence[faust.types.EventT[Any]]) -> None:
-        await self._pipelined(events, PingEvent, self._pings_of)
+        jobs = await self._checked(events, PingEvent)
+        await all_of([self._pings_of(g) for g in by_host_groups(jobs)])
 
     async def _pings_of(self, jobs: list[Job]) -> None:
         ctl = self.scheduler.control if self.scheduler is not None else None
@@ -429,7 +399,8 @@ class Agents:
         await self._safely(events, "outcomes", lambda: self._outcomes(events))
 
     async def _outcomes(self, events: Sequence[faust.types.EventT[Any]]) -> None:
-        await self._pipelined(events, OutcomeEvent, self._outcomes_of)
+        jobs = await self._checked(events, OutcomeEvent)
+        await all_of([self._outcomes_of(g) for g in by_host_groups(jobs)])
 
     async def _outcomes_of(self, jobs: list[Job]) -> None:
         # A url at most once per chunk: its estimator update reads the previous one's result.
@@ -591,41 +562,30 @@ class Agents:
             await self.scheduler.refresh_control()
 
 
-def group_count(n: int, groups: int | None = None, least: int | None = None) -> int:
-    """Host groups for a batch of ``n`` events: at most ``groups`` (:data:`HOST_GROUPS`),
-    and at most one per ``least`` events (:data:`HOST_GROUP_MIN`); at least one."""
-    groups = HOST_GROUPS if groups is None else groups
-    least = HOST_GROUP_MIN if least is None else least
-    return max(1, min(groups, n // max(least, 1)))
+def by_host_groups(jobs: list[Job], groups: int = HOST_GROUPS,
+                   least: int = HOST_GROUP_MIN) -> list[list[Job]]:
+    """``jobs`` split into groups of whole hosts, every group in the batch's order: at most
+    ``groups``, and at most one per ``least`` jobs (one group for a small batch); hosts are
+    dealt to the groups in turn as they first appear.
 
-
-def deal_hosts(jobs: list[Job], k: int, hosts: dict[str, int]) -> list[list[Job]]:
-    """``jobs`` in ``k`` groups (some may be empty), in order: a host in ``hosts`` goes to
-    its group, a new one to the next group in turn (and into ``hosts``: the same groups
-    for the next slice of a batch)."""
+    Handled at once (:func:`all_of`), one group's Redis scripts run while the event loop
+    builds the next group's or applies the last one's replies, instead of waiting: end to
+    end, the worker's loop sat in ``epoll`` about a third of the pings phase, the time Redis
+    took (docs/benchmarks.md).  What must stay in order does: a page's events, and each
+    host's offsets (the scripts guard them per host and partition), are in one group, in
+    order, and one group's commands go to Redis in one write."""
+    k = min(groups, len(jobs) // max(least, 1))
     if k <= 1:
-        return [jobs]
+        return [jobs] if jobs else []
     out: list[list[Job]] = [[] for _ in range(k)]
+    slot: dict[str, int] = {}
     for j in jobs:
         host = j.record.host
-        g = hosts.get(host)
+        g = slot.get(host)
         if g is None:
-            g = hosts[host] = len(hosts) % k
+            g = slot[host] = len(slot) % k
         out[g].append(j)
-    return out
-
-
-async def _after(prev: asyncio.Task[None] | None, call: Awaitable[None]) -> None:
-    """``call`` once ``prev`` has ended (its error is the caller's to collect: ``all_of``)."""
-    started = False
-    try:
-        if prev is not None:
-            await asyncio.wait([prev])
-        started = True
-        await call
-    finally:
-        if not started and asyncio.iscoroutine(call):
-            call.close()  # cancelled before it started: never awaited, and no warning
+    return [g for g in out if g]
 
 
 async def all_of(calls: Sequence[Awaitable[None]]) -> None:

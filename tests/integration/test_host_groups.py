@@ -1,8 +1,6 @@
-"""A batch's pages, pings and outcomes handled in groups of hosts at once, slice by slice
-(``Agents._pipelined``, ``deal_hosts`` and ``all_of`` in ``streams/worker/agents.py``: a
-slice's groups run while the next slice is validated) end where the whole batch handled as
-one group in one slice ends, against the real Redis: every stored page, every count, every
-reject."""
+"""A batch's pages, pings and outcomes handled in groups of hosts at once (``by_host_groups`` and
+``all_of`` in ``streams/worker/agents.py``) end where the whole batch handled as one group
+ends, against the real Redis: every stored page, every count, every reject."""
 
 from __future__ import annotations
 
@@ -71,22 +69,18 @@ def batches() -> dict[str, list[tuple[str, bytes]]]:
     return {"pages": pages, "outcomes0": crawls, "pings": pings, "outcomes": outcomes}
 
 
-async def run(redis_url: str, groups: int, least: int, slice_: int,
+async def run(redis_url: str, groups: int, least: int,
               data: dict[str, list[tuple[str, bytes]]]) -> tuple[Harness, list[int]]:
     h = Harness(redis_url)
     sizes: list[int] = []
-    real = agents_module.group_count
+    real = agents_module.by_host_groups
 
-    def spy(n: int, g: int | None = None, m: int | None = None) -> int:
-        out = real(n, g, m)
-        sizes.append(out)
+    def spy(jobs: list[Any], g: int = groups, m: int = least) -> list[list[Any]]:
+        out = real(jobs, g, m)
+        sizes.append(len(out))
         return out
 
-    saved = (agents_module.HOST_GROUPS, agents_module.HOST_GROUP_MIN,
-             agents_module.VALIDATE_SLICE)
-    agents_module.group_count = spy  # type: ignore[assignment]
-    agents_module.HOST_GROUPS, agents_module.HOST_GROUP_MIN = groups, least
-    agents_module.VALIDATE_SLICE = slice_
+    agents_module.by_host_groups = spy  # type: ignore[assignment]
     try:
         offset = 0
         for name, bodies in data.items():
@@ -95,18 +89,14 @@ async def run(redis_url: str, groups: int, least: int, slice_: int,
             await handler(events(f"unit.{topic}", bodies, offset))
             offset += len(bodies)
     finally:
-        agents_module.group_count = real  # type: ignore[assignment]
-        (agents_module.HOST_GROUPS, agents_module.HOST_GROUP_MIN,
-         agents_module.VALIDATE_SLICE) = saved
+        agents_module.by_host_groups = real  # type: ignore[assignment]
     return h, sizes
 
 
 async def test_groups_of_hosts_end_where_one_group_ends(redis_url: str) -> None:
-    """Four groups, slices of 64 events (a host's events in several slices, chained) against
-    one group and one slice."""
     data = batches()
-    one, one_sizes = await run(redis_url, 1, 1, 10**9, data)
-    many, many_sizes = await run(redis_url, 4, 8, 64, data)
+    one, one_sizes = await run(redis_url, 1, 1, data)
+    many, many_sizes = await run(redis_url, 4, 8, data)
     assert one_sizes == [1] * 4 and many_sizes == [4] * 4  # pages, crawls, pings, outcomes
     assert many.rejects == one.rejects and len(one.rejects) == 1
     assert dict(many.metrics.tally) == dict(one.metrics.tally)
@@ -114,7 +104,7 @@ async def test_groups_of_hosts_end_where_one_group_ends(redis_url: str) -> None:
         assert one.metrics.tally[name] > 0, name
     # every valid ping of the batch (more than one validation slice) got a verdict
     verdicts = ("applied", "duplicate", "unknown", "dup-offset", "before-crawl", "within-delay")
-    assert len(data["pings"]) > 64 and len(data["outcomes"]) > 64
+    assert len(data["pings"]) > agents_module.VALIDATE_SLICE
     assert sum(one.metrics.tally[f"pings.{v}"] for v in verdicts) == len(data["pings"]) - 1
     for host, url in URLS:
         a = await one.store.get_page_raw(host, url)
@@ -149,7 +139,7 @@ async def test_all_of_runs_the_groups_at_once_and_raises_after_all_end() -> None
     assert started == [0, 1, 2] and sorted(ended) == [0, 1, 2]
 
 
-def test_deal_hosts_keeps_hosts_whole_and_in_order_across_slices() -> None:
+def test_by_host_groups_keeps_hosts_whole_and_in_order() -> None:
     @dataclass
     class Rec:
         host: str
@@ -161,85 +151,12 @@ def test_deal_hosts_keeps_hosts_whole_and_in_order_across_slices() -> None:
 
     rng = random.Random(2)
     jobs = [J(Rec(f"h{rng.randrange(30)}"), n) for n in range(400)]
-    k = agents_module.group_count(len(jobs), 4, 64)
-    assert k == 4
-    hosts: dict[str, int] = {}
-    groups: list[list[Any]] = [[] for _ in range(k)]
-    for i in range(0, 400, 64):  # slice by slice, one dict: as one deal of the whole
-        for g, part in enumerate(agents_module.deal_hosts(jobs[i:i + 64], k, hosts)):  # type: ignore[arg-type]
-            groups[g] += part
-    assert groups == agents_module.deal_hosts(jobs, k, {})  # type: ignore[arg-type]
+    groups = agents_module.by_host_groups(jobs, 4, 64)  # type: ignore[arg-type]
+    assert len(groups) == 4
     assert sorted(j.n for g in groups for j in g) == list(range(400))
     for g in groups:
-        assert g and [j.n for j in g] == sorted(j.n for j in g)
+        assert [j.n for j in g] == sorted(j.n for j in g)
     owner = {j.record.host: i for i, g in enumerate(groups) for j in g}
     assert all(owner[j.record.host] == i for i, g in enumerate(groups) for j in g)
-    assert agents_module.group_count(100, 4, 64) == 1
-    assert agents_module.group_count(0, 4, 64) == 1
-    assert agents_module.deal_hosts(jobs[:100], 1, {}) == [jobs[:100]]  # type: ignore[arg-type]
-
-
-async def test_a_slice_waits_for_its_group_in_the_slice_before() -> None:
-    """``_after``: the next call of a group starts only once the last has ended, even when
-    that one failed; cancelled before it starts, the call is closed, never run."""
-    log: list[str] = []
-
-    async def call(name: str, delay: float, fail: bool = False) -> None:
-        log.append(f"start {name}")
-        await asyncio.sleep(delay)
-        log.append(f"end {name}")
-        if fail:
-            raise ValueError(name)
-
-    first = asyncio.ensure_future(agents_module._after(None, call("a", 0.05, fail=True)))
-    second = asyncio.ensure_future(agents_module._after(first, call("b", 0.0)))
-    with pytest.raises(ValueError, match="a"):
-        await agents_module.all_of([first, second])
-    assert log == ["start a", "end a", "start b", "end b"]
-    log.clear()
-    slow = asyncio.ensure_future(call("c", 0.05))
-    later = asyncio.ensure_future(agents_module._after(slow, call("d", 0.0)))
-    await asyncio.sleep(0.01)
-    later.cancel()
-    await asyncio.gather(slow, later, return_exceptions=True)
-    assert log == ["start c", "end c"]
-
-
-async def test_pipelined_handles_each_host_in_order_when_an_early_slice_is_slow() -> None:
-    """``Agents._pipelined`` with a handler slower for earlier slices (as a Redis call that
-    takes longer): every host's events are still handled in the batch's order, because a
-    slice's group waits for the same group of the slice before."""
-    @dataclass
-    class Rec:
-        host: str
-
-    @dataclass
-    class J:
-        record: Rec
-        n: int
-
-    rng = random.Random(4)
-    batch = [J(Rec(f"h{rng.randrange(12)}"), n) for n in range(600)]
-    agents: Any = object.__new__(agents_module.Agents)
-
-    async def checked(evs: list[J], _model: Any) -> list[J]:
-        return list(evs)
-
-    handled: list[int] = []
-
-    async def handle(part: list[J]) -> None:
-        await asyncio.sleep(0.002 * (10 - part[0].n // 64))  # the first slices slowest
-        handled.extend(j.n for j in part)
-
-    agents._checked = checked
-    saved = agents_module.VALIDATE_SLICE, agents_module.HOST_GROUP_MIN
-    agents_module.VALIDATE_SLICE, agents_module.HOST_GROUP_MIN = 64, 8
-    try:
-        await agents_module.Agents._pipelined(agents, batch, None, handle)
-    finally:
-        agents_module.VALIDATE_SLICE, agents_module.HOST_GROUP_MIN = saved
-    assert sorted(handled) == list(range(600))
-    for host in {j.record.host for j in batch}:
-        mine = [n for n in handled if batch[n].record.host == host]
-        assert mine == sorted(mine), host
-    assert handled != sorted(handled)  # the groups did run at once
+    assert agents_module.by_host_groups(jobs[:100], 4, 64) == [jobs[:100]]  # type: ignore[arg-type]
+    assert agents_module.by_host_groups([], 4, 64) == []
