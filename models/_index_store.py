@@ -86,6 +86,16 @@ def new_slot(table: _SlotTable, page_id: Hashable) -> int:
     return s
 
 
+def upsert_each(table: _BulkTable, page_ids: Sequence[Hashable],
+                hosts: Sequence[Hashable] | None, o: FloatArray, cols: list[FloatArray]) -> None:
+    """A bulk upsert's pages one ``table.upsert`` each, in order (what a bulk path falls
+    back to when the pages are not all new)."""
+    for i, p in enumerate(page_ids):
+        table.upsert(p, origin=float(o[i]), alpha=float(cols[0][i]), beta=float(cols[1][i]),
+                     gamma=float(cols[2][i]), mu=float(cols[3][i]),
+                     host=None if hosts is None else hosts[i])
+
+
 def new_slots(table: _BulkTable, page_ids: Sequence[Hashable], hosts: Sequence[Hashable] | None,
               o: FloatArray, cols: list[FloatArray]) -> npt.NDArray[np.int64] | None:
     """The bulk upserts' common first step (``CrawlIndex.upsert_many``,
@@ -96,10 +106,7 @@ def new_slots(table: _BulkTable, page_ids: Sequence[Hashable], hosts: Sequence[H
     n = len(page_ids)
     slot = table._slot
     if table._free or len(set(page_ids)) != n or not slot.keys().isdisjoint(page_ids):
-        for i, p in enumerate(page_ids):
-            table.upsert(p, origin=float(o[i]), alpha=float(cols[0][i]),
-                         beta=float(cols[1][i]), gamma=float(cols[2][i]),
-                         mu=float(cols[3][i]), host=None if hosts is None else hosts[i])
+        upsert_each(table, page_ids, hosts, o, cols)
         return None
     start = len(table._ids)
     while start + n > table._origin.size:

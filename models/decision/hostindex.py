@@ -52,7 +52,7 @@ from typing import Protocol
 import numpy as np
 import numpy.typing as npt
 
-from models._index_store import checked_columns, new_slot, new_slots
+from models._index_store import checked_columns, new_slot, new_slots, upsert_each
 
 __all__ = ["HostIndex", "HostIndexStats"]
 
@@ -204,10 +204,11 @@ class HostIndex:
     def bind(self, table: _BoundTable) -> None:
         """Keep the pages by ``table``'s slots (a :class:`models.decision.table.PageTable`,
         as :class:`models.decision.core.ShardBook` does): its page -> slot dictionary, page
-        ids and parameter columns are the index's, instead of copies of them (~120 B per
-        page at 10^6 pages: a dictionary entry and its slot's integer, the id's reference,
-        five float64).  The table adds and frees the slots: a page must be in it before
-        :meth:`upsert`, and :meth:`forget` must come before the table frees its slot.  The
+        ids and parameter columns are the index's, instead of copies of them (113 B per
+        page at 10^6 pages, traced by ``bench_book_memory.py``: the dictionary 63 B, the
+        ids 9 B, the five float64 columns 42 B).  The table adds and frees the slots: a
+        page must be in it before :meth:`upsert`, and :meth:`forget` must come before the
+        table frees its slot.  The
         table's columns must hold the parameters given to the index whenever it is queried
         (the book writes both)."""
         if self._ids or self._slot:
@@ -381,11 +382,15 @@ class HostIndex:
         self._alpha[sl], self._beta[sl], self._gamma[sl], self._mu[sl] = cols
         self._version[sl] += 1
 
+    def _lookup(self, page_ids: Sequence[Hashable]) -> IntArray:
+        """The pages' slots (-1: not there)."""
+        get = self._slot.get
+        return np.fromiter((-1 if (s := get(p)) is None else s for p in page_ids),
+                           dtype=np.int64, count=len(page_ids))
+
     def _table_slots(self, page_ids: Sequence[Hashable]) -> IntArray:
         """A bound index's pages' slots in its table; KeyError if one is not there."""
-        get = self._slot.get
-        sl = np.fromiter((-1 if (s := get(p)) is None else s for p in page_ids),
-                         dtype=np.int64, count=len(page_ids))
+        sl = self._lookup(page_ids)
         if (sl < 0).any():
             raise KeyError("pages not in the bound page table")
         return sl
@@ -402,10 +407,7 @@ class HostIndex:
             seen[sl] = True
             if int(np.count_nonzero(seen)) == sl.size:
                 return sl
-        for i, p in enumerate(page_ids):
-            self.upsert(p, origin=float(o[i]), alpha=float(cols[0][i]),
-                        beta=float(cols[1][i]), gamma=float(cols[2][i]),
-                        mu=float(cols[3][i]), host=None if hosts is None else hosts[i])
+        upsert_each(self, page_ids, hosts, o, cols)
         return None
 
     def _rekey_many(self, page_ids: Sequence[Hashable], hosts: Sequence[Hashable] | None,
@@ -416,9 +418,7 @@ class HostIndex:
         (new parameters, version, re-keyed at the next query), on arrays.  False, with
         nothing changed, when any page is not such a page.  ``sl``: their slots, if known."""
         if sl is None:
-            get = self._slot.get
-            sl = np.fromiter((-1 if (s := get(p)) is None else s for p in page_ids),
-                             dtype=np.int64, count=len(page_ids))
+            sl = self._lookup(page_ids)
         if (sl < 0).any() or not self._active[sl].all() or np.unique(sl).size != sl.size:
             return False
         if hosts is not None:
