@@ -104,7 +104,8 @@ class FloorQueue:
             return
         if int(sl.max()) >= self._due.size:
             self._grow(int(sl.max()) + 1)
-        uniq = np.unique(sl)
+        # distinct slots as they are when increasing (a rebuild's new slots), else sorted
+        uniq = sl if bool(np.all(sl[1:] > sl[:-1])) else np.unique(sl)
         self._n -= int(np.count_nonzero(self._due[uniq] != np.inf))
         self._due[sl] = due  # numpy: the last of a repeated slot wins
         self._n += int(np.count_nonzero(self._due[uniq] != np.inf))

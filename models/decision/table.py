@@ -58,8 +58,9 @@ class PageTable:
     def __iter__(self) -> Iterator[Hashable]:
         return iter(self.slot)
 
-    def _grow(self) -> None:
-        n = self.host.size * 2
+    def _grow(self, need: int = 0) -> None:
+        """Double the columns (at least to ``need`` slots: one copy for a bulk insert)."""
+        n = max(self.host.size * 2, need)
         for name in ("host", "crawled", "estimated", *_FLOAT_COLUMNS):
             old: npt.NDArray[np.generic] = getattr(self, name)
             new = np.zeros(n, dtype=old.dtype)
@@ -106,25 +107,39 @@ class PageTable:
         """Slots of many pages at once (new ones get ``first_seen_s``); for a rebuild."""
         code = {h: self.code_of(h) for h in dict.fromkeys(hosts)}  # once per host
         codes = np.fromiter(map(code.__getitem__, hosts), dtype=np.int32, count=len(hosts))
-        out = np.empty(len(pages), dtype=np.int64)
+        n = len(pages)
+        start = len(self.ids)
+        if self.slot.keys().isdisjoint(pages):
+            if start + n > self.host.size:
+                self._grow(start + n)
+            # a rebuild: every page new, no lookup per page; distinct unless the dict grew
+            # by fewer (then undone, and the pages go the general way below)
+            before = len(self.slot)
+            self.slot.update(zip(pages, range(start, start + n), strict=True))
+            if len(self.slot) == before + n:
+                self.ids.extend(pages)
+                self.first_seen[start : start + n] = first_seen_s
+                self.host[start : start + n] = codes
+                return np.arange(start, start + n, dtype=np.int64)
+            for p in pages:
+                self.slot.pop(p, None)
+        out = np.empty(n, dtype=np.int64)
         new: list[int] = []
-        if self.slot.keys().isdisjoint(pages) and len(set(pages)) == len(pages):
-            new = list(range(len(pages)))  # a rebuild: every page new, no per-page lookup
-        else:
-            for i, p in enumerate(pages):
-                s = self.slot.get(p)
-                if s is None:
-                    new.append(i)
-                else:
-                    out[i] = s
+        fresh: dict[Hashable, int] = {}  # a page given twice gets one slot
+        for i, p in enumerate(pages):
+            s = self.slot.get(p)
+            if s is None:
+                s = fresh.get(p)
+            if s is None:
+                new.append(i)
+                s = fresh[p] = start + len(new) - 1
+            out[i] = s
         if new:
-            start = len(self.ids)
-            while start + len(new) > self.host.size:
-                self._grow()
+            if start + len(new) > self.host.size:
+                self._grow(start + len(new))
             idx = np.arange(start, start + len(new), dtype=np.int64)
-            out[new] = idx
             self.ids.extend(pages[i] for i in new)
-            self.slot.update(zip((pages[i] for i in new), idx.tolist(), strict=True))
+            self.slot.update(fresh)
             self.first_seen[idx] = first_seen_s
         self.host[out] = codes
         return out

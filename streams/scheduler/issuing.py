@@ -86,6 +86,15 @@ class OrderIssuing(ShardLoading):
         for shard, picks in plans:
             owner[shard.partition] = shard
             for url, policy, value in picks:
+                if not (math.isfinite(value) and math.isfinite(shard.level)):
+                    # an order's JSON holds finite numbers only: refused before Redis marks
+                    # the page in flight (a page of such parameters is never put in a book:
+                    # ShardLoading; this is the last guard), and left out as unusable
+                    log.warning("page %s not ordered: value %r, threshold %r (not finite)",
+                                url, value, shard.level)
+                    self.metrics.tally["pages.unusable"] += 1
+                    self._forget(shard, url)
+                    continue
                 self._seq += 1
                 oid = f"{self.worker_id}-{shard.partition}-{self._seq:x}"
                 groups.setdefault((shard.partition, shard.host(url)), []).append(
@@ -129,9 +138,6 @@ class OrderIssuing(ShardLoading):
                         "crawl_value": float(value), "threshold": level, "tau_eff": tau_eff,
                         "policy": policy,
                     }
-                    if not (math.isfinite(value) and math.isfinite(level)):
-                        raise ValueError(f"order of {url!r}: value {value!r}, threshold "
-                                         f"{level!r} must be finite (JSON)")
                     accepted.append((shard, url, host, oid, policy, value, crawled, tau))
                     # pydantic-core's serialiser: ~0.7 us an order against ~4.7 us for
                     # json.dumps(allow_nan=False) (7.5% of a py-spy profile of the orders)

@@ -167,17 +167,38 @@ __all__ = [
 ]
 
 
-def _url_keys(host: str, values: dict[Any, Any]) -> dict[str, Any]:
+def _url_keys(host: str, fields: list[Any], values: list[Any]) -> dict[str, Any]:
     """A host's page buckets as read (fields as bytes through the bytes client, or text)
-    keyed by url (:func:`page_url`; a shard's rebuild: 10^6 fields, so one comprehension)."""
-    if not values:
-        return values
-    if isinstance(next(iter(values)), str):
-        origin = f"https://{host}"
-        return {(origin + k if k[:1] == "/" else k): v for k, v in values.items()}
-    origin_b = f"https://{host}".encode()
-    return {(origin_b + k if k[:1] == b"/" else k).decode("utf-8", "surrogateescape"): v
-            for k, v in values.items()}
+    keyed by url (:func:`page_url`).  A shard's rebuild reads 10^6 fields: when every field
+    is a path (``/...``, no newline: a canonical url has no whitespace) they are joined,
+    prefixed and split again in C, else one comprehension."""
+    if not fields:
+        return {}
+    origin = f"https://{host}"
+    joined = (b"\n".join(fields).decode("utf-8", "surrogateescape")
+              if isinstance(fields[0], bytes) else "\n".join(fields))
+    if joined[:1] == "/" and joined.count("\n/") == len(values) - 1:
+        urls = (origin + joined.replace("\n", "\n" + origin)).split("\n")
+        if len(urls) == len(values):
+            return dict(zip(urls, values, strict=True))
+    return {(origin + k if k[:1] == "/" else k): v
+            for k, v in zip(map(_text, fields), values, strict=True)}
+
+
+def _hash_pairs(reply: Any) -> tuple[list[Any], list[Any]]:
+    """``HGETALL``'s reply as (fields, values): a flat list (RESP2, as read off the
+    connection) or a dict (RESP3, or through a cluster client's pipeline)."""
+    if isinstance(reply, dict):
+        return list(reply), list(reply.values())
+    return list(reply[0::2]), list(reply[1::2])
+
+
+def _raise_errors(replies: list[Any]) -> list[Any]:
+    """``replies``, or the first error reply among them raised (a read that must be whole)."""
+    for r in replies:
+        if isinstance(r, Exception):
+            raise r
+    return replies
 
 
 def _lua(name: str) -> str:
@@ -662,41 +683,43 @@ class Store:
         return sorted(members)
 
     async def dump_hosts(self, hosts: Sequence[str]) -> list[HostDump]:
-        """Everything of ``hosts`` a shard needs, in one pipeline (through :attr:`raw` when
-        there is one: page values stay bytes, for ``numpy.frombuffer``)."""
+        """Everything of ``hosts`` a shard needs, in one round trip (through :attr:`raw` when
+        there is one: page values stay bytes, for ``numpy.frombuffer``), its replies read
+        straight off the connection (:func:`_run`: no redis-py pipeline per command, six
+        commands per host)."""
         client = self.raw or self.batch
-        pipe = client.pipeline(transaction=False)
+        commands: list[tuple[str, ...]] = []
         for h in hosts:
-            pipe.hgetall(self.key(h, "pages"))
-            pipe.hgetall(self.key(h, "inflight"))
-            pipe.hgetall(self.key(h, "est"))
-            pipe.hgetall(self.key(h, "host"))
-            pipe.smembers(self.key(h, "blocked"))
-            pipe.hmget(self.key(h, "buckets"), "l", "p")
-        res = await _execute(pipe, raise_on_error=True)
-        # hosts in several buckets: the other buckets in a second pipeline
+            commands += [("HGETALL", self.key(h, "pages")), ("HGETALL", self.key(h, "inflight")),
+                         ("HGETALL", self.key(h, "est")), ("HGETALL", self.key(h, "host")),
+                         ("SMEMBERS", self.key(h, "blocked")),
+                         ("HMGET", self.key(h, "buckets"), "l", "p")]
+        res = _raise_errors(await _run(client, commands))
+        pages = [_hash_pairs(res[6 * i]) for i in range(len(hosts))]
+        # hosts in several buckets: the other buckets in a second round trip
         more = [(i, (1 << lv) + sp) for i in range(len(hosts))
                 for lv, sp in [_layout(res[6 * i + 5])] if (lv, sp) != (0, 0)]
         if more:
-            pipe = client.pipeline(transaction=False)
-            for i, count in more:
-                for b in range(1, count):
-                    pipe.hgetall(self.bucket_key(hosts[i], b))
-            rest = iter(await _execute(pipe, raise_on_error=True))
+            rest = iter(_raise_errors(await _run(client, [
+                ("HGETALL", self.bucket_key(hosts[i], b)) for i, count in more
+                for b in range(1, count)])))
             for i, count in more:
                 for _b in range(1, count):
-                    res[6 * i].update(next(rest))
+                    f, v = _hash_pairs(next(rest))
+                    pages[i][0].extend(f)
+                    pages[i][1].extend(v)
         out = []
         for i, h in enumerate(hosts):
-            pages, fl, est, info, blocked = res[6 * i : 6 * i + 5]
+            fl, est, info = (dict(zip(*_hash_pairs(res[6 * i + k]), strict=True))
+                             for k in (1, 2, 3))
             out.append(
                 HostDump(
                     h,
-                    _url_keys(h, pages),
+                    _url_keys(h, *pages[i]),
                     {_text(u): _in_flight(_text(v)) for u, v in fl.items()},
                     {_text(u): _text(v) for u, v in est.items()},
                     _host_info({_text(k): _text(v) for k, v in info.items()}),
-                    {_text(u) for u in blocked},
+                    {_text(u) for u in res[6 * i + 4]},
                 )
             )
         return out

@@ -440,3 +440,47 @@ async def test_memory_and_redis_give_the_same_replies_and_records(
     finally:
         await red.delete_all()
         await red.close()
+
+
+async def test_a_hosts_dump_reads_the_same_on_one_node_and_on_a_cluster(
+        redis_url: str, redis_cluster_url: str) -> None:
+    """``dump_hosts`` reads replies off the connection on one node, through redis-py's
+    cluster pipeline on a cluster (RESP2 lists there, dicts here): the same dump either way,
+    for a host in several buckets, a page stored under its whole url (before the short
+    fields), an http url, pages in flight, one blocked by robots.txt, a host's capacity and
+    an estimator record in the old ``est`` hash."""
+    dumps = []
+    for url in (redis_url, redis_cluster_url):
+        store = await _redis_store(url)
+        try:
+            h, small = "big.org", "small.org"
+            urls = [f"https://big.org/{i}" for i in range(300)] + ["http://big.org/x"]
+            await store.apply_pages([page(u, i, host=h) for i, u in enumerate(urls)])
+            await store.apply_pages([page("https://small.org/a", 0, host=small)])
+            r: Any = store.redis
+            await r.hset(store.key(small, "pages"), "https://small.org/old",
+                         PageState(2.0).encode())
+            await r.hset(store.key(small, "est"), "https://small.org/old", "EST-OLD")
+            await store.apply_hosts([HostOp(h, 5.0, 3, "t.hosts", 0, 0)])
+            (iss,) = await store.issue([IssueBatch(h, [(urls[0], "o0"), (urls[1], "o1")])],
+                                       now_s=100.0, default_rate=1.0, default_mif=0,
+                                       burst=5.0)
+            assert [c for c, _ in iss] == ["ok", "ok"]
+            (out,) = await store.apply_outcomes([OutcomeOp(
+                urls[1], h, "o1", 101.0, None, "t.out", 0, 0, disallowed=True,
+                robots_digest="r1")])
+            assert out[0] == "blocked"
+            got = await store.dump_hosts([h, small, "none.org"])
+            dumps.append([(d.host, {u: record_bytes(v) for u, v in d.pages.items()},
+                           d.in_flight, d.estimators, d.info, d.blocked) for d in got])
+        finally:
+            await store.delete_all()
+            await store.close()
+    one, cluster = dumps
+    assert one == cluster
+    big, small_dump, none = one
+    assert set(big[1]) == set(urls) and big[2] == {urls[0]: ("o0", 100.0)}
+    assert big[5] == {urls[1]} and big[4].rate_per_s == 5.0 and big[4].max_in_flight == 3
+    assert set(small_dump[1]) == {"https://small.org/a", "https://small.org/old"}
+    assert small_dump[3] == {"https://small.org/old": "EST-OLD"}
+    assert none[1:4] == ({}, {}, {}) and none[5] == set()

@@ -805,3 +805,43 @@ def test_pooled_beta_is_pooled_params_on_one_row() -> None:
                                      np.array([gammas]))
         assert one == pytest.approx(float(many[0]), rel=1e-12) or (
             math.isnan(one) and math.isnan(many[0])), (alpha, betas, gammas)
+
+
+@settings(max_examples=200, deadline=None)
+@given(seed=st.integers(0, 10_000), n_before=st.integers(0, 60), n_batch=st.integers(0, 120),
+       new_pages=st.booleans(), repeat=st.booleans())
+def test_page_table_add_many_equals_add_one_at_a_time(seed: int, n_before: int, n_batch: int,
+                                                      new_pages: bool, repeat: bool) -> None:
+    """A batch of pages (a rebuild's, or any: pages already there, freed slots, a page given
+    twice in the batch) gets the slots, ids and hosts that one add at a time gives, except
+    that a batch takes new slots at the end rather than freed ones."""
+    from models.decision.table import PageTable
+
+    rng = np.random.default_rng(seed)
+    before = rng.integers(0, 80, n_before).tolist()
+    gone = rng.integers(0, 80, n_before // 4).tolist()
+    pages = (rng.permutation(np.arange(80, 200))[:n_batch] if new_pages
+             else rng.integers(0, 80, n_batch)).tolist()
+    if repeat and pages:
+        pages = pages + pages[: len(pages) // 2 + 1]  # some pages twice in the batch
+    hosts = [f"h{int(rng.integers(0, 5))}" for _ in pages]
+    bulk = PageTable(capacity=4)
+    for p in before:
+        bulk.add(p, f"h{p % 8}", 1.0)
+    for p in gone:
+        bulk.remove(p)
+    had = dict(bulk.slot)
+    slots = bulk.add_many(pages, hosts, 7.0)
+    # each page has one slot, the one returned for it, its id and its (last given) host
+    assert len(bulk) == len(set(had) | set(pages)) and len(slots) == len(pages)
+    for p, s in zip(pages, slots.tolist(), strict=True):
+        assert bulk.slot[p] == s and bulk.ids[s] == p
+        assert had.get(p, s) == s  # a page already there keeps its slot
+    last_host = dict(zip(pages, hosts, strict=True))
+    for p, h in last_host.items():
+        assert bulk.host_of(p) == h
+    assert len(set(bulk.slot.values())) == len(bulk)  # no two pages share a slot
+    for p, s in bulk.slot.items():
+        assert bulk.first_seen[s] == (1.0 if p in had else 7.0)
+        if p not in last_host:
+            assert bulk.host_of(p) == f"h{p % 8}"

@@ -5,6 +5,7 @@ Time is passed in (``mono``): nothing here depends on the wall clock."""
 
 from __future__ import annotations
 
+import math
 import time
 
 from streams.scheduler import Scheduler, Shard, budget
@@ -194,3 +195,37 @@ def test_a_block_from_before_a_robots_change_is_not_applied() -> None:
     assert "a0" in a.book and "a0" not in a.blocked.get("a.org", set())
     sch.on_blocked(0, "a.org", "a1", epoch=sch.robots_epoch(0, "a.org"))
     assert "a1" not in a.book and a.blocked["a.org"] == {"a1"}
+
+
+def test_a_pick_without_a_finite_value_is_left_out_before_redis() -> None:
+    """An order's JSON holds finite numbers only: a pick whose value is not finite is left
+    out (counted unusable, out of its book) before Redis marks anything in flight, and the
+    tick's other orders go out."""
+    import asyncio
+    import json
+
+    sent: list[bytes] = []
+
+    async def sink(k: bytes, v: bytes) -> None:
+        sent.append(v)
+
+    class FakeStore:
+        def __init__(self) -> None:
+            self.asked: list[list[str]] = []
+
+        async def issue(self, batches: list, **kw: object) -> list[list[tuple[str, str]]]:
+            self.asked.append([u for b in batches for u, _ in b.orders])
+            return [[("ok", "")] * len(b.orders) for b in batches]
+
+    st = Settings(web_enabled=False, tick_s=0.5, default_host_crawls_per_s=100.0,
+                  host_burst=100.0, budget_per_s=10.0)
+    store = FakeStore()
+    sch = Scheduler(st, store=store, metrics=Metrics(), send_order=sink)  # type: ignore[arg-type]
+    a = _shard(sch, 0, {"a0": ("a.org", 5.0), "a1": ("a.org", 3.0), "b0": ("b.org", 1.0)}, 1.0)
+    sch.shards[0] = a
+    n = asyncio.run(sch._issue([(a, [("a0", "value", math.inf), ("a1", "value", 3.0),
+                                     ("b0", "value", math.nan)])], 1000.0))
+    assert store.asked == [["a1"]]
+    assert n == 1 and [json.loads(v)["url"] for v in sent] == ["a1"]
+    assert sch.metrics.tally["pages.unusable"] == 2
+    assert "a0" not in a.table and "b0" not in a.table and "a1" in a.in_flight
