@@ -18,6 +18,7 @@ from ._prior import PseudoDatapoints, SignalPrior
 from .batch import (
     BatchEstimate,
     BatchSignalState,
+    batch_alpha_kappa,
     batch_from_bytes,
     batch_init,
     batch_result,
@@ -73,6 +74,7 @@ __all__ = [
     "SignalEstimator",
     "SignalPrior",
     "SignalState",
+    "batch_alpha_kappa",
     "batch_from_bytes",
     "batch_init",
     "batch_result",

@@ -47,6 +47,7 @@ from .signals import (
 __all__ = [
     "BatchEstimate",
     "BatchSignalState",
+    "batch_alpha_kappa",
     "batch_from_bytes",
     "batch_init",
     "batch_result",
@@ -290,18 +291,8 @@ def batch_result(
     prior: SignalPrior | None = None,
 ) -> BatchEstimate:
     """Converged estimates (as :meth:`SignalEstimator.result`) for ``pages`` (default all)."""
-    d = 1 + estimator.n_sources
     idx = np.arange(state.n_pages) if pages is None else np.asarray(pages, dtype=np.int64)
-    n = idx.size
-    lin_p, v_p, w_p = _prior_arrays(estimator, n, prior)
-    ring = state.ring[idx]
-    rw = _ring_weights(ring, state.ring_len[idx], state.ring_pos[idx])
-    vv = np.concatenate([ring[:, :, :d], v_p], axis=1)
-    ww = np.concatenate([rw, w_p], axis=1)
-    theta, hess = nm.newton_solve(
-        state.theta[idx], state.unchanged[idx] + lin_p, vv, ww, state.quad_b[idx],
-        state.quad_a[idx],
-    )
+    theta, hess = _solve(estimator, state, idx, prior)
     est = _estimates_from(
         theta, hess, state.totals[idx], estimator.prior if prior is None else prior
     )
@@ -321,6 +312,34 @@ def batch_result(
         nu_per_s=est["nu"],
         beta_s=est["beta"],
     )
+
+
+def _solve(estimator: SignalEstimator, state: BatchSignalState, idx: IntArray,
+           prior: SignalPrior | None) -> tuple[nm.FloatArray, nm.FloatArray]:
+    """The posterior mode ``theta = (alpha, kappa)`` of the pages ``idx`` and its Hessian
+    (one vectorised Newton solve)."""
+    d = 1 + estimator.n_sources
+    lin_p, v_p, w_p = _prior_arrays(estimator, idx.size, prior)
+    ring = state.ring[idx]
+    rw = _ring_weights(ring, state.ring_len[idx], state.ring_pos[idx])
+    vv = np.concatenate([ring[:, :, :d], v_p], axis=1)
+    ww = np.concatenate([rw, w_p], axis=1)
+    return nm.newton_solve(
+        state.theta[idx], state.unchanged[idx] + lin_p, vv, ww, state.quad_b[idx],
+        state.quad_a[idx],
+    )
+
+
+def batch_alpha_kappa(estimator: SignalEstimator, state: BatchSignalState
+                      ) -> tuple[nm.FloatArray, nm.FloatArray, nm.FloatArray]:
+    """``alpha``, its standard error and ``kappa`` of every page: what
+    :func:`batch_result` gives for them (the same solve and covariance), without the
+    derived quantities and their delta-method standard errors (14 more evaluations of
+    :func:`models.estimators._numeric.derive`), for a caller that keeps only these three
+    (the stream's estimator record, ``streams/estimates/estimation.py``)."""
+    theta, hess = _solve(estimator, state, np.arange(state.n_pages), None)
+    cov = nm.covariance(hess)
+    return theta[:, 0], np.sqrt(np.maximum(cov[:, 0, 0], 0.0)), theta[:, 1:]
 
 
 def states_to_batch(

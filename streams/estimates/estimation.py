@@ -91,6 +91,7 @@ from models.estimators import (
     CrawlInterval,
     SignalEstimator,
     SignalState,
+    batch_alpha_kappa,
     batch_from_bytes,
     batch_result,
     batch_update,
@@ -512,7 +513,7 @@ class Estimation:
         end = np.where(fetched >= prev, fetched, prev + tau)
         batch_update(self.estimator, batch, tau, changed, signals.reshape(m, -1) @ _GROUP_SUM,
                      end_s=end)
-        return self.records_of(batch, batch_result(self.estimator, batch))
+        return self.records_of(batch, *batch_alpha_kappa(self.estimator, batch))
 
     # -- the stored record <-> arrays (the storage encoding lives here and in EstimatorRecord)
     def states_of(self, records: Sequence[str | bytes | None],
@@ -564,9 +565,12 @@ class Estimation:
             batch.end_s[rows] = -math.inf if end_s is None else end_s[rows]
         return batch
 
-    def records_of(self, batch: BatchSignalState, r: BatchEstimate) -> list[str]:
+    def records_of(self, batch: BatchSignalState, alpha: npt.NDArray[np.float64],
+                   alpha_se: npt.NDArray[np.float64], kappa: npt.NDArray[np.float64]
+                   ) -> list[str]:
         """:meth:`EstimatorRecord.encode` of every page of ``batch`` with its estimates (the
-        same bytes), written from the arrays."""
+        same bytes; ``batch_alpha_kappa``'s, the three a record keeps), written from the
+        arrays."""
         n = batch.n_pages
         out = [""] * n
         d = _D
@@ -580,9 +584,9 @@ class Estimation:
             arr = np.zeros(rows.size, dtype=_record_dtype(ring_len, version))
             arr["tag"] = _LAYOUTS[version][0] + ring_len
             arr["n_intervals"] = np.minimum(batch.n_intervals[rows], 0xFFFFFFFF)
-            arr["alpha"] = r.alpha_per_s[rows]
-            arr["alpha_se"] = r.alpha_se_per_s[rows]
-            arr["kappa"] = r.kappa[rows]
+            arr["alpha"] = alpha[rows]
+            arr["alpha_se"] = alpha_se[rows]
+            arr["kappa"] = kappa[rows]
             arr["theta"] = batch.theta[rows]
             if version == 3:
                 arr["lin"] = batch.unchanged[rows] - batch.quad_b[rows]

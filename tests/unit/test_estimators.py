@@ -24,6 +24,7 @@ from models.estimators import (
     SignalEstimate,
     SignalEstimator,
     SignalState,
+    batch_alpha_kappa,
     batch_from_bytes,
     batch_init,
     batch_result,
@@ -375,6 +376,11 @@ def test_batch_matches_scalar(n_sources: int) -> None:
                 ),
             )
     br = batch_result(est, b)
+    # the stream's lean solve: the same three numbers, bit for bit
+    alpha, alpha_se, kappa = batch_alpha_kappa(est, b)
+    np.testing.assert_array_equal(alpha, br.alpha_per_s)
+    np.testing.assert_array_equal(alpha_se, br.alpha_se_per_s)
+    np.testing.assert_array_equal(kappa, br.kappa)
     for i in range(n_pages):
         r = est.result(scal[i])
         assert br.change_rate_per_s[i] == pytest.approx(r.change_rate_per_s, rel=1e-8)
