@@ -117,6 +117,13 @@ class Settings(BaseSettings):
     #: and outcomes per second end to end (docs/benchmarks.md, "fourth session"); a small
     #: fetch is handed over as it is, so this only matters with a backlog.
     batch_size: int = Field(default=5000, ge=1)
+    #: The most bytes of one input partition a fetch from Kafka returns (Faust's
+    #: ``consumer_max_fetch_size``, aiokafka's ``max_partition_fetch_bytes``; theirs is 1 MiB).
+    #: A partition is fetched again only once its buffer is drained, and with 1 MiB the worker
+    #: waited for its next records about as long as it worked on them under a backlog: 8 MiB
+    #: took the pings end to end from 13-14k to 20-22k/s at 10^5 pages (docs/benchmarks.md,
+    #: "eighth session").  Memory: up to this much per partition with a backlog is held.
+    fetch_partition_bytes: int = Field(default=8 * 1024**2, ge=64 * 1024, le=1024**3)
     #: How long an agent waits for its batch to fill (``take_events``' ``within``).
     batch_wait_s: float = Field(default=0.02, gt=0.0, le=10.0)
     #: The input topics' records go to the agents' handlers a fetch at a time

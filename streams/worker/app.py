@@ -135,6 +135,33 @@ class OrdersProducer:
                 self._producer = None
 
 
+def app_options(settings: Settings) -> dict[str, Any]:
+    """The Faust app's settings (besides its id) for ``settings``."""
+    return {
+        "broker": f"kafka://{settings.kafka_bootstrap}",
+        "store": "memory://",
+        "autodiscover": False,
+        "topic_partitions": settings.partitions,
+        "topic_replication_factor": 1,
+        "consumer_auto_offset_reset": "earliest",
+        "web_enabled": settings.web_enabled,
+        "web_host": settings.web_host,
+        "web_bind": settings.web_host,
+        "web_port": settings.web_port or 6066,
+        "datadir": str(settings.data_dir),
+        "broker_commit_interval": 2.0,
+        "broker_session_timeout": settings.session_timeout_s,
+        "broker_heartbeat_interval": settings.session_timeout_s / 4,
+        "broker_rebalance_timeout": max(20.0, 2 * settings.session_timeout_s),
+        "producer_acks": -1,
+        # with the batch consumer a fetch is a batch: at most RECRAWL_BATCH_SIZE records
+        # (aiokafka's default, None, returns everything prefetched: thousands of records
+        # held at once, and one handler call that long holds the loop)
+        "broker_max_poll_records": settings.batch_size if settings.batch_consumer else None,
+        "consumer_max_fetch_size": settings.fetch_partition_bytes,
+    }
+
+
 def create_app(settings: Settings) -> faust.App:
     from streams.scheduler import Scheduler
     from streams.store.redis_store import Store
@@ -147,29 +174,7 @@ def create_app(settings: Settings) -> faust.App:
         _g0, g1, g2 = gc.get_threshold()
         gc.set_threshold(settings.gc_gen0_threshold, g1, g2)
 
-    app = faust.App(
-        settings.app_id,
-        broker=f"kafka://{settings.kafka_bootstrap}",
-        store="memory://",
-        autodiscover=False,
-        topic_partitions=settings.partitions,
-        topic_replication_factor=1,
-        consumer_auto_offset_reset="earliest",
-        web_enabled=settings.web_enabled,
-        web_host=settings.web_host,
-        web_bind=settings.web_host,
-        web_port=settings.web_port or 6066,
-        datadir=str(settings.data_dir),
-        broker_commit_interval=2.0,
-        broker_session_timeout=settings.session_timeout_s,
-        broker_heartbeat_interval=settings.session_timeout_s / 4,
-        broker_rebalance_timeout=max(20.0, 2 * settings.session_timeout_s),
-        producer_acks=-1,
-        # with the batch consumer a fetch is a batch: at most RECRAWL_BATCH_SIZE records
-        # (aiokafka's default, None, returns everything prefetched: thousands of records
-        # held at once, and one handler call that long holds the loop)
-        broker_max_poll_records=settings.batch_size if settings.batch_consumer else None,
-    )
+    app = faust.App(settings.app_id, **app_options(settings))
     if settings.batch_consumer:  # before the consumer exists (created on first use)
         from streams.worker.consumer import BatchConsumer
 

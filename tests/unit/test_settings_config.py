@@ -23,3 +23,21 @@ def test_config_file_named_after_import_is_read(tmp_path: Path,
     assert Settings(tick_s=0.1).tick_s == 0.1  # and arguments over both
     monkeypatch.delenv("RECRAWL_CONFIG")
     assert Settings().budget_per_s != 7.5
+
+
+def test_the_fetch_size_per_partition_reaches_the_kafka_consumer(
+        monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """``RECRAWL_FETCH_PARTITION_BYTES`` is what Faust gives aiokafka as
+    ``max_partition_fetch_bytes`` (8 MiB unless set; Faust's own default is 1 MiB)."""
+    import faust
+
+    from streams.worker.app import app_options
+
+    assert Settings().fetch_partition_bytes == 8 * 1024**2
+    monkeypatch.setenv("RECRAWL_FETCH_PARTITION_BYTES", str(3 * 1024**2))
+    s = Settings(data_dir=tmp_path, web_enabled=False)
+    assert s.fetch_partition_bytes == 3 * 1024**2
+    app = faust.App(s.app_id, **app_options(s))  # as create_app makes it
+    assert app.conf.consumer_max_fetch_size == 3 * 1024**2
+    with pytest.raises(ValueError, match="fetch_partition_bytes"):
+        Settings(fetch_partition_bytes=1000)
