@@ -7,6 +7,7 @@ file of a stack started with ``recrawl infra up`` (its Kafka and Redis addresses
 
 from __future__ import annotations
 
+import logging
 import os
 from pathlib import Path
 from typing import Any
@@ -19,7 +20,11 @@ from pydantic_settings import (
     SettingsConfigDict,
 )
 
-__all__ = ["ALL_TOPICS", "INPUT_TOPICS", "OUTPUT_TOPICS", "Settings", "load_settings"]
+__all__ = ["ALL_TOPICS", "INPUT_TOPICS", "OUTPUT_TOPICS", "UNUSED_SETTINGS", "Settings",
+           "load_settings"]
+
+#: Settings still accepted but no longer used (:func:`load_settings` warns when one is set).
+UNUSED_SETTINGS = frozenset({"ping_dedup_window_s", "ping_dedup_max_per_host"})
 
 #: Logical topic names; the real name is ``f"{topic_prefix}.{name}"``.
 INPUT_TOPICS = ("pages", "pings", "outcomes", "hosts", "control")
@@ -172,4 +177,11 @@ def load_settings(**overrides: Any) -> Settings:
             defaults["redis_url"] = stack.redis_url
         if "RECRAWL_PARTITIONS" not in os.environ:
             defaults["partitions"] = stack.partitions
-    return Settings(**{**defaults, **overrides})
+    settings = Settings(**{**defaults, **overrides})
+    unused = sorted(UNUSED_SETTINGS & settings.model_fields_set)
+    if unused:  # accepted so that old configurations load, but said plainly
+        logging.getLogger(__name__).warning(
+            "%s no longer used (ping dedup keeps each page's last 8 ping fingerprints in its "
+            "record since the binary page records: streams/store/page_record.py)",
+            ", ".join(f"RECRAWL_{name.upper()}" for name in unused))
+    return settings

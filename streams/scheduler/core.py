@@ -49,6 +49,11 @@ log = logging.getLogger(__name__)
 REFREEZE_S = 600.0
 #: ``emitted_per_s`` in ``/stats``: orders sent over (about) the last this many seconds
 RATE_WINDOW_S = 10.0
+#: how often a worker whose share buys no order looks up its best value again (``resplit``):
+#: the lookup refreshes the bounds of every host whose bound expired (a host index's
+#: ``best``), about all of a book's pages per window at every resplit otherwise, while the
+#: value it finds rises only as the pages age
+BEST_VALUE_EVERY_S = 2.0
 
 
 class Scheduler(OrderIssuing):
@@ -108,6 +113,8 @@ class Scheduler(OrderIssuing):
         self.pacer = CreditPacer(settings.tick_s)
         self.share_total = 0.0
         self.log_threshold: float | None = None
+        #: (monotonic time, value) of the last best-value lookup (resplit)
+        self._best: tuple[float, float] | None = None
         self.emitted = 0
         self.wanted = 0
         #: orders sent since the start, and (monotonic s, orders_total) samples taken at
@@ -240,7 +247,10 @@ class Scheduler(OrderIssuing):
             # no credit in the interval (a share too small for one order): the EWMA of
             # emitted values is stale, and would keep the share at nothing; the value the
             # worker would crawl at now rises as its pages age, and brings the share back
-            best = self._best_value(now)
+            mono = self.monotonic()
+            if self._best is None or mono - self._best[0] >= BEST_VALUE_EVERY_S:
+                self._best = (mono, self._best_value(now))
+            best = self._best[1]
             if best > 0.0 and (self.log_threshold is None
                                or math.log(best) > self.log_threshold):
                 self.log_threshold = math.log(best)

@@ -137,9 +137,23 @@ def test_a_worker_without_credit_raises_its_threshold_to_its_best_value() -> Non
     sch.shards[0] = a
     sch.log_threshold = math.log(0.1)  # stale: from when it last crawled
     before = a.weight
+    mono = [100.0]
+    sch.monotonic = lambda: mono[0]
     asyncio.run(sch.resplit(0.5))
     assert sch.log_threshold == math.log(20.0)
     assert a.weight > before  # its share grows again
+    # the lookup is not repeated at every resplit (it refreshes every expired bound): a
+    # better page is seen at the first resplit BEST_VALUE_EVERY_S after the last lookup
+    from streams.scheduler.core import BEST_VALUE_EVERY_S
+
+    a.book.set_page("a1", "a.org", crawled=False, origin=0.0, alpha=1.0, beta=0.0,
+                    gamma=0.0, mu=50.0, max_value=50.0)
+    mono[0] += 0.5 * BEST_VALUE_EVERY_S
+    asyncio.run(sch.resplit(0.5))
+    assert sch.log_threshold == math.log(20.0)
+    mono[0] += 0.5 * BEST_VALUE_EVERY_S
+    asyncio.run(sch.resplit(0.5))
+    assert sch.log_threshold == math.log(50.0)
 
 
 def test_a_ping_reuses_the_tables_estimate_exactly() -> None:

@@ -41,3 +41,19 @@ def test_the_fetch_size_per_partition_reaches_the_kafka_consumer(
     assert app.conf.consumer_max_fetch_size == 3 * 1024**2
     with pytest.raises(ValueError, match="fetch_partition_bytes"):
         Settings(fetch_partition_bytes=1000)
+
+
+def test_a_setting_no_longer_used_is_said_so(monkeypatch: pytest.MonkeyPatch,
+                                             caplog: pytest.LogCaptureFixture) -> None:
+    from streams.settings import load_settings
+
+    monkeypatch.setenv("RECRAWL_PING_DEDUP_WINDOW_S", "3600")
+    with caplog.at_level("WARNING", logger="streams.settings"):
+        s = load_settings()
+    assert s.ping_dedup_window_s == 3600.0
+    assert "RECRAWL_PING_DEDUP_WINDOW_S no longer used" in caplog.text
+    monkeypatch.delenv("RECRAWL_PING_DEDUP_WINDOW_S")
+    caplog.clear()
+    with caplog.at_level("WARNING", logger="streams.settings"):
+        load_settings()
+    assert "no longer used" not in caplog.text
