@@ -147,6 +147,13 @@ class Settings(BaseSettings):
     #: same (docs/benchmarks.md, sixth session).  The worker's garbage is acyclic but for
     #: a few objects (reference counts free it), so collecting less often holds little.
     gc_gen0_threshold: int = Field(default=20_000, ge=1)
+    #: glibc malloc's mmap threshold for the worker (``mallopt(M_MMAP_THRESHOLD)``, and
+    #: twice it as ``M_TRIM_THRESHOLD``, as glibc pairs them); 0: glibc's own, which rises to
+    #: the largest block freed (up to 32 MiB) so that the fetches' buffers (up to
+    #: ``fetch_partition_bytes`` per partition) then come from the heap and stay held.  Fixed
+    #: at 1 MiB the worker's RSS at 10^6 pages was ~110 MiB lower (docs/benchmarks.md, eighth
+    #: session).  Not glibc (musl, macOS): ignored.
+    malloc_mmap_threshold: int = Field(default=1024**2, ge=0, le=32 * 1024**2)
 
     @field_validator("topic_prefix", "app_id", "key_prefix")
     @classmethod

@@ -57,3 +57,17 @@ def test_a_setting_no_longer_used_is_said_so(monkeypatch: pytest.MonkeyPatch,
     with caplog.at_level("WARNING", logger="streams.settings"):
         load_settings()
     assert "no longer used" not in caplog.text
+
+
+def test_malloc_thresholds_are_fixed_on_glibc_and_left_alone_at_zero() -> None:
+    import ctypes.util
+    import platform
+
+    from streams.commands.worker import fix_malloc_thresholds
+
+    assert Settings().malloc_mmap_threshold == 1024**2
+    assert fix_malloc_thresholds(0) is False
+    if platform.system() != "Linux" or platform.libc_ver()[0] != "glibc":
+        pytest.skip("glibc only")
+    assert ctypes.util.find_library("c")
+    assert fix_malloc_thresholds(1024**2) is True
