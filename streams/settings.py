@@ -126,8 +126,9 @@ class Settings(BaseSettings):
     #: ``consumer_max_fetch_size``, aiokafka's ``max_partition_fetch_bytes``; theirs is 1 MiB).
     #: A partition is fetched again only once its buffer is drained, and with 1 MiB the worker
     #: waited for its next records about as long as it worked on them under a backlog: 8 MiB
-    #: took the pings end to end from 13-14k to 20-22k/s at 10^5 pages (docs/benchmarks.md,
-    #: "eighth session").  Memory: up to this much per partition with a backlog is held.
+    #: took the pings end to end from 11.6-14.2k to 24k/s at 10^5 pages, 20.7-26k/s at 10^6
+    #: (docs/benchmarks.md, "eighth session").  Memory: up to this much per partition with
+    #: a backlog is held.
     fetch_partition_bytes: int = Field(default=8 * 1024**2, ge=64 * 1024, le=1024**3)
     #: How long an agent waits for its batch to fill (``take_events``' ``within``).
     batch_wait_s: float = Field(default=0.02, gt=0.0, le=10.0)
@@ -151,8 +152,8 @@ class Settings(BaseSettings):
     #: twice it as ``M_TRIM_THRESHOLD``, as glibc pairs them); 0: glibc's own, which rises to
     #: the largest block freed (up to 32 MiB) so that the fetches' buffers (up to
     #: ``fetch_partition_bytes`` per partition) then come from the heap and stay held.  Fixed
-    #: at 1 MiB the worker's RSS at 10^6 pages was ~110 MiB lower (docs/benchmarks.md, eighth
-    #: session).  Not glibc (musl, macOS): ignored.
+    #: at 1 MiB the worker's peak RSS at 10^6 pages was ~80 MiB lower (docs/benchmarks.md,
+    #: eighth session).  Not glibc (musl, macOS): ignored.
     malloc_mmap_threshold: int = Field(default=1024**2, ge=0, le=32 * 1024**2)
 
     @field_validator("topic_prefix", "app_id", "key_prefix")

@@ -502,6 +502,9 @@ class Scheduler(OrderIssuing):
             "cluster": self.cluster(),
             "counters": dict(sorted(self.metrics.tally.items())),
             "pings_by_source": self.metrics.pings_by_source(),
+            # seconds the batch consumer waited for Kafka ("wait") and each input handler
+            # took ("handle.<topic>"), since the start
+            "consumer": {k: round(v, 3) for k, v in sorted(self.metrics.seconds.items())},
             # the garbage collector's pauses of this process (streams.worker.metrics)
             "gc": GC_PAUSES.summary(),
         }

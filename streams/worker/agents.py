@@ -676,6 +676,7 @@ def register_agents(
     # each batch counted per topic (/stats: events per batch), whichever path delivers it
     handlers = {name: _counted(handler, name, metrics) for name, handler in handlers.items()}
     if batch_consumer:  # read by streams.worker.consumer.BatchConsumer
+        app.recrawl_metrics = metrics  # type: ignore[attr-defined]
         app.recrawl_batch_handlers = {  # type: ignore[attr-defined]
             settings.topic(name): handler for name, handler in handlers.items()}
     # with the batch consumer the agents' streams stay empty (they keep their topics
@@ -693,7 +694,11 @@ def _counted(handler: BatchHandler, name: str, metrics: Metrics) -> BatchHandler
 
     async def counted(events: Sequence[Any]) -> None:
         tally[key] += 1
-        await handler(events)
+        t0 = time.perf_counter()
+        try:
+            await handler(events)
+        finally:
+            metrics.handled(name, time.perf_counter() - t0)
 
     return counted
 

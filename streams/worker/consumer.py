@@ -59,7 +59,11 @@ class BatchConsumer(AIOKafkaConsumer):
             async for item in super().getmany(timeout):
                 yield item
             return
+        t0 = monotonic()
         records, active = await self._wait_next_records(timeout)
+        metrics = getattr(self.app, "recrawl_metrics", None)
+        if metrics is not None:  # /stats: waiting for Kafka against handling (the handlers')
+            metrics.waited(monotonic() - t0)
         generation = self.app.consumer_generation_id
         if records is None or self.should_stop:
             return

@@ -137,6 +137,17 @@ class Metrics:
             "recrawl_pings_total", "Pings by source and result", ["source", "result"],
             registry=r,
         )
+        self.consumer_wait = Counter(
+            "recrawl_consumer_wait_seconds_total",
+            "Seconds the batch consumer waited for records from Kafka", registry=r,
+        )
+        self.handler_seconds = Counter(
+            "recrawl_handler_seconds_total", "Seconds the input handlers took, by topic",
+            ["topic"], registry=r,
+        )
+        #: the same seconds for ``/stats`` (``consumer``): waiting for Kafka against handling
+        #: what came (a worker that waits about as long as it works is held by its fetches)
+        self.seconds: dict[str, float] = {}
         #: The same counts as plain numbers for ``/stats``.
         self.tally: _Tally[str] = _Tally()
         self._pings: _Tally[tuple[str, str]] = _Tally()
@@ -166,6 +177,17 @@ class Metrics:
             d[result] = n
             d["total"] = d.get("total", 0) + n
         return out
+
+    def waited(self, seconds: float) -> None:
+        """The batch consumer waited ``seconds`` for a fetch's records."""
+        self.consumer_wait.inc(seconds)
+        self.seconds["wait"] = self.seconds.get("wait", 0.0) + seconds
+
+    def handled(self, topic: str, seconds: float) -> None:
+        """A handler of ``topic`` took ``seconds`` for one batch."""
+        self.handler_seconds.labels(topic).inc(seconds)
+        key = f"handle.{topic}"
+        self.seconds[key] = self.seconds.get(key, 0.0) + seconds
 
     def reject(self, topic: str) -> None:
         self.rejects.labels(topic).inc()

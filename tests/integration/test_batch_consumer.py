@@ -9,11 +9,13 @@ from __future__ import annotations
 import asyncio
 import json
 import time
+import urllib.request
 
 import pytest
 from faults import lag
 from kafka_io import consume, produce, wait_for
 
+from infra.proc import free_port
 from streams.settings import Settings
 from streams.store.page_record import PageState
 from streams.store.redis_conn import connect_sync as connect_redis_sync
@@ -37,6 +39,7 @@ def _pages(s: Settings) -> dict[str, PageState]:
 @pytest.mark.parametrize("batch", ["1", "0"], ids=["batch-consumer", "faust-streams"])
 def test_each_event_applied_once_in_order_bad_ones_rejected_offsets_committed(
         settings: Settings, start_worker, batch: str) -> None:
+    settings = settings.model_copy(update={"web_enabled": True, "web_port": free_port()})
     w = start_worker(settings, {"RECRAWL_BATCH_CONSUMER": batch})
     urls = [f"https://{h}/p{i}" for h in HOSTS for i in range(PER_HOST)]
     # every page twice: the second event (importance 3) must win, as in its partition's order
@@ -65,7 +68,26 @@ def test_each_event_applied_once_in_order_bad_ones_rejected_offsets_committed(
     # everything acked and committed (Faust commits every 2 s)
     wait_for(lambda: not any(lag(settings, ("pages", "pings")).values()), 30,
              "no lag on pages and pings")
+    # /stats: the seconds spent waiting for Kafka (the batch consumer's) and in each handler
+    with urllib.request.urlopen(f"http://127.0.0.1:{settings.web_port}/stats/",
+                                timeout=10) as resp:
+        seconds = json.loads(resp.read())["consumer"]
+    assert seconds["handle.pages"] > 0.0 and seconds["handle.pings"] > 0.0
+    assert (seconds["wait"] > 0.0) if batch == "1" else ("wait" not in seconds)
     w.stop()
     assert w.proc.returncode == 0, w.log()[-3000:]
     # nothing was applied twice (the counts above still hold after the stop)
     assert all(p.signals[sitemap] == 2 for p in _pages(settings).values())
+
+
+def test_the_fetch_size_reaches_aiokafka(settings: Settings) -> None:
+    """The app's options (``streams.worker.app.app_options``) as Faust reads them: the fetch
+    size per partition is its ``consumer_max_fetch_size``, which Faust's aiokafka driver
+    passes as aiokafka's ``max_partition_fetch_bytes``."""
+    import faust
+
+    from streams.worker.app import app_options
+
+    s = settings.model_copy(update={"fetch_partition_bytes": 3 * 1024**2})
+    app = faust.App(s.app_id, **app_options(s))
+    assert app.conf.consumer_max_fetch_size == 3 * 1024**2

@@ -25,20 +25,18 @@ def test_config_file_named_after_import_is_read(tmp_path: Path,
     assert Settings().budget_per_s != 7.5
 
 
-def test_the_fetch_size_per_partition_reaches_the_kafka_consumer(
+def test_the_fetch_size_per_partition_is_in_the_apps_options(
         monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
-    """``RECRAWL_FETCH_PARTITION_BYTES`` is what Faust gives aiokafka as
-    ``max_partition_fetch_bytes`` (8 MiB unless set; Faust's own default is 1 MiB)."""
-    import faust
-
+    """``RECRAWL_FETCH_PARTITION_BYTES`` is the Faust app's ``consumer_max_fetch_size``
+    (8 MiB unless set; Faust's own default is 1 MiB; that Faust hands it to aiokafka:
+    tests/integration/test_batch_consumer.py)."""
     from streams.worker.app import app_options
 
     assert Settings().fetch_partition_bytes == 8 * 1024**2
     monkeypatch.setenv("RECRAWL_FETCH_PARTITION_BYTES", str(3 * 1024**2))
     s = Settings(data_dir=tmp_path, web_enabled=False)
     assert s.fetch_partition_bytes == 3 * 1024**2
-    app = faust.App(s.app_id, **app_options(s))  # as create_app makes it
-    assert app.conf.consumer_max_fetch_size == 3 * 1024**2
+    assert app_options(s)["consumer_max_fetch_size"] == 3 * 1024**2
     with pytest.raises(ValueError, match="fetch_partition_bytes"):
         Settings(fetch_partition_bytes=1000)
 
