@@ -86,12 +86,12 @@ class OrderIssuing(ShardLoading):
         for shard, picks in plans:
             owner[shard.partition] = shard
             for url, policy, value in picks:
-                if not (math.isfinite(value) and math.isfinite(shard.level)):
-                    # an order's JSON holds finite numbers only: refused before Redis marks
-                    # the page in flight (a page of such parameters is never put in a book:
-                    # ShardLoading; this is the last guard), and left out as unusable
-                    log.warning("page %s not ordered: value %r, threshold %r (not finite)",
-                                url, value, shard.level)
+                if not math.isfinite(value):
+                    # an order's JSON holds finite numbers only (the threshold always is:
+                    # level_of): refused before Redis marks the page in flight (a page of such
+                    # parameters is never put in a book: ShardLoading; this is the last
+                    # guard), and left out as unusable
+                    log.warning("page %s not ordered: its value %r is not finite", url, value)
                     self.metrics.tally["pages.unusable"] += 1
                     self._forget(shard, url)
                     continue

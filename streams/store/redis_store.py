@@ -193,6 +193,11 @@ def _hash_pairs(reply: Any) -> tuple[list[Any], list[Any]]:
     return list(reply[0::2]), list(reply[1::2])
 
 
+def _hash_dict(reply: Any) -> dict[Any, Any]:
+    """``HGETALL``'s reply as a dict (see :func:`_hash_pairs`)."""
+    return reply if isinstance(reply, dict) else dict(zip(reply[0::2], reply[1::2], strict=True))
+
+
 def _raise_errors(replies: list[Any]) -> list[Any]:
     """``replies``, or the first error reply among them raised (a read that must be whole)."""
     for r in replies:
@@ -710,8 +715,7 @@ class Store:
                     pages[i][1].extend(v)
         out = []
         for i, h in enumerate(hosts):
-            fl, est, info = (dict(zip(*_hash_pairs(res[6 * i + k]), strict=True))
-                             for k in (1, 2, 3))
+            fl, est, info = (_hash_dict(res[6 * i + k]) for k in (1, 2, 3))
             out.append(
                 HostDump(
                     h,

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from streams.store.redis_store import _hash_pairs, _url_keys
+from streams.store.redis_store import _hash_dict, _hash_pairs, _url_keys
 
 
 @pytest.mark.parametrize("as_bytes", [True, False])
@@ -39,4 +39,6 @@ def test_hgetall_replies_of_either_protocol() -> None:
     assert _hash_pairs([b"f1", b"v1", b"f2", b"v2"]) == ([b"f1", b"f2"], [b"v1", b"v2"])
     assert _hash_pairs({"f1": "v1", "f2": "v2"}) == (["f1", "f2"], ["v1", "v2"])
     assert _hash_pairs([]) == ([], []) and _hash_pairs({}) == ([], [])
+    assert _hash_dict([b"f1", b"v1", b"f2", b"v2"]) == {b"f1": b"v1", b"f2": b"v2"}
+    assert _hash_dict({"f1": "v1"}) == {"f1": "v1"} and _hash_dict([]) == {}
     assert _url_keys("h.org", [], []) == {}
