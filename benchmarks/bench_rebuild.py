@@ -48,8 +48,10 @@ from streams.store.redis_store import (
 from streams.worker.metrics import Metrics
 
 
-def records(fmt: str) -> list[bytes | str]:
-    """64 distinct estimator records (one to five observed intervals each)."""
+def records(fmt: str, history: str = "mixed") -> list[bytes | str]:
+    """64 distinct estimator records (one to five observed intervals each); ``history``
+    ``evicted``: each then crawled changed until a changed interval has left the ring (the
+    quadratic summary in use: the largest record a page of the stream's ring keeps)."""
     est = Estimation() if fmt == "binary" else Estimation(ring_capacity=5)
     recs: list[str] = est.observe([
         Observation(None, 3600.0 * (1 + i % 5), (1, 0, i % 2, 0, 0), i % 3 != 0, 1e9 + i)
@@ -58,14 +60,20 @@ def records(fmt: str) -> list[bytes | str]:
         recs[: 64 - 12 * k] = est.observe([
             Observation(r, 3600.0, (0, 1, 0, 0, 0), (i + k) % 2 == 0, 1e9 + 3600.0 * k + i)
             for i, r in enumerate(recs[: 64 - 12 * k])])
+    for k in range(5, 6 + est.estimator.ring_capacity if history == "evicted" else 5):
+        recs = est.observe([Observation(r, 3600.0, (0, 0, 1, 0, 0), True, 1e9 + 3600.0 * k + i)
+                            for i, r in enumerate(recs)])
+    if history == "evicted":
+        assert all(any(EstimatorRecord.decode(r).state.quad_a) for r in recs)
     if fmt == "binary":
         return [record_bytes(r) for r in recs]
     return [EstimatorRecord(e, EstimatorRecord.decode(r, 1e9, 5).state).encode_text()
             for r, e in zip(recs, [full_estimates(r) for r in recs], strict=True)]
 
 
-async def fill(store: Store, n: int, hosts: int, now: float, fmt: str) -> None:
-    recs = records(fmt)
+async def fill(store: Store, n: int, hosts: int, now: float, fmt: str,
+               history: str = "mixed") -> None:
+    recs = records(fmt, history)
     per = n // hosts
     layout = layout_after(per)
     pipe = store.redis.pipeline(transaction=False)
@@ -122,7 +130,7 @@ async def run(args: argparse.Namespace, fmt: str) -> None:
     try:
         before = await used_memory(store)
         t0 = time.perf_counter()
-        await fill(store, args.pages, args.hosts, now, fmt)
+        await fill(store, args.pages, args.hosts, now, fmt, args.history)
         fill_s = time.perf_counter() - t0
         per_page = (await used_memory(store) - before) / args.pages
         enc: Any = await store.redis.object("encoding", store.key("host0.example", "pages"))
@@ -189,5 +197,8 @@ if __name__ == "__main__":
     ap.add_argument("--hosts", type=int, default=1_000)
     ap.add_argument("--formats", nargs="+", choices=("binary", "text"), default=["binary"])
     ap.add_argument("--reference-pages", type=int, default=0)
+    ap.add_argument("--history", choices=("mixed", "evicted"), default="mixed",
+                    help="the pages' estimator records: one to five observed intervals "
+                    "(mixed), or each with a changed interval gone from the ring (evicted)")
     ap.add_argument("--profile", action="store_true", help="cProfile the rebuild")
     asyncio.run(main(ap.parse_args()))

@@ -17,7 +17,13 @@ intervals and the linear term of its quadratic expansion enter the negative log-
 only as that difference (``models.estimators._numeric.objective``: ``(lin - b) . theta``;
 ``SignalEstimator``'s scalar path the same), and both decay by the same factor, so one sum
 is the same state: read back as ``unchanged = lin``, ``quad_b = 0``.  The ring's weights are
-not kept: without a half-life every weight is 1.  A record that version 3 cannot hold
+not kept: without a half-life every weight is 1.  Version 4 (``0xA0 + ring length``,
+:data:`RECORD_HEAD4` + ring, 73 + 10 x ring length bytes) is version 3 without
+``quad_a``, written while ``quad_a`` is zero as float32 (every byte): until a changed interval
+first leaves the ring (``models.estimators.batch.batch_update``) there is no quadratic
+summary, and a page that never changed, or changed at most :data:`STREAM_RING` times, keeps
+it so; it reads back as the version 3 record of the same state (``quad_a`` zero), so the 40
+bytes go without losing anything.  A record that neither can hold
 exactly is written in the older layouts, read as ever: version 2 (``0x90 + ring length``,
 129 + 14 x ring length bytes: ``unchanged`` and ``quad_b`` apart, a float32 weight after
 each ring entry's counts) when a ring weight is not 1 (``estimator_half_life_s`` set);
@@ -147,8 +153,11 @@ STREAM_RING = 2
 RECORD_HEAD = struct.Struct(f"<BI{2 + N_GROUPS}f{4 * _D + _NQ}f")
 #: version 3: first byte, n_intervals, alpha, alpha_se, kappa, theta, lin, totals, quad_a
 RECORD_HEAD3 = struct.Struct(f"<BI{2 + N_GROUPS}f{3 * _D + _NQ}f")
+#: version 4: version 3 without ``quad_a`` (no changed interval has left the ring yet)
+RECORD_HEAD4 = struct.Struct(f"<BI{2 + N_GROUPS}f{3 * _D}f")
 #: the bytes every version starts with, the same fields at the same offsets (tag through
-#: totals; version 3's ``lin`` is where the others keep ``unchanged``): what a rebuild reads
+#: totals; versions 3 and 4 keep ``lin`` where the others keep ``unchanged``): what a
+#: rebuild reads
 HEAD_PREFIX = np.dtype([("tag", "u1"), ("n", "<u4"), ("alpha", "<f4"), ("alpha_se", "<f4"),
                         ("kappa", "<f4", (N_GROUPS,)), ("theta", "<f4", (_D,)),
                         ("lin", "<f4", (_D,)), ("totals", "<f4", (_D,))])
@@ -159,17 +168,23 @@ _RING_ENTRY2 = 8 + 2 * N_GROUPS
 _RING_ENTRY3 = 4 + 2 * N_GROUPS
 _RING2 = struct.Struct(f"<f{N_GROUPS}Hf")
 _RING3 = struct.Struct(f"<f{N_GROUPS}H")
-#: first bytes: ``_TAG3``, ``_TAG2``, ``_TAG`` + ring length (versions 3, 2, 1); the ranges
-#: are UTF-8 continuation bytes, never a character's first byte, so a record read through a
-#: ``surrogateescape`` client always starts with a surrogate (0xC0-0xCF would not: 0xC2 0x80
-#: is U+0080)
+#: first bytes: ``_TAG4``, ``_TAG3``, ``_TAG2``, ``_TAG`` + ring length (versions 4, 3, 2,
+#: 1); the ranges are UTF-8 continuation bytes, never a character's first byte, so a record
+#: read through a ``surrogateescape`` client always starts with a surrogate (0xC0-0xCF would
+#: not: 0xC2 0x80 is U+0080).  0xA1 is also the page record's first byte: an estimator record
+#: never starts a stored value (it follows the page record, or is a legacy ``est`` value,
+#: written before version 4), so the two are never told apart by it.
 _TAG = 0xB0
 _TAG2 = 0x90
 _TAG3 = 0x80
+_TAG4 = 0xA0
 #: per version: (first byte of ring length 0, head bytes, bytes per ring entry)
 _LAYOUTS = {1: (_TAG, RECORD_HEAD.size, _RING_ENTRY),
             2: (_TAG2, RECORD_HEAD.size, _RING_ENTRY2),
-            3: (_TAG3, RECORD_HEAD3.size, _RING_ENTRY3)}
+            3: (_TAG3, RECORD_HEAD3.size, _RING_ENTRY3),
+            4: (_TAG4, RECORD_HEAD4.size, _RING_ENTRY3)}
+#: ``quad_a`` as float32 bytes when no interval has left the ring (version 4: not stored)
+_NO_QUAD = bytes(4 * _NQ)
 #: the most a version 2 ring count holds (an interval with more signals of one group is
 #: written as version 1)
 _COUNT_MAX = 0xFFFF
@@ -205,12 +220,14 @@ def _record_dtype(ring_len: int, version: int = 3) -> np.dtype:
     """A record of ``version`` with a ring of ``ring_len`` as one packed numpy dtype (the
     same bytes: ``struct``'s ``<`` has no padding), for reading and writing on arrays."""
     g, d = N_GROUPS, _D
-    if version == 3:
+    if version in (3, 4):
         fields: list[Any] = [
             ("tag", "u1"), ("n_intervals", "<u4"), ("alpha", "<f4"), ("alpha_se", "<f4"),
             ("kappa", "<f4", (g,)), ("theta", "<f4", (d,)), ("lin", "<f4", (d,)),
-            ("totals", "<f4", (d,)), ("quad_a", "<f4", (_NQ,)),
+            ("totals", "<f4", (d,)),
         ]
+        if version == 3:
+            fields.append(("quad_a", "<f4", (_NQ,)))
     else:
         fields = [
             ("tag", "u1"), ("n_intervals", "<u4"), ("alpha", "<f4"), ("alpha_se", "<f4"),
@@ -230,7 +247,7 @@ def _record_dtype(ring_len: int, version: int = 3) -> np.dtype:
 def _versions(batch: BatchSignalState) -> npt.NDArray[np.int64]:
     """Per page, the record version that holds its state exactly (module docstring): 1 if a
     count of its ring's intervals is not a whole number a uint16 holds, else 2 if a ring
-    weight is not 1, else 3."""
+    weight is not 1, else 4 if ``quad_a`` is zero as float32 (every byte), else 3."""
     n = batch.ring[..., 1:-1]
     ok = ((n >= 0.0) & (n <= _COUNT_MAX) & (n == np.floor(n))).all(axis=2)
     one = batch.ring[..., -1] == 1.0
@@ -238,7 +255,9 @@ def _versions(batch: BatchSignalState) -> npt.NDArray[np.int64]:
     used = (np.arange(k)[None, :] - batch.ring_pos[:, None]) % max(k, 1) < batch.ring_len[:, None]
     fit = (ok | ~used).all(axis=1)
     ones = (one | ~used).all(axis=1)
-    out: npt.NDArray[np.int64] = np.where(fit, np.where(ones, 3, 2), 1)
+    iu = np.triu_indices(batch.quad_a.shape[1])
+    no_quad = (batch.quad_a[:, iu[0], iu[1]].astype("<f4").view("<u4") == 0).all(axis=1)
+    out: npt.NDArray[np.int64] = np.where(fit, np.where(ones, np.where(no_quad, 4, 3), 2), 1)
     return out
 
 
@@ -313,7 +332,8 @@ class EstimatorRecord:
         return self.to_bytes().decode("utf-8", "surrogateescape")
 
     def to_bytes(self) -> bytes:
-        """Version 3 if it holds the state exactly, else 2, else 1 (as :func:`_versions`)."""
+        """Version 4 or 3 if it holds the state exactly, else 2, else 1 (as
+        :func:`_versions`)."""
         st, e = self.state, self.estimates
         ring = st.ring[-15:]
         fit = all(0.0 <= n <= _COUNT_MAX and n == math.floor(n)
@@ -324,6 +344,8 @@ class EstimatorRecord:
             lin = (u - b for u, b in zip(st.unchanged, st.quad_b, strict=True))
             head = RECORD_HEAD3.pack(_TAG3 + len(ring), n_int, e.alpha_per_s, e.alpha_se_per_s,
                                      *e.kappa, *st.theta, *lin, *st.totals, *st.quad_a)
+            if head[RECORD_HEAD4.size :] == _NO_QUAD:  # version 4: quad_a left out
+                head = bytes((_TAG4 + len(ring),)) + head[1 : RECORD_HEAD4.size]
             return head + b"".join(
                 _RING3.pack(x[0], *(int(n) for n in x[1:-1])) for x in ring)
         head = RECORD_HEAD.pack(
@@ -362,11 +384,12 @@ def _decode_binary(raw: bytes, end_s: float, ring_capacity: int) -> EstimatorRec
         raise ValueError(f"estimator record of {len(raw)} bytes, expected {size}")
     g, d = N_GROUPS, _D
     _, head, entry = _LAYOUTS[version]
-    if version == 3:
-        v = RECORD_HEAD3.unpack_from(raw)
+    if version in (3, 4):
+        v = (RECORD_HEAD3 if version == 3 else RECORD_HEAD4).unpack_from(raw)
         i = 4 + g
         theta, unchanged, totals = v[i : i + d], v[i + d : i + 2 * d], v[i + 2 * d : i + 3 * d]
-        quad_b, quad_a = (0.0,) * d, v[i + 3 * d : i + 3 * d + _NQ]
+        quad_b = (0.0,) * d
+        quad_a = v[i + 3 * d : i + 3 * d + _NQ] if version == 3 else (0.0,) * _NQ
         ring = tuple((*(float(x) for x in _RING3.unpack_from(raw, head + j * entry)), 1.0)
                      for j in range(n_ring))
     else:
@@ -543,8 +566,8 @@ class Estimation:
             rows = np.asarray(members, dtype=np.int64)
             batch.n_intervals[rows] = arr["n_intervals"]
             batch.theta[rows] = arr["theta"]
-            # version 3 keeps unchanged - quad_b as one sum (module docstring)
-            batch.unchanged[rows] = arr["lin" if version == 3 else "unchanged"]
+            # versions 3 and 4 keep unchanged - quad_b as one sum (module docstring)
+            batch.unchanged[rows] = arr["lin" if version >= 3 else "unchanged"]
             batch.totals[rows] = arr["totals"]
             batch.ring[rows] = 0.0
             if ring_len and version == 1:
@@ -553,14 +576,15 @@ class Estimation:
                 ring = arr["ring"]
                 batch.ring[rows, :ring_len, 0] = ring["tau"]
                 batch.ring[rows, :ring_len, 1:-1] = ring["n"]
-                batch.ring[rows, :ring_len, -1] = 1.0 if version == 3 else ring["w"]
+                batch.ring[rows, :ring_len, -1] = 1.0 if version >= 3 else ring["w"]
             batch.ring_len[rows] = ring_len
             batch.ring_pos[rows] = 0
-            batch.quad_b[rows] = 0.0 if version == 3 else arr["quad_b"]
-            upper = arr["quad_a"].astype(np.float64)
+            batch.quad_b[rows] = 0.0 if version >= 3 else arr["quad_b"]
             qa = np.zeros((rows.size, d, d))
-            qa[:, iu[0], iu[1]] = upper
-            qa[:, iu[1], iu[0]] = upper
+            if version != 4:  # version 4: no quadratic summary yet
+                upper = arr["quad_a"].astype(np.float64)
+                qa[:, iu[0], iu[1]] = upper
+                qa[:, iu[1], iu[0]] = upper
             batch.quad_a[rows] = qa
             batch.end_s[rows] = -math.inf if end_s is None else end_s[rows]
         return batch
@@ -588,13 +612,14 @@ class Estimation:
             arr["alpha_se"] = alpha_se[rows]
             arr["kappa"] = kappa[rows]
             arr["theta"] = batch.theta[rows]
-            if version == 3:
+            if version >= 3:
                 arr["lin"] = batch.unchanged[rows] - batch.quad_b[rows]
             else:
                 arr["unchanged"] = batch.unchanged[rows]
                 arr["quad_b"] = batch.quad_b[rows]
             arr["totals"] = batch.totals[rows]
-            arr["quad_a"] = batch.quad_a[rows][:, iu[0], iu[1]]
+            if version != 4:
+                arr["quad_a"] = batch.quad_a[rows][:, iu[0], iu[1]]
             if ring_len:
                 order = (batch.ring_pos[rows, None] + np.arange(ring_len)[None, :]) % k
                 ring = np.take_along_axis(batch.ring[rows], order[:, :, None], axis=1)

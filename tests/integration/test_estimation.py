@@ -3,6 +3,7 @@ offset-guarded, compare-and-set update against the real Redis."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 import random
@@ -235,6 +236,63 @@ def test_record_versions_3_2_and_1() -> None:
     assert back.encode() == decayed and any(0.0 < x[-1] < 1.0 for x in back.state.ring)
     nxt = Observation(decayed, HOUR, (0, 1, 0, 0, 0), True, 1e6 + 13 * HOUR)
     assert half.observe([nxt]) == half.observe_states([nxt])
+
+
+def _as_version_3(record: str) -> str:
+    """A version 4 record as version 3 would hold the same state: the v3 tag, ten zero
+    ``quad_a`` floats after the head (module docstring's layouts, packed here)."""
+    raw = record.encode("utf-8", "surrogateescape")
+    n = raw[0] - 0xA0
+    v3 = bytes([0x80 + n]) + raw[1:73] + struct.pack("<10f", *([0.0] * 10)) + raw[73:]
+    return v3.decode("utf-8", "surrogateescape")
+
+
+def test_version_4_until_a_changed_interval_leaves_the_ring() -> None:
+    """While no changed interval has left the ring (quad_a zero: a page that never changed,
+    or changed at most STREAM_RING times) the record is version 4, 40 bytes shorter, and
+    reads as the version 3 record of the same state on every path; the eviction that makes
+    quad_a non-zero writes version 3."""
+    est = Estimation()
+    end = 1e6
+    recs: list[str | None] = [None, None, None]
+    sizes: list[list[int]] = [[], [], []]
+    # page 0 never changes, page 1 changes at every crawl, page 2 at one crawl in two
+    for i in range(STREAM_RING + 2):
+        end += HOUR
+        obs = [Observation(r, HOUR, (0, i % 2, 0, 1, 0), ch, end)
+               for r, ch in zip(recs, (False, True, i % 2 == 1), strict=True)]
+        new = est.observe(obs)
+        assert new == est.observe_states(obs)  # arrays and objects: the same bytes
+        for j, rec in enumerate(new):
+            raw = rec.encode("utf-8", "surrogateescape")
+            state = EstimatorRecord.decode(rec, end).state
+            if any(state.quad_a):  # an interval has left the ring: version 3
+                assert raw[0] == 0x80 + len(state.ring) and len(raw) == 113 + 10 * len(state.ring)
+            else:
+                assert raw[0] == 0xA0 + len(state.ring) and len(raw) == 73 + 10 * len(state.ring)
+                v3 = _as_version_3(rec)
+                assert EstimatorRecord.decode(v3, end) == EstimatorRecord.decode(rec, end)
+                assert est.states_of([v3]).quad_a.tolist() == est.states_of([rec]).quad_a.tolist()
+                assert estimates_of(v3) == estimates_of(rec)
+                values = [PageState(1.0, None, end).encode(r) for r in (rec, v3)]
+                many = page_params_many(values, [None, None], Settings())
+                assert many is not None and many.estimated.all()
+                assert (many.alpha[0], many.beta[0]) == (many.alpha[1], many.beta[1])
+                nxt = Observation(v3, HOUR, (1, 0, 0, 0, 0), True, end + HOUR)
+                assert est.observe([nxt]) == est.observe(
+                    [Observation(rec, HOUR, (1, 0, 0, 0, 0), True, end + HOUR)])
+            sizes[j].append(len(raw))
+        recs = list(new)
+    assert sizes[0] == [73] * (STREAM_RING + 2)  # never changed: ring empty, no quadratic
+    # changed at every crawl: the ring fills, then the first eviction writes version 3
+    assert sizes[1] == [73 + 10 * (i + 1) for i in range(STREAM_RING)] + [
+        113 + 10 * STREAM_RING] * 2
+    assert sizes[2][-1] == 73 + 10 * ((STREAM_RING + 2) // 2)
+    # a quad_a that float32 rounds to zero is no quadratic either (version 3 would hold zeros)
+    st = EstimatorRecord.decode(recs[0] or "", end).state
+    tiny = dataclasses.replace(st, quad_a=(1e-50, *st.quad_a[1:]))
+    (e,) = est.results([tiny])
+    assert EstimatorRecord(e, tiny).to_bytes()[0] == 0xA0
 
 
 def test_old_text_records_are_still_read() -> None:
