@@ -48,34 +48,38 @@ GB = 1e9
 @dataclass(frozen=True, slots=True)
 class Measured:
     """Per-unit figures.  Defaults: docs/benchmarks.md "Streaming worker", "Re-measured on
-    2026-11-25, afternoon" (2-core machine) unless marked *assumed*; of two end-to-end runs
-    the lower figure."""
+    2026-11-27, ninth session" (2-core machine, 10^6 crawled pages on 10^4 hosts) unless
+    marked *assumed*; of that session's four end-to-end runs (two of fd0ee73, two of
+    01fb3a3) the lowest figure."""
 
-    #: orders/s per worker, end to end at 10^6 pages on 10^4 hosts of 1 crawl/s
-    #: (``bench_e2e.py throughput``: 9,667/s and 10,000/s against the hosts' cap of
-    #: 10^4/s; in process over crawled pages 9,657/s)
+    #: orders/s per worker, end to end at 10^6 crawled pages on 10^4 hosts of 1 crawl/s
+    #: (``bench_e2e.py throughput``: 10,000/s in three runs, 9,667/s in one, against the
+    #: hosts' cap of 10^4/s)
     orders_per_s: float = 9667.0
     #: pings applied per second per worker, end to end (``bench_e2e.py throughput``:
-    #: 7,372/s and 7,515/s)
-    pings_per_s: float = 7372.0
-    #: outcomes applied per second per worker, end to end (``bench_e2e.py throughput``:
-    #: 5,681/s and 5,915/s; in process 11.6k/s with an observed interval)
-    outcomes_per_s: float = 5681.0
-    #: Redis bytes per page crawled and pinged, with estimator state (``INFO memory``,
-    #: ``bench_rebuild.py`` at 10^6 pages, 100 per host)
-    redis_bytes_per_page: float = 267.6
-    #: seconds to rebuild a shard, per 10^6 estimated pages (``bench_rebuild.py``: 4.17 and
-    #: 4.31 s)
-    rebuild_s_per_mpage: float = 4.3
-    #: worker RSS per 10^6 pages (``bench_e2e.py throughput``: peaks of 794 and 805 MiB)
-    rss_bytes_per_mpage: float = 805.0 * MiB
+    #: 22,913-26,251/s)
+    pings_per_s: float = 22913.0
+    #: outcomes applied per second per worker, end to end, each an estimator update
+    #: (``bench_e2e.py throughput``: 10,507-11,719/s)
+    outcomes_per_s: float = 10507.0
+    #: Redis bytes per page crawled and pinged, with estimator state (``INFO memory``, at
+    #: 10^6 pages, 100 per host): a page whose estimator record holds a quadratic summary
+    #: (``bench_rebuild.py --history evicted``: 206.7 B), the most a crawled page takes
+    #: there (145 B on ``bench_e2e.py``'s pages crawled twice)
+    redis_bytes_per_page: float = 206.7
+    #: seconds to rebuild a shard, per 10^6 estimated pages (``bench_rebuild.py``: 3.41-3.80 s
+    #: in process; the slowest shard's load end to end 4.22-4.39 s)
+    rebuild_s_per_mpage: float = 3.8
+    #: worker RSS per 10^6 pages (``bench_e2e.py throughput``: peaks of 844-879 MiB)
+    rss_bytes_per_mpage: float = 879.0 * MiB
     #: *assumed*: a worker process's memory limit (container), so pages per worker
     worker_memory_bytes: float = 2.0 * 1024 * MiB
     #: *assumed*: memory a Redis master may fill (of 32 GB: half for fork/AOF rewrite)
     master_memory_bytes: float = 16.0 * GB
     #: Redis commands/s per master: the same-run reference, redis-py pipelined ``SET``
-    #: (106,108/s); a store script call runs 7-9 commands, counted as ``cmds_per_call``
-    master_cmds_per_s: float = 106_108.0
+    #: (110,964-117,525/s); a store script call runs 7-9 commands, counted as
+    #: ``cmds_per_call``
+    master_cmds_per_s: float = 110_964.0
     #: *assumed*: commands inside one order/ping/outcome script call (issue 13: 7-9)
     cmds_per_call: float = 8.0
     #: partitions per worker: a rebalance moves about a quarter of a worker at a time
