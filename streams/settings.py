@@ -109,6 +109,10 @@ class Settings(BaseSettings):
     estimate_quantile: float = Field(default=0.5, gt=0.0, lt=1.0)
     #: Estimators forget: an interval's weight halves every this many seconds (0 = never).
     estimator_half_life_s: float = Field(default=0.0, ge=0.0)
+    #: The newest estimator record version the outcomes write (``streams/estimates/
+    #: estimation.py``): 4, or 3 during a rolling upgrade from workers older than version 4
+    #: (they read no version 4 record: they would start its page's estimator again).
+    estimator_record_version: int = Field(default=4, ge=3, le=4)
     #: Gain of the budget re-split controller (per second, on log-thresholds).
     resplit_gain: float = Field(default=0.5, ge=0.0)
     #: Forward pings for unknown pages (discoveries) to ``recrawl.pages`` as new pages.

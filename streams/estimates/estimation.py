@@ -23,13 +23,18 @@ not kept: without a half-life every weight is 1.  Version 4 (``0xA0 + ring lengt
 first leaves the ring (``models.estimators.batch.batch_update``) there is no quadratic
 summary, and a page that never changed, or changed at most :data:`STREAM_RING` times, keeps
 it so; it reads back as the version 3 record of the same state (``quad_a`` zero), so the 40
-bytes go without losing anything.  A record that neither can hold
-exactly is written in the older layouts, read as ever: version 2 (``0x90 + ring length``,
-129 + 14 x ring length bytes: ``unchanged`` and ``quad_b`` apart, a float32 weight after
-each ring entry's counts) when a ring weight is not 1 (``estimator_half_life_s`` set);
-version 1 (``0xB0 + ring length``, every ring value float32, 129 + 20 x ring length bytes)
-when a ring count is not a whole number of at most 65,535 (more signals of one group in one
-crawl interval).  float32 for all:
+bytes go without losing anything.  A worker reads every version written before its own,
+none written after: a worker older than version 4 takes a version 4 record for an
+unreadable one and starts that page's estimator again from the prior.  So a rolling upgrade
+from such a worker writes version 3 (``RECRAWL_ESTIMATOR_RECORD_VERSION=3``,
+``Estimation(record_version=3)``) until every worker runs this code, then 4 (the
+default). A record that neither can hold exactly is written in the older layouts, read as
+ever: version 2 (``0x90 + ring length``, 129 + 14 x ring length bytes: ``unchanged`` and
+``quad_b`` apart, a float32 weight after each ring entry's counts) when a ring weight is not
+1 (``estimator_half_life_s`` set); version 1 (``0xB0 + ring length``, every ring value
+float32, 129 + 20 x ring length bytes) when a ring count is not a whole number of at most
+65,535 (more signals of one group in one crawl interval).
+float32 for all:
 these are estimates whose standard errors are far above float32's 6e-8 relative rounding
 (``SignalState.to_bytes`` already keeps theta, the ring and the quadratic in float32; the
 float64 ``unchanged`` and ``totals`` sums lose at most 6e-8 relative, a crawl interval of a
@@ -115,6 +120,7 @@ __all__ = [
     "N_GROUPS",
     "RECORD_HEAD",
     "RECORD_HEAD3",
+    "RECORD_VERSION",
     "STREAM_RING",
     "Estimates",
     "Estimation",
@@ -148,6 +154,8 @@ _NQ = _D * (_D + 1) // 2
 
 #: changed intervals the stream's estimator keeps exactly (module docstring)
 STREAM_RING = 2
+#: the newest estimator record version, written unless told to write 3 (module docstring)
+RECORD_VERSION = 4
 #: versions 1 and 2: first byte, n_intervals, alpha, alpha_se, kappa, theta, unchanged,
 #: totals, quad_b, quad_a (the ring follows)
 RECORD_HEAD = struct.Struct(f"<BI{2 + N_GROUPS}f{4 * _D + _NQ}f")
@@ -244,10 +252,11 @@ def _record_dtype(ring_len: int, version: int = 3) -> np.dtype:
     return np.dtype(fields)
 
 
-def _versions(batch: BatchSignalState) -> npt.NDArray[np.int64]:
+def _versions(batch: BatchSignalState, newest: int = RECORD_VERSION) -> npt.NDArray[np.int64]:
     """Per page, the record version that holds its state exactly (module docstring): 1 if a
     count of its ring's intervals is not a whole number a uint16 holds, else 2 if a ring
-    weight is not 1, else 4 if ``quad_a`` is zero as float32 (every byte), else 3."""
+    weight is not 1, else 4 if ``quad_a`` is zero as float32 (every byte) and ``newest`` is
+    4, else 3."""
     n = batch.ring[..., 1:-1]
     ok = ((n >= 0.0) & (n <= _COUNT_MAX) & (n == np.floor(n))).all(axis=2)
     one = batch.ring[..., -1] == 1.0
@@ -256,7 +265,8 @@ def _versions(batch: BatchSignalState) -> npt.NDArray[np.int64]:
     fit = (ok | ~used).all(axis=1)
     ones = (one | ~used).all(axis=1)
     iu = np.triu_indices(batch.quad_a.shape[1])
-    no_quad = (batch.quad_a[:, iu[0], iu[1]].astype("<f4").view("<u4") == 0).all(axis=1)
+    no_quad = ((batch.quad_a[:, iu[0], iu[1]].astype("<f4").view("<u4") == 0).all(axis=1)
+               & (newest >= 4))
     out: npt.NDArray[np.int64] = np.where(fit, np.where(ones, np.where(no_quad, 4, 3), 2), 1)
     return out
 
@@ -326,14 +336,14 @@ class EstimatorRecord:
     estimates: Estimates
     state: SignalState
 
-    def encode(self) -> str:
+    def encode(self, newest: int = RECORD_VERSION) -> str:
         """Binary (module docstring) as a ``str`` of surrogate-escaped bytes (what a
         ``surrogateescape`` Redis client reads and writes back unchanged)."""
-        return self.to_bytes().decode("utf-8", "surrogateescape")
+        return self.to_bytes(newest).decode("utf-8", "surrogateescape")
 
-    def to_bytes(self) -> bytes:
-        """Version 4 or 3 if it holds the state exactly, else 2, else 1 (as
-        :func:`_versions`)."""
+    def to_bytes(self, newest: int = RECORD_VERSION) -> bytes:
+        """Version 4 (if ``newest`` is 4) or 3 if it holds the state exactly, else 2, else 1
+        (as :func:`_versions`)."""
         st, e = self.state, self.estimates
         ring = st.ring[-15:]
         fit = all(0.0 <= n <= _COUNT_MAX and n == math.floor(n)
@@ -344,7 +354,7 @@ class EstimatorRecord:
             lin = (u - b for u, b in zip(st.unchanged, st.quad_b, strict=True))
             head = RECORD_HEAD3.pack(_TAG3 + len(ring), n_int, e.alpha_per_s, e.alpha_se_per_s,
                                      *e.kappa, *st.theta, *lin, *st.totals, *st.quad_a)
-            if head[RECORD_HEAD4.size :] == _NO_QUAD:  # version 4: quad_a left out
+            if newest >= 4 and head[RECORD_HEAD4.size :] == _NO_QUAD:  # version 4: no quad_a
                 head = bytes((_TAG4 + len(ring),)) + head[1 : RECORD_HEAD4.size]
             return head + b"".join(
                 _RING3.pack(x[0], *(int(n) for n in x[1:-1])) for x in ring)
@@ -478,9 +488,15 @@ class Observation:
 class Estimation:
     """The estimator of every page (one :class:`SignalEstimator` over the source groups)."""
 
-    def __init__(self, half_life_s: float = math.inf, ring_capacity: int = STREAM_RING) -> None:
+    def __init__(self, half_life_s: float = math.inf, ring_capacity: int = STREAM_RING,
+                 record_version: int = RECORD_VERSION) -> None:
+        """``record_version``: the newest record version written (3 or 4; 3 while workers
+        that read no version 4 still run: ``Settings.estimator_record_version``)."""
+        if record_version not in (3, 4):
+            raise ValueError(f"record_version: 3 or 4, not {record_version!r}")
         self.estimator = SignalEstimator(N_GROUPS, half_life_s=half_life_s,
                                          ring_capacity=ring_capacity)
+        self.record_version = record_version
 
     def state_of(self, record: str | None, end_s: float = -math.inf) -> SignalState:
         """The stored state, or the prior's if absent or unreadable; ``end_s``: the page's
@@ -600,7 +616,7 @@ class Estimation:
         d = _D
         k = batch.ring.shape[1]
         iu = np.triu_indices(d)
-        versions = _versions(batch)
+        versions = _versions(batch, self.record_version)
         for ring_len, version in sorted({(int(r), int(v)) for r, v in
                                          zip(batch.ring_len.tolist(), versions.tolist(),
                                              strict=True)}):
@@ -652,10 +668,10 @@ class Estimation:
             # an old record's longer ring: the scalar update evicts its oldest intervals
             new_states = [self.estimator.update(st, iv)
                           for st, iv in zip(states, intervals, strict=True)]
-            return [EstimatorRecord(e, st).encode()
+            return [EstimatorRecord(e, st).encode(self.record_version)
                     for e, st in zip(self.results(new_states), new_states, strict=True)]
         new_states, r = update_many(self.estimator, states, intervals)
-        return [EstimatorRecord(e, s).encode()
+        return [EstimatorRecord(e, s).encode(self.record_version)
                 for e, s in zip(_estimates_list(r, new_states), new_states, strict=True)]
 
     def results(self, states: Sequence[SignalState]) -> list[Estimates]:

@@ -194,7 +194,8 @@ class Agents:
         self.decisions = decisions
         self.stopping = False
         half_life = settings.estimator_half_life_s or math.inf
-        self.estimation = Estimation(half_life)
+        self.estimation = Estimation(half_life,
+                                     record_version=settings.estimator_record_version)
 
     # -- plumbing ------------------------------------------------------------------------
     async def reject(self, event: faust.types.EventT[Any], reason: str) -> None:

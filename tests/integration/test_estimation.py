@@ -444,6 +444,35 @@ async def test_an_outcome_updates_the_estimator_once_even_when_redelivered(
     assert h.rejects == []
 
 
+async def test_a_rolling_upgrade_writes_version_3_when_told(redis_url: str) -> None:
+    """``RECRAWL_ESTIMATOR_RECORD_VERSION=3`` (a rolling upgrade from workers that read no
+    version 4): the outcomes agent writes the version 3 record of the same state, the bytes
+    a worker before version 4 wrote; the default writes version 4."""
+    url, host = "https://v.org/a", "v.org"
+    now = time.time()
+    stored = []
+    for overrides in ({}, {"estimator_record_version": 3}):
+        h = Harness(redis_url, **overrides)
+        await h.feed("pages", [js(url=url)])
+        await outcome(h, url, now - 2 * HOUR, False)
+        await outcome(h, url, now - HOUR, True)
+        record = (await h.store.get_pages(host, [url]))[url][2]
+        assert record is not None and h.rejects == []
+        stored.append(record)
+    new, old = stored
+    assert new[0] == chr(0xDC00 + 0xA0 + 1) and old[0] == chr(0xDC00 + 0x80 + 1)
+    assert old == _as_version_3(new)
+    assert EstimatorRecord.decode(old) == EstimatorRecord.decode(new)
+    # the same on the object path, and nothing but 3 or 4 is taken
+    obs = [Observation(None, HOUR, (0, 0, 0, 0, 0), True, now)]
+    assert Estimation(record_version=3).observe_states(obs) == Estimation(
+        record_version=3).observe(obs) == [_as_version_3(Estimation().observe(obs)[0])]
+    with pytest.raises(ValueError, match="record_version"):
+        Estimation(record_version=5)
+    with pytest.raises(ValueError, match="estimator_record_version"):
+        Settings(estimator_record_version=2)
+
+
 async def test_a_write_that_lost_the_race_is_not_applied(redis_url: str) -> None:
     h = Harness(redis_url)
     url, host = "https://c.org/a", "c.org"
