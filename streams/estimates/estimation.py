@@ -16,22 +16,26 @@ state), then the ring, per interval ``tau`` float32 and its signal count per gro
 intervals and the linear term of its quadratic expansion enter the negative log-posterior
 only as that difference (``models.estimators._numeric.objective``: ``(lin - b) . theta``;
 ``SignalEstimator``'s scalar path the same), and both decay by the same factor, so one sum
-is the same state: read back as ``unchanged = lin``, ``quad_b = 0``.  The ring's weights are
-not kept: without a half-life every weight is 1.  Version 4 (``0xA0 + ring length``,
-:data:`RECORD_HEAD4` + ring, 73 + 10 x ring length bytes) is version 3 without
-``quad_a``, written while ``quad_a`` is zero as float32 (every byte): until a changed interval
-first leaves the ring (``models.estimators.batch.batch_update``) there is no quadratic
-summary, and a page that never changed, or changed at most :data:`STREAM_RING` times, keeps
-it so; it reads back as the version 3 record of the same state (``quad_a`` zero), so the 40
-bytes go without losing anything.  A worker reads every version written before its own,
-none written after: a worker older than version 4 takes a version 4 record for an
-unreadable one and starts that page's estimator again from the prior.  So a rolling upgrade
-from such a worker writes version 3 (``RECRAWL_ESTIMATOR_RECORD_VERSION=3``,
-``Estimation(record_version=3)``) until every worker runs this code, then 4 (the
-default). A record that neither can hold exactly is written in the older layouts, read as
-ever: version 2 (``0x90 + ring length``, 129 + 14 x ring length bytes: ``unchanged`` and
-``quad_b`` apart, a float32 weight after each ring entry's counts) when a ring weight is not
-1 (``estimator_half_life_s`` set); version 1 (``0xB0 + ring length``, every ring value
+is the same state: read back as ``unchanged = lin``, ``quad_b = 0``.
+The ring's weights are not kept: without a half-life every weight is 1. Version 4 (``0xA0 +
+ring length``, :data:`RECORD_HEAD4` + ring, 73 + 10 x ring length bytes) is version 3
+without ``quad_a``, written while ``quad_a`` is zero as float32 (every byte): until a
+changed interval first leaves the ring (``models.estimators.batch.batch_update``) there is
+no quadratic summary, and a page that never changed, or changed at most :data:`STREAM_RING`
+times, keeps it so; it reads back as the version 3 record of the same state (``quad_a``
+zero), so the 40 bytes go without losing anything. A worker reads every version written
+before its own, none written after: a worker older than version 4 takes a version 4 record
+for an unreadable one and starts that page's estimator again from the prior. So a rolling
+upgrade from such a worker writes version 3 (``RECRAWL_ESTIMATOR_RECORD_VERSION=3``,
+``Estimation(record_version=3)``) until every worker runs this code, then 4 (the default).
+From version 4 on a worker does not restart a record of a version it does not know
+(:func:`newer_record`: a first byte neither ASCII nor a known version's; the next version
+takes one of 0xC0-0xFF): it keeps it as it is, and that page's outcomes update only the page
+record until a worker that reads it comes (counted ``estimators.newer``). A record that neither
+version 3 nor 4 can hold exactly is written in the older layouts, read as ever: version 2 (``0x90 +
+ring length``, 129 + 14 x ring length bytes: ``unchanged`` and ``quad_b`` apart, a float32
+weight after each ring entry's counts) when a ring weight is not 1
+(``estimator_half_life_s`` set); version 1 (``0xB0 + ring length``, every ring value
 float32, 129 + 20 x ring length bytes) when a ring count is not a whole number of at most
 65,535 (more signals of one group in one crawl interval).
 float32 for all:
@@ -130,6 +134,7 @@ __all__ = [
     "full_estimates",
     "gamma_from_totals",
     "group_counts",
+    "newer_record",
     "record_sizes",
     "value_parameters",
 ]
@@ -329,6 +334,17 @@ def _raw(record: str | bytes) -> bytes:
     return record if isinstance(record, bytes) else record.encode("utf-8", "surrogateescape")
 
 
+def newer_record(record: str | bytes | None) -> bool:
+    """Whether ``record`` is an estimator record of a version this code does not know (a
+    later one): a first byte that is neither ASCII (the old text record) nor a known
+    version's.  Such a record is not this code's to rewrite: :meth:`Estimation.observe`
+    gives it back unchanged, and the outcomes agent keeps it (module docstring)."""
+    if not record:
+        return False
+    b = _raw(record[:1])[0]
+    return b >= 0x80 and _version_of(b) == 0
+
+
 @dataclass(frozen=True, slots=True)
 class EstimatorRecord:
     """A page's estimator record (module docstring): binary, or the old text form."""
@@ -525,6 +541,10 @@ class Estimation:
         Each observation must be a different page (the outcomes agent's chunks)."""
         if not observations:
             return []
+        newer = [i for i, o in enumerate(observations) if newer_record(o.record)]
+        if newer:  # a later version's record: given back as it is (newer_record)
+            rest = [o for o in observations if not newer_record(o.record)]
+            return _merged(observations, newer, self.observe(rest))
         m = len(observations)
         tau = np.fromiter((max(0.0, o.interval_s) for o in observations), np.float64, m)
         fetched = np.fromiter((o.fetched_at_s for o in observations), np.float64, m)
@@ -658,6 +678,10 @@ class Estimation:
         old text record)."""
         if not observations:
             return []
+        newer = [i for i, o in enumerate(observations) if newer_record(o.record)]
+        if newer:  # a later version's record: given back as it is (newer_record)
+            rest = [o for o in observations if not newer_record(o.record)]
+            return _merged(observations, newer, self.observe_states(rest))
         states = [self.state_of(o.record, o.fetched_at_s - o.interval_s) for o in observations]
         intervals = [
             CrawlInterval(max(0.0, o.interval_s), o.changed, group_counts(o.signals),
@@ -681,6 +705,22 @@ class Estimation:
         capacity = max([self.estimator.ring_capacity, *(len(st.ring) for st in states)])
         batch = states_to_batch(states, capacity, self.estimator.n_sources)
         return _estimates_list(batch_result(self.estimator, batch), states)
+
+
+def _merged(observations: Sequence[Observation], kept: Sequence[int],
+            others: Sequence[str]) -> list[str]:
+    """The records of ``observations``: those at ``kept`` as they were, ``others`` (the new
+    records of the rest, in order) in between."""
+    out: list[str] = []
+    it = iter(others)
+    keep = set(kept)
+    for i, o in enumerate(observations):
+        if i in keep:
+            rec = o.record or ""
+            out.append(rec if isinstance(rec, str) else rec.decode("utf-8", "surrogateescape"))
+        else:
+            out.append(next(it))
+    return out
 
 
 def _estimates_list(r: BatchEstimate, states: Sequence[SignalState]) -> list[Estimates]:

@@ -37,7 +37,7 @@ from pydantic import BaseModel, ValidationError
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
-from streams.estimates.estimation import Estimation, Observation
+from streams.estimates.estimation import Estimation, Observation, newer_record
 from streams.events.records import (
     ControlEvent,
     HostEvent,
@@ -434,12 +434,15 @@ class Agents:
         observations: list[Observation] = []
         observed: list[int] = []
         reads: list[tuple[str | None, str | None]] = []
+        newer = 0
         for i, j in enumerate(jobs):
             o = j.record
             value, legacy = _opt(current[i][0]), _opt(current[i][1])
             reads.append((value, legacy))  # what the outcome script compares
             est = estimator_of(value, legacy)  # in the page value (or an old est hash)
-            if value and o.changed is not None:
+            if newer_record(est):  # a later version's: kept as it is, not rewritten here
+                newer += 1
+            elif value and o.changed is not None:
                 state = PageState.decode(value)
                 # a fetch at the last crawl's time (to the ms kept) is that crawl again
                 if state.crawled and float(f"{o.fetched_at:.3f}") > state.last_crawl_s:
@@ -447,6 +450,10 @@ class Agents:
                     observations.append(Observation(
                         est, o.fetched_at - state.last_crawl_s, state.signals, o.changed,
                         o.fetched_at))
+        if newer:
+            self.metrics.tally["estimators.newer"] += newer
+            log.warning("outcomes: %d estimator records of a later version than this worker "
+                        "reads: kept as they are, not updated (upgrade this worker)", newer)
         new_records: dict[int, str] = {}
         if observations:
             try:
