@@ -247,10 +247,13 @@ def _pages_many(raw: list[bytes], estimators: Sequence[str | bytes | None]) -> t
         else:
             rows = np.flatnonzero(binary & (lens == size))
             dt = _record_dtype(size)
-            buf = b"".join([raw[i] for i in rows.tolist()])
-        if dt is None:  # a tail that is not an estimator record: page by page
-            other[rows] = True
-            continue
+            if dt is None:  # a tail that is no estimator record known here (a later
+                # version's, newer_record): the page record alone, no estimates (as
+                # page_params reads it), so the batch still goes on arrays
+                size, dt = _PSIZE, PAGE_DTYPE
+                buf = b"".join([raw[i][:_PSIZE] for i in rows.tolist()])
+            else:
+                buf = b"".join([raw[i] for i in rows.tolist()])
         a = np.frombuffer(buf, dt)
         p = a if size == _PSIZE else a["page"]
         imp[rows], prior[rows], last[rows] = p["importance"], p["prior"], p["last_crawl"]

@@ -14,7 +14,7 @@ from streams.estimates.estimation import Estimation, EstimatorRecord, Observatio
 from streams.estimates.params import page_params, page_params_many
 from streams.events.records import SOURCES
 from streams.settings import Settings
-from streams.store.redis_store import PageState
+from streams.store.redis_store import PageState, estimator_part
 
 
 def _records() -> list[str]:
@@ -66,6 +66,27 @@ def test_vectorised_parameters_equal_page_params(quantile: float) -> None:
         assert bool(many.estimated[i]) == one.estimated
         assert bool(many.crawled[i]) == st.crawled
         assert many.max_value[i] == pytest.approx(one.max_value(), rel=1e-12)
+
+
+def test_a_later_versions_record_reads_as_none_on_arrays() -> None:
+    """A page value whose estimator record is of a version this code does not know (a later
+    worker's: ``newer_record``) gives its page record and no estimates, as page_params
+    reads it, and the batch stays on arrays (it went page by page before)."""
+    settings = Settings()
+    recs = _records()
+    values: list[str | bytes] = []
+    for i, rec in enumerate(recs[:12]):
+        st = PageState(1.0 + i, None, 1.7e9 + i, (i % 2, 0, 1, 0, 0))
+        tail = rec if i % 2 else "\udcc3" + rec[1:] + "xyz"[: i % 4]  # known, or later
+        values.append(st.encode(tail))
+    many = page_params_many(values, [None] * len(values), settings)
+    assert many is not None
+    for i, v in enumerate(values):
+        one = page_params(PageState.decode(v), estimator_part(v), settings)
+        assert one.estimated == bool(i % 2) == bool(many.estimated[i])
+        assert (many.alpha[i], many.beta[i], many.origin[i], many.importance[i]) == (
+            pytest.approx(one.alpha_per_s, rel=1e-12), pytest.approx(one.beta_s, rel=1e-12),
+            pytest.approx(one.origin_s, rel=1e-12), pytest.approx(one.mu, rel=1e-12))
 
 
 def test_unparseable_values_fall_back() -> None:
