@@ -28,7 +28,7 @@ before its own, none written after: a worker older than version 4 takes a versio
 for an unreadable one and starts that page's estimator again from the prior. So a rolling
 upgrade from such a worker writes version 3 (``RECRAWL_ESTIMATOR_RECORD_VERSION=3``,
 ``Estimation(record_version=3)``) until every worker runs this code, then 4 (the default).
-From version 4 on a worker does not restart a record of a version it does not know
+This code does not restart a record of a version it does not know
 (:func:`newer_record`: a first byte neither ASCII nor a known version's; the next version
 takes one of 0xC0-0xFF): it keeps it as it is, and that page's outcomes update only the page
 record until a worker that reads it comes (counted ``estimators.newer``). A record that neither
