@@ -26,13 +26,20 @@ import argparse
 import asyncio
 import cProfile
 import pstats
+import random
 import time
 import uuid
 from typing import Any
 
 from _common import set_listpack_value
 
-from streams.estimates.estimation import Estimation, EstimatorRecord, Observation, full_estimates
+from streams.estimates.estimation import (
+    RECORD_VERSION,
+    Estimation,
+    EstimatorRecord,
+    Observation,
+    full_estimates,
+)
 from streams.scheduler import NOT_IN_FLIGHT, Scheduler
 from streams.settings import Settings
 from streams.store.redis_store import (
@@ -48,21 +55,33 @@ from streams.store.redis_store import (
 from streams.worker.metrics import Metrics
 
 
-def records(fmt: str, history: str = "mixed") -> list[bytes | str]:
+def records(fmt: str, history: str = "mixed", record_version: int = RECORD_VERSION,
+            sources: str = "two") -> list[bytes | str]:
     """64 distinct estimator records (one to five observed intervals each); ``history``
     ``evicted``: each then crawled changed until a changed interval has left the ring (the
-    quadratic summary in use: the largest record a page of the stream's ring keeps)."""
-    est = Estimation() if fmt == "binary" else Estimation(ring_capacity=5)
+    quadratic summary in use: the largest record a page of the stream's ring keeps).
+    ``sources``: the pings' sources, ``two`` (sitemap and push sources: two source groups),
+    ``one`` (sitemap only), ``three`` (sitemap, push and cdn)."""
+    est = (Estimation(record_version=record_version) if fmt == "binary"
+           else Estimation(ring_capacity=5))
+
+    def sig(*counts: int) -> tuple[int, ...]:
+        if sources == "one":  # every signal from the sitemap
+            return (sum(counts), 0, 0, 0, 0)
+        if sources == "three":  # the websub ones from the cdn instead (a third group)
+            return (counts[0], counts[1], 0, counts[2], 0)
+        return counts
+
     recs: list[str] = est.observe([
-        Observation(None, 3600.0 * (1 + i % 5), (1, 0, i % 2, 0, 0), i % 3 != 0, 1e9 + i)
+        Observation(None, 3600.0 * (1 + i % 5), sig(1, 0, i % 2, 0, 0), i % 3 != 0, 1e9 + i)
         for i in range(64)])
     for k in range(1, 5):
         recs[: 64 - 12 * k] = est.observe([
-            Observation(r, 3600.0, (0, 1, 0, 0, 0), (i + k) % 2 == 0, 1e9 + 3600.0 * k + i)
+            Observation(r, 3600.0, sig(0, 1, 0, 0, 0), (i + k) % 2 == 0, 1e9 + 3600.0 * k + i)
             for i, r in enumerate(recs[: 64 - 12 * k])])
     for k in range(5, 6 + est.estimator.ring_capacity if history == "evicted" else 5):
-        recs = est.observe([Observation(r, 3600.0, (0, 0, 1, 0, 0), True, 1e9 + 3600.0 * k + i)
-                            for i, r in enumerate(recs)])
+        recs = est.observe([Observation(r, 3600.0, sig(0, 0, 1, 0, 0), True,
+                                        1e9 + 3600.0 * k + i) for i, r in enumerate(recs)])
     if history == "evicted":
         assert all(any(EstimatorRecord.decode(r).state.quad_a) for r in recs)
     if fmt == "binary":
@@ -71,18 +90,29 @@ def records(fmt: str, history: str = "mixed") -> list[bytes | str]:
             for r, e in zip(recs, [full_estimates(r) for r in recs], strict=True)]
 
 
-async def fill(store: Store, n: int, hosts: int, now: float, fmt: str,
-               history: str = "mixed") -> None:
-    recs = records(fmt, history)
+def host_sizes(n: int, hosts: int, spread: bool) -> list[int]:
+    """Pages per host: ``n // hosts`` each, or (``spread``) drawn uniformly from 1 to twice
+    that less one (seeded; the same mean), so the hosts' hashes fall in every allocator size
+    class, as a real crawl's hosts of every size do, not all in the one class of a fixed
+    size."""
     per = n // hosts
-    layout = layout_after(per)
+    if not spread:
+        return [per] * hosts
+    rng = random.Random(13)
+    return [rng.randint(1, 2 * per - 1) for _ in range(hosts)]
+
+
+async def fill(store: Store, sizes: list[int], now: float, fmt: str,
+               recs: list[bytes | str]) -> None:
     pipe = store.redis.pipeline(transaction=False)
-    for h in range(hosts):
+    idx = 0
+    for h, per in enumerate(sizes):
+        layout = layout_after(per)
         host = f"host{h}.example"
         pages: dict[str, Any] = {}
         ests: dict[str, Any] = {}
         for j in range(per):
-            k = h * per + j
+            k, idx = idx, idx + 1
             u = f"https://{host}/page/{k:08d}"
             if fmt == "binary":
                 u = page_field(host, u)  # the stored field (text: written before it)
@@ -128,13 +158,20 @@ async def run(args: argparse.Namespace, fmt: str) -> None:
         return None
 
     try:
+        recs = records(fmt, args.history, args.record_version, args.sources)
+        sizes = host_sizes(args.pages, args.hosts, args.host_spread)
+        n_pages = sum(sizes)
+        rec_bytes = sorted({len(record_bytes(r)) for r in recs})
         before = await used_memory(store)
         t0 = time.perf_counter()
-        await fill(store, args.pages, args.hosts, now, fmt, args.history)
+        await fill(store, sizes, now, fmt, recs)
         fill_s = time.perf_counter() - t0
-        per_page = (await used_memory(store) - before) / args.pages
+        per_page = (await used_memory(store) - before) / n_pages
         enc: Any = await store.redis.object("encoding", store.key("host0.example", "pages"))
-        print(f"[{fmt}] filled {args.pages} pages on {args.hosts} hosts in {fill_s:.1f}s; "
+        print(f"[{fmt}] filled {n_pages} pages on {args.hosts} hosts "
+              f"({'spread' if args.host_spread else 'fixed'} sizes) in {fill_s:.1f}s; "
+              f"estimator records {rec_bytes[0]}-{rec_bytes[-1]} B (version "
+              f"{args.record_version}, {args.history}, {args.sources} source groups); "
               f"redis bytes per page (INFO used_memory delta / pages): {per_page:.1f} "
               f"(pages hash encoding: {enc})")
         hosts = await store.shard_hosts(0)
@@ -158,7 +195,7 @@ async def run(args: argparse.Namespace, fmt: str) -> None:
             prof.disable()
             pstats.Stats(prof).sort_stats("cumulative").print_stats(25)
         print(f"[{fmt}] rebuild (arrays): {t_bulk:.2f}s for {len(sch.shards[0].book)} pages = "
-              f"{t_bulk / args.pages * 1e6:.1f} us/page ({t_bulk / t_read:.1f}x the reads)")
+              f"{t_bulk / n_pages * 1e6:.1f} us/page ({t_bulk / t_read:.1f}x the reads)")
 
         if args.reference_pages:
             one = Scheduler(s, store, Metrics(), sink)
@@ -175,7 +212,7 @@ async def run(args: argparse.Namespace, fmt: str) -> None:
             t_one = time.perf_counter() - t0
             per_one = t_one / done * 1e6
             print(f"[{fmt}] reference: page by page {t_one:.2f}s for {done} pages = "
-                  f"{per_one:.1f} us/page (x{per_one / (t_bulk / args.pages * 1e6):.1f} the "
+                  f"{per_one:.1f} us/page (x{per_one / (t_bulk / n_pages * 1e6):.1f} the "
                   "arrays' cost per page)")
     finally:
         await store.delete_all()
@@ -200,5 +237,11 @@ if __name__ == "__main__":
     ap.add_argument("--history", choices=("mixed", "evicted"), default="mixed",
                     help="the pages' estimator records: one to five observed intervals "
                     "(mixed), or each with a changed interval gone from the ring (evicted)")
+    ap.add_argument("--record-version", type=int, choices=(3, 4, 5), default=RECORD_VERSION,
+                    help="the newest estimator record version written (a same-run reference)")
+    ap.add_argument("--sources", choices=("one", "two", "three"), default="two",
+                    help="source groups the pages' pings come from (records()'s docstring)")
+    ap.add_argument("--host-spread", action="store_true",
+                    help="hosts of 1 to 2x-1 pages (mean x = pages/hosts), not x each")
     ap.add_argument("--profile", action="store_true", help="cProfile the rebuild")
     asyncio.run(main(ap.parse_args()))

@@ -23,14 +23,29 @@ without ``quad_a``, written while ``quad_a`` is zero as float32 (every byte): un
 changed interval first leaves the ring (``models.estimators.batch.batch_update``) there is
 no quadratic summary, and a page that never changed, or changed at most :data:`STREAM_RING`
 times, keeps it so; it reads back as the version 3 record of the same state (``quad_a``
-zero), so the 40 bytes go without losing anything. A worker reads every version written
-before its own, none written after: a worker older than version 4 takes a version 4 record
-for an unreadable one and starts that page's estimator again from the prior. So a rolling
-upgrade from such a worker writes version 3 (``RECRAWL_ESTIMATOR_RECORD_VERSION=3``,
-``Estimation(record_version=3)``) until every worker runs this code, then 4 (the default).
+zero), so the 40 bytes go without losing anything.  Version 5 (the default, first byte
+``0xC0 + 21 quad + 3 kept + ring``, 0xC0-0xE9) is a version 3 (``quad`` 1) or 4 (``quad``
+0) record of a ring of at most 2 without the slots of the source groups whose every slot
+is zero to the bit: a group's slots are its ``lin`` and ``totals`` entries, the ``quad_a``
+entries of its row and column, and its count in each ring entry, all sums of that group's
+signal counts, so all zero until the page's first signal of that group (a page pinged by
+one kind of source only, or never pinged, keeps one group or none).  ``kept`` has bit g set
+when group g's slots are stored (never all three: that record is version 3 or 4 as it is).
+A group left out saves 8 + 2 x ring bytes, and in a version 3 the ``quad_a`` entries of its
+row and column (a sitemap-only page after its third change: 133 -> 81 bytes; the bench's
+pages, pinged by sitemaps and push sources: 133 -> 105).  The bytes kept are the version 3 or
+4 record's at those positions, so it reads back as that record, byte for byte
+(:func:`_unpack5`; on arrays in :meth:`Estimation.states_of` and :func:`record_heads`, what
+the rebuild reads), and nothing is lost.  A worker reads every version written before its
+own, none written after: a worker older than version 4 takes a version 4 or 5 record for an
+unreadable one and starts that page's estimator again from the prior; one of version 4
+(c77529a on) keeps a version 5 record as it is (:func:`newer_record`) and skips that
+page's estimator.  So a rolling upgrade writes the version the old workers read
+(``RECRAWL_ESTIMATOR_RECORD_VERSION=3`` or ``4``, ``Estimation(record_version=...)``)
+until every worker runs this code, then 5 (the default).
 This code does not restart a record of a version it does not know
 (:func:`newer_record`: a first byte neither ASCII nor a known version's; the next version
-takes one of 0xC0-0xFF): it keeps it as it is, and that page's outcomes update only the page
+takes one of 0xEA-0xFF): it keeps it as it is, and that page's outcomes update only the page
 record until a worker that reads it comes (counted ``estimators.newer``). A record that neither
 version 3 nor 4 can hold exactly is written in the older layouts, read as ever: version 2 (``0x90 +
 ring length``, 129 + 14 x ring length bytes: ``unchanged`` and ``quad_b`` apart, a float32
@@ -90,6 +105,7 @@ from __future__ import annotations
 import base64
 import binascii
 import dataclasses
+import functools
 import math
 import struct
 from collections.abc import Sequence
@@ -135,6 +151,7 @@ __all__ = [
     "gamma_from_totals",
     "group_counts",
     "newer_record",
+    "record_heads",
     "record_sizes",
     "value_parameters",
 ]
@@ -160,7 +177,7 @@ _NQ = _D * (_D + 1) // 2
 #: changed intervals the stream's estimator keeps exactly (module docstring)
 STREAM_RING = 2
 #: the newest estimator record version, written unless told to write 3 (module docstring)
-RECORD_VERSION = 4
+RECORD_VERSION = 5
 #: versions 1 and 2: first byte, n_intervals, alpha, alpha_se, kappa, theta, unchanged,
 #: totals, quad_b, quad_a (the ring follows)
 RECORD_HEAD = struct.Struct(f"<BI{2 + N_GROUPS}f{4 * _D + _NQ}f")
@@ -183,10 +200,12 @@ _RING2 = struct.Struct(f"<f{N_GROUPS}Hf")
 _RING3 = struct.Struct(f"<f{N_GROUPS}H")
 #: first bytes: ``_TAG4``, ``_TAG3``, ``_TAG2``, ``_TAG`` + ring length (versions 4, 3, 2,
 #: 1); the ranges are UTF-8 continuation bytes, never a character's first byte, so a record
-#: read through a ``surrogateescape`` client always starts with a surrogate (0xC0-0xCF would
-#: not: 0xC2 0x80 is U+0080).  0xA1 is also the page record's first byte: an estimator record
-#: never starts a stored value (it follows the page record, or is a legacy ``est`` value,
-#: written before version 4), so the two are never told apart by it.
+#: read through a ``surrogateescape`` client starts with a surrogate; version 5's
+#: (0xC0-0xE9) are lead bytes (0xC2 0x80 is U+0080), so a first byte is always read from
+#: the character's bytes, never its code point (:func:`_is_binary`, :func:`newer_record`).
+#: 0xA1 is also the page record's first byte: an estimator record never starts a stored
+#: value (it follows the page record, or is a legacy ``est`` value, written before version
+#: 4), so the two are never told apart by it.
 _TAG = 0xB0
 _TAG2 = 0x90
 _TAG3 = 0x80
@@ -201,10 +220,112 @@ _NO_QUAD = bytes(4 * _NQ)
 #: the most a version 2 ring count holds (an interval with more signals of one group is
 #: written as version 1)
 _COUNT_MAX = 0xFFFF
+#: version 5 (module docstring): a version 3 or 4 record of a ring of at most
+#: ``_RING5_MAX`` without the slots of the groups whose every slot is zero; first byte
+#: ``_TAG5 + _PER_QUAD * quad + 3 * kept + ring`` (``quad``: 1 from version 3, 0 from 4;
+#: ``kept``: bit g set when group g's slots are stored, never all groups), 0xC0-0xE9;
+#: 0xEA-0xFF are left to later versions (:func:`newer_record`)
+_TAG5 = 0xC0
+_RING5_MAX = 2
+_ALL_GROUPS = (1 << N_GROUPS) - 1
+_PER_QUAD = (_RING5_MAX + 1) * _ALL_GROUPS
+_TAG5_LAST = _TAG5 + 2 * _PER_QUAD - 1
+
+
+def _tag5(quad: bool, kept: int, ring: int) -> int:
+    return _TAG5 + _PER_QUAD * int(quad) + (_RING5_MAX + 1) * kept + ring
+
+
+@functools.cache
+def _group_slots(quad: bool, ring: int) -> tuple[npt.NDArray[np.intp], ...]:
+    """Per group, the byte positions of its slots in a version 3 (``quad``) or 4 record of a
+    ring of ``ring``: its ``lin`` and ``totals`` entries, the ``quad_a`` entries of its row
+    and column, its count in each ring entry."""
+    dt = _record_dtype(ring, 3 if quad else 4)
+    fields: Any = dt.fields
+    iu = np.triu_indices(_D)
+    out = []
+    for g in range(N_GROUPS):
+        j = 1 + g
+        pos = [fields[name][1] + 4 * j + b for name in ("lin", "totals") for b in range(4)]
+        if quad:
+            base = fields["quad_a"][1]
+            pos += [base + 4 * e + b for e, (r, c) in enumerate(zip(*iu, strict=True))
+                    if j in (r, c) for b in range(4)]
+        if ring:
+            entry = fields["ring"][0].base
+            base = fields["ring"][1] + entry.fields["n"][1] + 2 * g
+            pos += [base + r * entry.itemsize + b for r in range(ring) for b in range(2)]
+        out.append(np.array(sorted(pos), dtype=np.intp))
+    return tuple(out)
+
+
+@functools.cache
+def _kept5(quad: bool, kept: int, ring: int) -> npt.NDArray[np.intp]:
+    """The byte positions of a version 3 (``quad``) or 4 record that its version 5 record
+    keeps (its first byte, then every slot but those of the groups not in ``kept``)."""
+    size = _record_dtype(ring, 3 if quad else 4).itemsize
+    drop = np.zeros(size, dtype=bool)
+    for g, pos in enumerate(_group_slots(quad, ring)):
+        if not kept >> g & 1:
+            drop[pos] = True
+    return np.flatnonzero(~drop)
+
+
+def _of_tag5(first: int) -> tuple[bool, int, int]:
+    """``(quad, kept, ring)`` of a version 5 first byte."""
+    q, rest = divmod(first - _TAG5, _PER_QUAD)
+    kept, ring = divmod(rest, _RING5_MAX + 1)
+    return bool(q), kept, ring
+
+
+def _pack5(mat: npt.NDArray[np.uint8], version: int, ring: int) -> list[bytes]:
+    """Version 5 of version 3 or 4 records (rows of ``mat``, one ring length): each without
+    the slots of its groups whose every slot is zero; a record with no such group (or a
+    ring longer than version 5 holds) as it is."""
+    n = mat.shape[0]
+    if ring > _RING5_MAX or not n:
+        return [bytes(row) for row in mat]
+    quad = version == 3
+    kept = np.zeros(n, dtype=np.int64)
+    for g, pos in enumerate(_group_slots(quad, ring)):
+        kept |= (mat[:, pos] != 0).any(axis=1).astype(np.int64) << g
+    out: list[bytes] = [b""] * n
+    for k in np.unique(kept).tolist():
+        rows = np.flatnonzero(kept == k)
+        if k == _ALL_GROUPS:
+            sub = mat[rows]
+        else:
+            sub = mat[np.ix_(rows, _kept5(quad, k, ring))]
+            sub[:, 0] = _tag5(quad, k, ring)
+        buf, size = sub.tobytes(), sub.shape[1]
+        for j, row in enumerate(rows.tolist()):
+            out[row] = buf[j * size : (j + 1) * size]
+    return out
+
+
+def _unpack5(mat: npt.NDArray[np.uint8], first: int) -> npt.NDArray[np.uint8]:
+    """Version 5 records of one first byte (rows of ``mat``) as the version 3 or 4 records
+    they were (the left-out slots zero: every byte of them was)."""
+    quad, kept, ring = _of_tag5(first)
+    full = np.zeros((mat.shape[0], _record_dtype(ring, 3 if quad else 4).itemsize),
+                    dtype=np.uint8)
+    full[:, _kept5(quad, kept, ring)] = mat
+    full[:, 0] = (_TAG3 if quad else _TAG4) + ring
+    return full
+
+
+def _expanded(raw: bytes) -> bytes:
+    """A binary record of version 5 as the version 3 or 4 record it was; others as they are."""
+    if _TAG5 <= raw[0] <= _TAG5_LAST:
+        return _unpack5(np.frombuffer(raw, np.uint8)[None, :], raw[0]).tobytes()
+    return raw
 
 
 def _version_of(first: int) -> int:
     """The record version a first byte names (0: not a binary estimator record)."""
+    if _TAG5 <= first <= _TAG5_LAST:
+        return 5
     for version, (tag, _, _) in _LAYOUTS.items():
         if tag <= first <= tag + 15:
             return version
@@ -215,18 +336,45 @@ def _ring_of(raw: bytes) -> tuple[int, int, int]:
     """(version, ring length, expected bytes) of a binary estimator record, from its first
     byte (module docstring)."""
     version = _version_of(raw[0])
+    if version == 5:
+        quad, kept, ring = _of_tag5(raw[0])
+        return 5, ring, _kept5(quad, kept, ring).size
     tag, head, entry = _LAYOUTS[version]
     return version, raw[0] - tag, head + (raw[0] - tag) * entry
 
 
+@functools.cache
+def _sizes_by_first() -> npt.NDArray[np.int64]:
+    """The bytes of a binary estimator record by its first byte (-1: not one)."""
+    out = np.full(256, -1, dtype=np.int64)
+    for first in range(256):
+        if _version_of(first):
+            out[first] = _ring_of(bytes((first,)))[2]
+    return out
+
+
 def record_sizes(first: npt.NDArray[Any]) -> npt.NDArray[np.int64]:
     """The bytes of binary estimator records by their first bytes (-1: not one), on arrays."""
-    t = first.astype(np.int64)
-    out = np.full(t.shape, -1, dtype=np.int64)
-    for tag, head, entry in _LAYOUTS.values():
-        mine = (t >= tag) & (t <= tag + 15)
-        out[mine] = head + (t[mine] - tag) * entry
+    out: npt.NDArray[np.int64] = _sizes_by_first()[np.asarray(first).astype(np.uint8)]
     return out
+
+
+def record_heads(mat: npt.NDArray[np.uint8]) -> npt.NDArray[Any]:
+    """The :data:`HEAD_PREFIX` fields of binary estimator records of one size, the rows of
+    ``mat`` (each of the size its first byte names: the caller checks), version 5 records
+    read as the version 3 or 4 records they were."""
+    heads = np.zeros(mat.shape[0], dtype=HEAD_PREFIX)
+    first = mat[:, 0] if mat.size else np.zeros(0, dtype=np.uint8)
+    five = (first >= _TAG5) & (first <= _TAG5_LAST)
+    n = HEAD_PREFIX.itemsize
+    rows = np.flatnonzero(~five)
+    if rows.size:
+        heads[rows] = np.ascontiguousarray(mat[rows, :n]).view(HEAD_PREFIX)[:, 0]
+    for tag in np.unique(first[five]).tolist():
+        rows = np.flatnonzero(first == tag)
+        heads[rows] = np.ascontiguousarray(_unpack5(mat[rows], tag)[:, :n]).view(
+            HEAD_PREFIX)[:, 0]
+    return heads
 
 
 def _record_dtype(ring_len: int, version: int = 3) -> np.dtype:
@@ -325,9 +473,9 @@ def _is_binary(record: str | bytes) -> bool:
     first = record[:1]
     if not first:
         return False
-    # a str: read through a surrogateescape client, the byte as a surrogate
-    b = ord(first) - 0xDC00 if isinstance(first, str) else first[0]
-    return _version_of(b) > 0
+    # a str: read through a surrogateescape client (a version 5 first byte and the bytes
+    # after it may decode as one character, so the character's bytes, not its code point)
+    return _version_of(_raw(first)[0]) > 0
 
 
 def _raw(record: str | bytes) -> bytes:
@@ -358,8 +506,9 @@ class EstimatorRecord:
         return self.to_bytes(newest).decode("utf-8", "surrogateescape")
 
     def to_bytes(self, newest: int = RECORD_VERSION) -> bytes:
-        """Version 4 (if ``newest`` is 4) or 3 if it holds the state exactly, else 2, else 1
-        (as :func:`_versions`)."""
+        """Version 4 (if ``newest`` is 4 or more) or 3 if it holds the state exactly, else 2,
+        else 1 (as :func:`_versions`); version 3 or 4 as version 5 if ``newest`` is 5 and
+        some group's slots are all zero (:func:`_pack5`)."""
         st, e = self.state, self.estimates
         ring = st.ring[-15:]
         fit = all(0.0 <= n <= _COUNT_MAX and n == math.floor(n)
@@ -370,10 +519,14 @@ class EstimatorRecord:
             lin = (u - b for u, b in zip(st.unchanged, st.quad_b, strict=True))
             head = RECORD_HEAD3.pack(_TAG3 + len(ring), n_int, e.alpha_per_s, e.alpha_se_per_s,
                                      *e.kappa, *st.theta, *lin, *st.totals, *st.quad_a)
+            version = 3
             if newest >= 4 and head[RECORD_HEAD4.size :] == _NO_QUAD:  # version 4: no quad_a
                 head = bytes((_TAG4 + len(ring),)) + head[1 : RECORD_HEAD4.size]
-            return head + b"".join(
-                _RING3.pack(x[0], *(int(n) for n in x[1:-1])) for x in ring)
+                version = 4
+            raw = head + b"".join(_RING3.pack(x[0], *(int(n) for n in x[1:-1])) for x in ring)
+            if newest >= 5:  # version 5: without the groups whose every slot is zero
+                (raw,) = _pack5(np.frombuffer(raw, np.uint8)[None, :], version, len(ring))
+            return raw
         head = RECORD_HEAD.pack(
             (_TAG2 if fit else _TAG) + len(ring), n_int, e.alpha_per_s, e.alpha_se_per_s,
             *e.kappa, *st.theta, *st.unchanged, *st.totals, *st.quad_b, *st.quad_a,
@@ -408,6 +561,9 @@ def _decode_binary(raw: bytes, end_s: float, ring_capacity: int) -> EstimatorRec
     version, n_ring, size = _ring_of(raw)
     if len(raw) != size:
         raise ValueError(f"estimator record of {len(raw)} bytes, expected {size}")
+    if version == 5:  # read as the version 3 or 4 record it was
+        raw = _expanded(raw)
+        version = _version_of(raw[0])
     g, d = N_GROUPS, _D
     _, head, entry = _LAYOUTS[version]
     if version in (3, 4):
@@ -506,10 +662,11 @@ class Estimation:
 
     def __init__(self, half_life_s: float = math.inf, ring_capacity: int = STREAM_RING,
                  record_version: int = RECORD_VERSION) -> None:
-        """``record_version``: the newest record version written (3 or 4; 3 while workers
-        that read no version 4 still run: ``Settings.estimator_record_version``)."""
-        if record_version not in (3, 4):
-            raise ValueError(f"record_version: 3 or 4, not {record_version!r}")
+        """``record_version``: the newest record version written (3, 4 or 5; an older one
+        while workers that read no newer one still run: ``Settings.estimator_record_version``,
+        module docstring)."""
+        if record_version not in (3, 4, 5):
+            raise ValueError(f"record_version: 3, 4 or 5, not {record_version!r}")
         self.estimator = SignalEstimator(N_GROUPS, half_life_s=half_life_s,
                                          ring_capacity=ring_capacity)
         self.record_version = record_version
@@ -584,7 +741,7 @@ class Estimation:
         n = len(records)
         batch = batch_from_bytes(self.estimator, [None] * n)[0]  # the prior everywhere
         k = self.estimator.ring_capacity
-        groups: dict[tuple[int, int], list[int]] = {}
+        groups: dict[tuple[int, int, int], list[int]] = {}
         raws: list[bytes] = [b""] * n
         for i, rec in enumerate(records):
             if not rec or not _is_binary(rec):
@@ -593,12 +750,17 @@ class Estimation:
             version, ring_len, size = _ring_of(raw)
             if ring_len <= k and len(raw) == size:
                 raws[i] = raw
-                groups.setdefault((ring_len, version), []).append(i)
+                # version 5: one group per first byte (one layout each)
+                groups.setdefault((ring_len, version, raw[0] if version == 5 else 0),
+                                  []).append(i)
         d = _D
         iu = np.triu_indices(d)
-        for (ring_len, version), members in groups.items():
-            arr = np.frombuffer(b"".join(raws[i] for i in members),
-                                dtype=_record_dtype(ring_len, version))
+        for (ring_len, version, first), members in groups.items():
+            buf = b"".join(raws[i] for i in members)
+            if version == 5:  # as the version 3 or 4 records they were
+                full = _unpack5(np.frombuffer(buf, np.uint8).reshape(len(members), -1), first)
+                buf, version = full.tobytes(), _version_of(int(full[0, 0]))
+            arr = np.frombuffer(buf, dtype=_record_dtype(ring_len, version))
             rows = np.asarray(members, dtype=np.int64)
             batch.n_intervals[rows] = arr["n_intervals"]
             batch.theta[rows] = arr["theta"]
@@ -666,6 +828,11 @@ class Estimation:
                     arr["ring"]["n"] = ring[:, :, 1:-1]
                     if version == 2:
                         arr["ring"]["w"] = ring[:, :, -1]
+            if self.record_version >= 5 and version in (3, 4):
+                mat = arr.view(np.uint8).reshape(rows.size, -1)
+                for row, raw in zip(rows.tolist(), _pack5(mat, version, ring_len), strict=True):
+                    out[row] = raw.decode("utf-8", "surrogateescape")
+                continue
             buf = arr.tobytes()
             size = arr.dtype.itemsize
             for j, row in enumerate(rows.tolist()):

@@ -38,6 +38,7 @@ from streams.estimates.estimation import (
     Estimates,
     estimates_of,
     gamma_from_totals,
+    record_heads,
     record_sizes,
     value_parameters,
 )
@@ -187,25 +188,22 @@ def page_params_many(values: Sequence[str | bytes], estimators: Sequence[str | b
 
 
 _PSIZE = PAGE_STRUCT.size
-#: what a rebuild reads of an estimator record: the first bytes, alike in every version
+#: what a rebuild reads of an estimator record: the first bytes, alike in versions 1-4
+#: (version 5 read as the version 3 or 4 record it was: ``record_heads``)
 _EST_DTYPE = HEAD_PREFIX
-#: every size a binary estimator record can have (each version, ring lengths 0 to 15)
+#: every size a binary estimator record can have (each version and ring length)
 _EST_SIZES = frozenset(record_sizes(np.arange(256)).tolist()) - {-1}
 
 
 def _record_dtype(size: int) -> np.dtype[Any] | None:
     """The dtype of a binary page value of ``size`` bytes: the page record, then none or an
-    estimator record (the first bytes every version shares, then the rest as opaque bytes;
-    which version it is, the caller checks from its first byte); None if no such layout."""
+    estimator record (its bytes: which version it is, the caller checks from its first
+    byte); None if no such layout."""
     if size == _PSIZE:
         return PAGE_DTYPE
     if size - _PSIZE not in _EST_SIZES:
         return None
-    rest = size - _PSIZE - _EST_DTYPE.itemsize
-    fields: list[tuple[Any, ...]] = [("page", PAGE_DTYPE), ("est", _EST_DTYPE)]
-    if rest:
-        fields.append(("rest", "V", rest))
-    return np.dtype(fields)
+    return np.dtype([("page", PAGE_DTYPE), ("est", "u1", (size - _PSIZE,))])
 
 
 _Arr = npt.NDArray[np.float64]
@@ -259,9 +257,9 @@ def _pages_many(raw: list[bytes], estimators: Sequence[str | bytes | None]) -> t
         imp[rows], prior[rows], last[rows] = p["importance"], p["prior"], p["last_crawl"]
         sig[rows] = p["signals"]
         if size > _PSIZE:
-            ok = record_sizes(a["est"]["tag"]) == size - _PSIZE
+            ok = record_sizes(a["est"][:, 0]) == size - _PSIZE
             est_rows.append(rows[ok])
-            est_heads.append(a["est"][ok])
+            est_heads.append(record_heads(a["est"][ok]))
     text = np.flatnonzero(other)
     if text.size:
         try:
@@ -302,7 +300,7 @@ def _estimates_many(
         if size > 0:
             if len(r) == size:
                 brows.append(i)
-                bheads.append(r[: _EST_DTYPE.itemsize])
+                bheads.append(record_heads(np.frombuffer(r, np.uint8)[None, :]).tobytes())
             continue
         head = r.decode("utf-8", "replace").partition("|")[0]
         if head.count(",") == _N_EST - 1:

@@ -115,14 +115,14 @@ def test_page_parameters_come_from_the_estimates() -> None:
 
 
 def test_records_round_trip_and_bad_ones_restart_from_the_prior() -> None:
-    est = Estimation()
+    est = Estimation(record_version=4)  # versions 3 and 4 (version 5: its own test)
     record = simulate(est, 1.0 / HOUR, 12)
     back = EstimatorRecord.decode(record)
-    assert back.encode() == record
+    assert back.encode(4) == record
     # binary: 113 bytes and 10 per interval in the ring (streams/estimates/estimation.py's
     # docstring: version 3, whole counts, every ring weight 1)
     assert record[0] == chr(0xDC00 + 0x80 + STREAM_RING)
-    assert len(back.to_bytes()) == 113 + 10 * STREAM_RING
+    assert len(back.to_bytes(4)) == 113 + 10 * STREAM_RING
     assert estimates_of(record) == back.estimates
     assert est.state_of("garbage|###") == est.estimator.init()
     assert estimates_of("garbage") is None
@@ -167,12 +167,13 @@ def test_record_versions_3_2_and_1() -> None:
     """Version 3 (unchanged - quad_b as one sum, no ring weights) is written; versions 2 and
     1 (what was written before) read as ever, on every path, and their next update writes
     version 3; a state version 3 cannot hold exactly is written as 2 (a ring weight not 1)
-    or 1 (a count a uint16 cannot hold), exactly."""
-    est = Estimation()
+    or 1 (a count a uint16 cannot hold), exactly (written with version 4 the newest:
+    version 5 of version 3 has its own test)."""
+    est = Estimation(record_version=4)
     st = _model_state(12)
     assert any(b != 0.0 for b in st.quad_b)  # the sum version 3 merges is not trivial
     (e,) = est.results([st])
-    v3 = EstimatorRecord(e, st).encode()
+    v3 = EstimatorRecord(e, st).encode(4)
     v2 = _packed_version_2(EstimatorRecord(e, st))
     v1 = _as_version_1(v2)
     sizes = [len(r.encode("utf-8", "surrogateescape")) for r in (v3, v2, v1)]
@@ -252,8 +253,9 @@ def test_version_4_until_a_changed_interval_leaves_the_ring() -> None:
     """While no changed interval has left the ring (quad_a zero: a page that never changed,
     or changed at most STREAM_RING times) the record is version 4, 40 bytes shorter, and
     reads as the version 3 record of the same state on every path; the eviction that makes
-    quad_a non-zero writes version 3."""
-    est = Estimation()
+    quad_a non-zero writes version 3 (version 4 the newest written: version 5 has its own
+    test)."""
+    est = Estimation(record_version=4)
     end = 1e6
     recs: list[str | None] = [None, None, None]
     sizes: list[list[int]] = [[], [], []]
@@ -293,7 +295,89 @@ def test_version_4_until_a_changed_interval_leaves_the_ring() -> None:
     st = EstimatorRecord.decode(recs[0] or "", end).state
     tiny = dataclasses.replace(st, quad_a=(1e-50, *st.quad_a[1:]))
     (e,) = est.results([tiny])
-    assert EstimatorRecord(e, tiny).to_bytes()[0] == 0xA0
+    assert EstimatorRecord(e, tiny).to_bytes(4)[0] == 0xA0
+
+
+def _left_out(quad: bool, ring: int, groups: int) -> int:
+    """Bytes version 5 leaves out of a version 3 (``quad``) or 4 record for ``groups``
+    groups without a signal (module docstring: per group its lin and totals floats, its
+    uint16 count per ring entry, and of quad_a's 10 floats all but those of the kept rows
+    and columns, the upper triangle of a (4 - groups)-square)."""
+    kept = 4 - groups
+    return groups * (8 + 2 * ring) + (4 * (10 - kept * (kept + 1) // 2) if quad else 0)
+
+
+def test_version_5_leaves_out_the_groups_without_a_signal() -> None:
+    """Version 5 is version 3 or 4 without the slots of the source groups whose every slot
+    is zero (no signal of the group yet): the same state on every path (decode, arrays,
+    the rebuild's arrays, the next update), the bytes shorter by exactly those slots; a
+    page with every group signalled, or a group slot not zero to the bit, keeps them."""
+    v4, v5 = Estimation(record_version=4), Estimation()
+    end = 1e6
+    # per page, the sources its pings come from: none; sitemap; push (indexnow, websub);
+    # cdn; sitemap and push; all three groups (SOURCES order)
+    patterns = [(), (0,), (1, 2), (3,), (0, 2), (0, 1, 4)]
+    kept_of = [0, 0b001, 0b010, 0b100, 0b011, 0b111]
+    recs4: list[str | None] = [None] * len(patterns)
+    recs5: list[str | None] = [None] * len(patterns)
+    seen_quad = set()
+    for i in range(STREAM_RING + 3):
+        end += HOUR
+        sig = [tuple(1 + (i + s) % 2 if s in p else 0 for s in range(len(SOURCES)))
+               for p in patterns]
+        changed = i % 3 != 1
+        obs4 = [Observation(r, HOUR, g, changed, end) for r, g in zip(recs4, sig, strict=True)]
+        obs5 = [Observation(r, HOUR, g, changed, end) for r, g in zip(recs5, sig, strict=True)]
+        new4, new5 = v4.observe(obs4), v5.observe(obs5)
+        assert new5 == v5.observe_states(obs5)  # arrays and objects: the same bytes
+        for j, (a, b) in enumerate(zip(new4, new5, strict=True)):
+            raw4, raw5 = record_bytes(a), record_bytes(b)
+            quad = raw4[0] < 0xA0  # version 3, else 4
+            ring = raw4[0] - (0x80 if quad else 0xA0)
+            st4, st5 = (EstimatorRecord.decode(r, end) for r in (a, b))
+            assert st5 == st4 and estimates_of(b) == estimates_of(a)
+            if kept_of[j] == 0b111:
+                assert raw5 == raw4
+                continue
+            seen_quad.add(quad)
+            assert raw5[0] == 0xC0 + 21 * quad + 3 * kept_of[j] + ring
+            assert len(raw5) == len(raw4) - _left_out(quad, ring, 3 - bin(kept_of[j]).count("1"))
+            assert not newer_record(b)
+        for f in ("theta", "unchanged", "totals", "ring", "quad_a", "quad_b", "n_intervals"):
+            assert getattr(v5.states_of(new5), f).tolist() == getattr(v4.states_of(new4),
+                                                                      f).tolist()
+        values = [PageState(1.0, None, end, (0, 1, 0, 0, 0)).encode(r) for r in new4 + new5]
+        many = page_params_many(values, [None] * len(values), Settings())
+        assert many is not None and many.estimated.all()
+        half = len(new4)
+        for arr in (many.alpha, many.beta, many.gamma, many.origin):
+            assert arr[:half].tolist() == arr[half:].tolist()
+        for k, v in enumerate(values[half:]):
+            one = page_params(PageState.decode(v), record_bytes(new5[k]).decode(
+                "utf-8", "surrogateescape"), Settings())
+            assert many.alpha[half + k] == pytest.approx(one.alpha_per_s, rel=1e-12)
+        recs4, recs5 = list(new4), list(new5)
+    assert seen_quad == {False, True}  # both kinds: before and after the first eviction
+    # a group slot zero as a float but not to the bit (-0.0) keeps its group: no loss
+    st = EstimatorRecord.decode(recs4[1] or "", end).state
+    neg = dataclasses.replace(st, totals=(*st.totals[:3], -0.0))
+    (e,) = v5.results([neg])
+    raw = EstimatorRecord(e, neg).to_bytes()
+    assert raw[0] == 0xC0 + 21 + 3 * 0b101 + STREAM_RING
+    back = EstimatorRecord.decode(raw, end).state
+    assert math.copysign(1.0, back.totals[3]) == -1.0 and back == neg
+    # a version 5 first byte and the bytes after it may read as one UTF-8 character through
+    # a surrogateescape client (a lead byte, then n_intervals 130's 0x82): still a binary
+    # record of version 5
+    st0 = EstimatorRecord.decode(recs5[1] or "", end).state
+    (e0,) = v5.results([st0])
+    raw = bytearray(EstimatorRecord(e0, st0).to_bytes())
+    raw[1:5] = struct.pack("<I", 130)
+    text = raw.decode("utf-8", "surrogateescape")
+    assert not 0xDC80 <= ord(text[0]) <= 0xDCFF  # one character, not a surrogate
+    assert len(text[0].encode("utf-8")) == 2
+    back_e = estimates_of(text)
+    assert back_e is not None and back_e.n_intervals == 130 and not newer_record(text)
 
 
 def test_old_text_records_are_still_read() -> None:
@@ -446,13 +530,13 @@ async def test_an_outcome_updates_the_estimator_once_even_when_redelivered(
 
 
 async def test_a_rolling_upgrade_writes_version_3_when_told(redis_url: str) -> None:
-    """``RECRAWL_ESTIMATOR_RECORD_VERSION=3`` (a rolling upgrade from workers that read no
-    version 4): the outcomes agent writes the version 3 record of the same state, the bytes
-    a worker before version 4 wrote; the default writes version 4."""
+    """``RECRAWL_ESTIMATOR_RECORD_VERSION=3`` or ``4`` (a rolling upgrade from workers that
+    read no version 4 or 5): the outcomes agent writes the version 3 or 4 record of the same
+    state, the bytes a worker of that version wrote; the default writes version 5."""
     url, host = "https://v.org/a", "v.org"
     now = time.time()
     stored = []
-    for overrides in ({}, {"estimator_record_version": 3}):
+    for overrides in ({}, {"estimator_record_version": 4}, {"estimator_record_version": 3}):
         h = Harness(redis_url, **overrides)
         await h.feed("pages", [js(url=url)])
         await outcome(h, url, now - 2 * HOUR, False)
@@ -460,23 +544,27 @@ async def test_a_rolling_upgrade_writes_version_3_when_told(redis_url: str) -> N
         record = (await h.store.get_pages(host, [url]))[url][2]
         assert record is not None and h.rejects == []
         stored.append(record)
-    new, old = stored
+    five, new, old = stored
+    # no signal in either interval: version 5 keeps none of the three groups' slots
+    assert record_bytes(five)[0] == 0xC0 + 1 and len(record_bytes(five)) == 83 - 24 - 6
     assert new[0] == chr(0xDC00 + 0xA0 + 1) and old[0] == chr(0xDC00 + 0x80 + 1)
     assert old == _as_version_3(new)
-    assert EstimatorRecord.decode(old) == EstimatorRecord.decode(new)
-    # the same on the object path, and nothing but 3 or 4 is taken
+    assert EstimatorRecord.decode(old) == EstimatorRecord.decode(new) == EstimatorRecord.decode(
+        five)
+    # the same on the object path, and nothing but 3, 4 or 5 is taken
     obs = [Observation(None, HOUR, (0, 0, 0, 0, 0), True, now)]
     assert Estimation(record_version=3).observe_states(obs) == Estimation(
-        record_version=3).observe(obs) == [_as_version_3(Estimation().observe(obs)[0])]
+        record_version=3).observe(obs) == [_as_version_3(Estimation(
+            record_version=4).observe(obs)[0])]
     with pytest.raises(ValueError, match="record_version"):
-        Estimation(record_version=5)
+        Estimation(record_version=6)
     with pytest.raises(ValueError, match="estimator_record_version"):
         Settings(estimator_record_version=2)
 
 
 async def test_a_record_of_a_later_version_is_kept_as_it_is(redis_url: str) -> None:
     """A worker meeting an estimator record of a version it does not know (a later worker's,
-    first byte 0xC0-0xFF) keeps it byte for byte and counts it, instead of starting that
+    first byte 0xEA-0xFF) keeps it byte for byte and counts it, instead of starting that
     page's estimator again from the prior; the outcome still moves the page's last crawl."""
     h = Harness(redis_url)
     url, host = "https://n.org/a", "n.org"
@@ -490,7 +578,7 @@ async def test_a_record_of_a_later_version_is_kept_as_it_is(redis_url: str) -> N
     value = record_bytes(await h.store.redis.hget(key, field))
     record = record_bytes((await h.store.get_pages(host, [url]))[url][2] or "")
     assert record and value.endswith(record)
-    later = b"\xc3" + record[1:]  # the same bytes under a tag no version here has
+    later = b"\xf0" + record[1:]  # the same bytes under a tag no version here has
     assert newer_record(later) and not newer_record(record) and not newer_record("1,2|x")
     await h.store.redis.hset(key, field, value[: -len(record)] + later)
     await outcome(h, url, now - HOUR, True)
