@@ -108,7 +108,7 @@ import dataclasses
 import functools
 import math
 import struct
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -698,10 +698,9 @@ class Estimation:
         Each observation must be a different page (the outcomes agent's chunks)."""
         if not observations:
             return []
-        newer = [i for i, o in enumerate(observations) if newer_record(o.record)]
-        if newer:  # a later version's record: given back as it is (newer_record)
-            rest = [o for o in observations if not newer_record(o.record)]
-            return _merged(observations, newer, self.observe(rest))
+        apart = _newer_apart(observations, self.observe)
+        if apart is not None:
+            return apart
         m = len(observations)
         tau = np.fromiter((max(0.0, o.interval_s) for o in observations), np.float64, m)
         fetched = np.fromiter((o.fetched_at_s for o in observations), np.float64, m)
@@ -845,10 +844,9 @@ class Estimation:
         old text record)."""
         if not observations:
             return []
-        newer = [i for i, o in enumerate(observations) if newer_record(o.record)]
-        if newer:  # a later version's record: given back as it is (newer_record)
-            rest = [o for o in observations if not newer_record(o.record)]
-            return _merged(observations, newer, self.observe_states(rest))
+        apart = _newer_apart(observations, self.observe_states)
+        if apart is not None:
+            return apart
         states = [self.state_of(o.record, o.fetched_at_s - o.interval_s) for o in observations]
         intervals = [
             CrawlInterval(max(0.0, o.interval_s), o.changed, group_counts(o.signals),
@@ -872,6 +870,18 @@ class Estimation:
         capacity = max([self.estimator.ring_capacity, *(len(st.ring) for st in states)])
         batch = states_to_batch(states, capacity, self.estimator.n_sources)
         return _estimates_list(batch_result(self.estimator, batch), states)
+
+
+def _newer_apart(observations: Sequence[Observation],
+                 path: Callable[[Sequence[Observation]], list[str]]) -> list[str] | None:
+    """The records of ``observations`` when some record is of a later version
+    (:func:`newer_record`): those given back as they are, ``path``'s for the rest; None
+    when there is none."""
+    newer = [i for i, o in enumerate(observations) if newer_record(o.record)]
+    if not newer:
+        return None
+    rest = [o for o in observations if not newer_record(o.record)]
+    return _merged(observations, newer, path(rest))
 
 
 def _merged(observations: Sequence[Observation], kept: Sequence[int],
