@@ -50,7 +50,8 @@ class Measured:
     """Per-unit figures.  Defaults: docs/benchmarks.md "Streaming worker", "Re-measured on
     2026-11-27, ninth session" (2-core machine, 10^6 crawled pages on 10^4 hosts) unless
     marked *assumed*; of that session's four end-to-end runs (two of fd0ee73, two of
-    01fb3a3) the lowest figure."""
+    01fb3a3) the lowest figure; the bytes per page from the tenth session ("Re-measured on
+    2026-11-27, tenth session")."""
 
     #: orders/s per worker, end to end at 10^6 crawled pages on 10^4 hosts of 1 crawl/s
     #: (``bench_e2e.py throughput``: 10,000/s in three runs, 9,667/s in one, against the
@@ -63,10 +64,12 @@ class Measured:
     #: (``bench_e2e.py throughput``: 10,507-11,719/s)
     outcomes_per_s: float = 10507.0
     #: Redis bytes per page crawled and pinged, with estimator state (``INFO memory``, at
-    #: 10^6 pages, 100 per host): a page whose estimator record holds a quadratic summary
-    #: (``bench_rebuild.py --history evicted``: 206.7 B), the most a crawled page takes
-    #: there (145 B on ``bench_e2e.py``'s pages crawled twice)
-    redis_bytes_per_page: float = 206.7
+    #: 10^6 pages): a page whose estimator record holds a quadratic summary and signals of
+    #: all three source groups, on hosts of 1 to 199 pages (``bench_rebuild.py --history
+    #: evicted --sources three --host-spread``, tenth session: 213.8 B), the most a crawled
+    #: page took there (206.7 B at exactly 100 pages per host; 125 B on ``bench_e2e.py``'s
+    #: pages crawled twice and pinged)
+    redis_bytes_per_page: float = 213.8
     #: seconds to rebuild a shard, per 10^6 estimated pages (``bench_rebuild.py``: 3.41-3.80 s
     #: in process; the slowest shard's load end to end 4.22-4.39 s)
     rebuild_s_per_mpage: float = 3.8
