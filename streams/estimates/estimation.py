@@ -176,7 +176,7 @@ _NQ = _D * (_D + 1) // 2
 
 #: changed intervals the stream's estimator keeps exactly (module docstring)
 STREAM_RING = 2
-#: the newest estimator record version, written unless told to write 3 (module docstring)
+#: the newest estimator record version, written unless told to write 3 or 4 (module docstring)
 RECORD_VERSION = 5
 #: versions 1 and 2: first byte, n_intervals, alpha, alpha_se, kappa, theta, unchanged,
 #: totals, quad_b, quad_a (the ring follows)

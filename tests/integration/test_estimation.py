@@ -330,6 +330,8 @@ def test_version_5_leaves_out_the_groups_without_a_signal() -> None:
         obs5 = [Observation(r, HOUR, g, changed, end) for r, g in zip(recs5, sig, strict=True)]
         new4, new5 = v4.observe(obs4), v5.observe(obs5)
         assert new5 == v5.observe_states(obs5)  # arrays and objects: the same bytes
+        # an upgraded worker meeting version 4 records writes the same version 5 records
+        assert v5.observe(obs4) == new5 == v5.observe_states(obs4)
         for j, (a, b) in enumerate(zip(new4, new5, strict=True)):
             raw4, raw5 = record_bytes(a), record_bytes(b)
             quad = raw4[0] < 0xA0  # version 3, else 4
