@@ -31,7 +31,7 @@ from streams.estimates.params import page_params, page_params_many
 from streams.events.records import SOURCES
 from streams.settings import Settings
 from streams.store import OutcomeOp
-from streams.store.redis_store import PageState, page_field, record_bytes
+from streams.store.redis_store import PageState, estimator_part, page_field, record_bytes
 from streams.worker.explain import estimates_view
 
 HOUR = 3600.0
@@ -380,6 +380,23 @@ def test_version_5_leaves_out_the_groups_without_a_signal() -> None:
     assert len(text[0].encode("utf-8")) == 2
     back_e = estimates_of(text)
     assert back_e is not None and back_e.n_intervals == 130 and not newer_record(text)
+    # a version 5 record as long as a version 4 one (73 B: one changed interval, two groups;
+    # against no change, three groups): one length group of the rebuild's arrays, each read
+    # by its own first byte
+    pair = v5.observe([Observation(None, HOUR, (1, 1, 0, 1, 0), False, end),
+                       Observation(None, HOUR, (1, 1, 0, 0, 0), True, end)])
+    assert [(record_bytes(r)[0], len(record_bytes(r))) for r in pair] == [(0xA0, 73),
+                                                                          (0xCA, 73)]
+    values = [PageState(1.0 + i, None, end, (0, 0, 1, 0, 0)).encode(r)
+              for i, r in enumerate(pair)]
+    many = page_params_many(values, [None, None], Settings())
+    assert many is not None and many.estimated.all()
+    for i, v in enumerate(values):
+        one = page_params(PageState.decode(v), estimator_part(v), Settings())
+        assert (many.alpha[i], many.beta[i], many.gamma[i]) == (
+            pytest.approx(one.alpha_per_s, rel=1e-12), pytest.approx(one.beta_s, rel=1e-12),
+            pytest.approx(one.gamma_per_s, rel=1e-12))
+    assert many.gamma[0] > 0.0 and many.alpha[0] != many.alpha[1]
 
 
 def test_old_text_records_are_still_read() -> None:
