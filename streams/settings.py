@@ -110,10 +110,11 @@ class Settings(BaseSettings):
     #: Estimators forget: an interval's weight halves every this many seconds (0 = never).
     estimator_half_life_s: float = Field(default=0.0, ge=0.0)
     #: The newest estimator record version the outcomes write (``streams/estimates/
-    #: estimation.py``): 5, or an older one during a rolling upgrade from workers that read
-    #: no newer one (4 from workers of version 4, which keep a version 5 record as it is
-    #: and skip its estimator; 3 from older ones, which would start it again).
-    estimator_record_version: int = Field(default=5, ge=3, le=5)
+    #: estimation.py``): 6, or an older one during a rolling upgrade from workers that read
+    #: no newer one (5 or 4 from workers of version 5 or 4, which keep a later version's
+    #: record as it is and skip its estimator; 3 from older ones, which would start it
+    #: again).
+    estimator_record_version: int = Field(default=6, ge=3, le=6)
     #: Gain of the budget re-split controller (per second, on log-thresholds).
     resplit_gain: float = Field(default=0.5, ge=0.0)
     #: Forward pings for unknown pages (discoveries) to ``recrawl.pages`` as new pages.

@@ -23,7 +23,7 @@ without ``quad_a``, written while ``quad_a`` is zero as float32 (every byte): un
 changed interval first leaves the ring (``models.estimators.batch.batch_update``) there is
 no quadratic summary, and a page that never changed, or changed at most :data:`STREAM_RING`
 times, keeps it so; it reads back as the version 3 record of the same state (``quad_a``
-zero), so the 40 bytes go without losing anything.  Version 5 (the default, first byte
+zero), so the 40 bytes go without losing anything.  Version 5 (first byte
 ``0xC0 + 21 quad + 3 kept + ring``, 0xC0-0xE9) is a version 3 (``quad`` 1) or 4 (``quad``
 0) record of a ring of at most 2 without the slots of the source groups whose every slot
 is zero to the bit: a group's slots are its ``lin`` and ``totals`` entries, the ``quad_a``
@@ -36,16 +36,42 @@ row and column (a sitemap-only page after its third change: 133 -> 81 bytes; the
 pages, pinged by sitemaps and push sources: 133 -> 105).  The bytes kept are the version 3 or
 4 record's at those positions, so it reads back as that record, byte for byte
 (:func:`_unpack5`; on arrays in :meth:`Estimation.states_of` and :func:`record_heads`, what
-the rebuild reads), and nothing is lost.  A worker reads every version written before its
-own, none written after: a worker older than version 4 takes a version 4 or 5 record for an
-unreadable one and starts that page's estimator again from the prior; one of version 4
-(c77529a on) keeps a version 5 record as it is (:func:`newer_record`) and skips that
-page's estimator.  So a rolling upgrade writes the version the old workers read
-(``RECRAWL_ESTIMATOR_RECORD_VERSION=3`` or ``4``, ``Estimation(record_version=...)``)
-until every worker runs this code, then 5 (the default).
+the rebuild reads), and nothing is lost.
+
+Version 6 (the default, first byte ``0xEA``, then a layout byte) leaves out more of a
+version 3 or 4 record of a ring of at most 2, again only bytes it can put back exactly:
+
+* ``theta``, the running estimate (warm start of the next solve, and the point at which
+  a changed interval leaving the ring is expanded, ``models.estimators.signals``).  The
+  model refreshes it by a Newton step at each eviction; the stream solves the posterior
+  mode at every update anyway (for ``alpha``, ``kappa``), and keeps that mode as
+  ``theta`` (:meth:`Estimation.observe`, :meth:`Estimation.observe_states`): an expansion
+  point at the mode of all data so far, at least as close as one Newton step from an
+  older point (over 16 simulated pages the ring-2 change rate stays as close to the
+  5-ring's, -1.0..-10.3% against -0.8..-10.7%: ``docs/benchmarks.md``).  So ``theta``
+  is the float32 ``alpha`` and ``kappa`` to the bit, and is read back from them;
+* the slots of the groups with no signal, as version 5 (all three groups may be kept);
+* if ``narrow``: the high two bytes of ``n_intervals`` (below 65,536) and the high byte
+  of each ring count (below 256), all zero;
+* the ``low`` (0-2) lowest bytes of each group's ``totals`` entry, all zero (a float32
+  integer count below 256 has its two low bytes zero, below 65,536 its lowest).
+
+The layout byte: bits 0-1 the shape (0-2: version 4 of that ring length; 3: version 3 of
+a ring of 2: a quadratic summary only exists once a changed interval has left a full
+ring), bits 2-4 ``kept`` (as version 5), bit 5 ``narrow``, bits 6-7 ``low`` (3 is no
+layout: an unreadable record).  A record with another shape, or whose ``theta`` is not its
+estimates (a state not from the stream), is written as version 5.  A three-group page
+with a quadratic summary: 133 -> 104 bytes; one group, 81 -> 60 (:func:`_pack6`,
+:func:`_unpack6`).  A worker reads every version written before its
+own, none written after: a worker older than version 4 takes a version 4, 5 or 6 record for
+an unreadable one and starts that page's estimator again from the prior; one of version 4
+or 5 (c77529a on) keeps a later version's record as it is (:func:`newer_record`) and skips
+that page's estimator.  So a rolling upgrade writes the version the old workers read
+(``RECRAWL_ESTIMATOR_RECORD_VERSION=3``, ``4`` or ``5``, ``Estimation(record_version=...)``)
+until every worker runs this code, then 6 (the default).
 This code does not restart a record of a version it does not know
 (:func:`newer_record`: a first byte neither ASCII nor a known version's; the next version
-takes one of 0xEA-0xFF): it keeps it as it is, and that page's outcomes update only the page
+takes one of 0xEB-0xFF): it keeps it as it is, and that page's outcomes update only the page
 record until a worker that reads it comes (counted ``estimators.newer``). A record that neither
 version 3 nor 4 can hold exactly is written in the older layouts, read as ever: version 2 (``0x90 +
 ring length``, 129 + 14 x ring length bytes: ``unchanged`` and ``quad_b`` apart, a float32
@@ -176,8 +202,9 @@ _NQ = _D * (_D + 1) // 2
 
 #: changed intervals the stream's estimator keeps exactly (module docstring)
 STREAM_RING = 2
-#: the newest estimator record version, written unless told to write 3 or 4 (module docstring)
-RECORD_VERSION = 5
+#: the newest estimator record version, written unless told to write 3, 4 or 5 (module
+#: docstring)
+RECORD_VERSION = 6
 #: versions 1 and 2: first byte, n_intervals, alpha, alpha_se, kappa, theta, unchanged,
 #: totals, quad_b, quad_a (the ring follows)
 RECORD_HEAD = struct.Struct(f"<BI{2 + N_GROUPS}f{4 * _D + _NQ}f")
@@ -224,7 +251,7 @@ _COUNT_MAX = 0xFFFF
 #: ``_RING5_MAX`` without the slots of the groups whose every slot is zero; first byte
 #: ``_TAG5 + _PER_QUAD * quad + 3 * kept + ring`` (``quad``: 1 from version 3, 0 from 4;
 #: ``kept``: bit g set when group g's slots are stored, never all groups), 0xC0-0xE9;
-#: 0xEA-0xFF are left to later versions (:func:`newer_record`)
+#: 0xEA is version 6's, 0xEB-0xFF are left to later versions (:func:`newer_record`)
 _TAG5 = 0xC0
 _RING5_MAX = 2
 _ALL_GROUPS = (1 << N_GROUPS) - 1
@@ -315,10 +342,141 @@ def _unpack5(mat: npt.NDArray[np.uint8], first: int) -> npt.NDArray[np.uint8]:
     return full
 
 
+#: version 6 (module docstring): first byte ``_TAG6``, then a layout byte (``shape`` in bits
+#: 0-1: 0-2 a version 4 record of that ring length, 3 a version 3 record of a ring of
+#: ``_RING5_MAX``; ``kept`` in bits 2-4, as version 5's, all three groups allowed;
+#: ``narrow`` in bit 5; ``low`` in bits 6-7, 0-2), then the version 3 or 4 record's bytes
+#: without its first byte, ``theta`` (equal to ``alpha`` and ``kappa``: the stream keeps the
+#: mode as its running estimate), the slots of the groups not kept, if ``narrow`` the high
+#: two bytes of ``n_intervals`` and the high byte of every ring count, and the ``low`` low
+#: bytes of every group's ``totals`` entry (all zero, every byte left out)
+_TAG6 = 0xEA
+_SHAPE6 = ((False, 0), (False, 1), (False, 2), (True, _RING5_MAX))
+
+
+def _layout6(second: int) -> tuple[bool, int, int, bool, int] | None:
+    """``(quad, ring, kept, narrow, low)`` of a version 6 layout byte (None: not one)."""
+    low = second >> 6
+    if low > 2:
+        return None
+    quad, ring = _SHAPE6[second & 3]
+    return quad, ring, second >> 2 & _ALL_GROUPS, bool(second >> 5 & 1), low
+
+
+@functools.cache
+def _slots6(quad: bool, ring: int) -> tuple[npt.NDArray[np.intp], npt.NDArray[np.intp],
+                                           npt.NDArray[np.intp], tuple[npt.NDArray[np.intp],
+                                                                       ...]]:
+    """Byte positions in a version 3 (``quad``) or 4 record of a ring of ``ring``:
+    ``theta``'s, those it equals (``alpha``'s, then ``kappa``'s), the ``narrow`` ones (the
+    high two bytes of ``n_intervals``, each ring count's high byte) and, per ``low`` byte
+    (first the lowest), that byte of every group's ``totals`` entry."""
+    fields: Any = _record_dtype(ring, 3 if quad else 4).fields
+    theta = fields["theta"][1] + np.arange(4 * _D)
+    src = np.concatenate([fields["alpha"][1] + np.arange(4),
+                          fields["kappa"][1] + np.arange(4 * N_GROUPS)])
+    narrow = [fields["n_intervals"][1] + 2, fields["n_intervals"][1] + 3]
+    if ring:
+        entry = fields["ring"][0].base
+        base = fields["ring"][1] + entry.fields["n"][1]
+        narrow += [base + r * entry.itemsize + 2 * g + 1 for r in range(ring)
+                   for g in range(N_GROUPS)]
+    totals = fields["totals"][1]
+    low = tuple(np.array([totals + 4 * (1 + g) + b for g in range(N_GROUPS)], dtype=np.intp)
+                for b in range(2))
+    return theta, src, np.array(sorted(narrow), dtype=np.intp), low
+
+
+@functools.cache
+def _kept6(second: int) -> npt.NDArray[np.intp]:
+    """The byte positions of a version 3 or 4 record that its version 6 record of layout
+    byte ``second`` keeps, in order (after the two bytes of its own)."""
+    layout = _layout6(second)
+    assert layout is not None
+    quad, ring, kept, narrow, low = layout
+    drop = np.zeros(_record_dtype(ring, 3 if quad else 4).itemsize, dtype=bool)
+    drop[0] = True
+    for g, pos in enumerate(_group_slots(quad, ring)):
+        if not kept >> g & 1:
+            drop[pos] = True
+    theta, _, narrow_pos, low_pos = _slots6(quad, ring)
+    drop[theta] = True
+    if narrow:
+        drop[narrow_pos] = True
+    for b in range(low):
+        drop[low_pos[b]] = True
+    return np.flatnonzero(~drop)
+
+
+def _pack6(mat: npt.NDArray[np.uint8], version: int, ring: int
+           ) -> list[bytes | None]:
+    """Version 6 of version 3 or 4 records (rows of ``mat``, one ring length); None for a
+    record version 6 does not hold (its ``theta`` not its estimates, or its shape)."""
+    n = mat.shape[0]
+    quad = version == 3
+    out: list[bytes | None] = [None] * n
+    if not n or (quad, ring) not in _SHAPE6:
+        return out
+    theta, src, narrow_pos, low_pos = _slots6(quad, ring)
+    fits = (mat[:, theta] == mat[:, src]).all(axis=1)
+    second = np.full(n, _SHAPE6.index((quad, ring)), dtype=np.int64)
+    for g, pos in enumerate(_group_slots(quad, ring)):
+        second |= (mat[:, pos] != 0).any(axis=1).astype(np.int64) << (2 + g)
+    second |= (mat[:, narrow_pos] == 0).all(axis=1).astype(np.int64) << 5
+    low1 = (mat[:, low_pos[0]] == 0).all(axis=1)
+    low2 = low1 & (mat[:, low_pos[1]] == 0).all(axis=1)
+    second |= (low1.astype(np.int64) + low2) << 6
+    for s in np.unique(second[fits]).tolist():
+        rows = np.flatnonzero(fits & (second == s))
+        keep = _kept6(s)
+        sub = np.empty((rows.size, 2 + keep.size), dtype=np.uint8)
+        sub[:, 0], sub[:, 1] = _TAG6, s
+        sub[:, 2:] = mat[np.ix_(rows, keep)]
+        buf, size = sub.tobytes(), sub.shape[1]
+        for j, row in enumerate(rows.tolist()):
+            out[row] = buf[j * size : (j + 1) * size]
+    return out
+
+
+def _unpack6(mat: npt.NDArray[np.uint8], second: int) -> npt.NDArray[np.uint8]:
+    """Version 6 records of one layout byte (rows of ``mat``) as the version 3 or 4 records
+    they were (``theta`` from ``alpha`` and ``kappa``, the other bytes left out zero)."""
+    layout = _layout6(second)
+    assert layout is not None
+    quad, ring = layout[:2]
+    full = np.zeros((mat.shape[0], _record_dtype(ring, 3 if quad else 4).itemsize),
+                    dtype=np.uint8)
+    full[:, _kept6(second)] = mat[:, 2:]
+    theta, src = _slots6(quad, ring)[:2]
+    full[:, theta] = full[:, src]
+    full[:, 0] = (_TAG3 if quad else _TAG4) + ring
+    return full
+
+
+def _packed(mat: npt.NDArray[np.uint8], version: int, ring: int, newest: int
+            ) -> list[bytes]:
+    """Version 3 or 4 records (rows of ``mat``, one ring length) as the newest version up to
+    ``newest`` that holds each: 6, else 5 (:func:`_pack5`: a record it does not shorten as
+    it is)."""
+    out: list[bytes | None] = (_pack6(mat, version, ring) if newest >= 6
+                               else [None] * mat.shape[0])
+    rest = [i for i, r in enumerate(out) if r is None]
+    if rest and newest >= 5:
+        for i, r in zip(rest, _pack5(mat[rest], version, ring), strict=True):
+            out[i] = r
+    elif rest:
+        for i in rest:
+            out[i] = bytes(mat[i])
+    return [r or b"" for r in out]
+
+
 def _expanded(raw: bytes) -> bytes:
-    """A binary record of version 5 as the version 3 or 4 record it was; others as they are."""
+    """A binary record of version 5 or 6 (of the size its first bytes name: the caller
+    checks) as the version 3 or 4 record it was; others as they are."""
     if _TAG5 <= raw[0] <= _TAG5_LAST:
         return _unpack5(np.frombuffer(raw, np.uint8)[None, :], raw[0]).tobytes()
+    if raw[0] == _TAG6:
+        return _unpack6(np.frombuffer(raw, np.uint8)[None, :], raw[1]).tobytes()
     return raw
 
 
@@ -326,6 +484,8 @@ def _version_of(first: int) -> int:
     """The record version a first byte names (0: not a binary estimator record)."""
     if _TAG5 <= first <= _TAG5_LAST:
         return 5
+    if first == _TAG6:
+        return 6
     for version, (tag, _, _) in _LAYOUTS.items():
         if tag <= first <= tag + 15:
             return version
@@ -339,40 +499,55 @@ def _ring_of(raw: bytes) -> tuple[int, int, int]:
     if version == 5:
         quad, kept, ring = _of_tag5(raw[0])
         return 5, ring, _kept5(quad, kept, ring).size
+    if version == 6:  # the size from the layout byte (-1: none, or not a layout)
+        layout = _layout6(raw[1]) if len(raw) > 1 else None
+        if layout is None:
+            return 6, 0, -1
+        return 6, layout[1], 2 + _kept6(raw[1]).size
     tag, head, entry = _LAYOUTS[version]
     return version, raw[0] - tag, head + (raw[0] - tag) * entry
 
 
 @functools.cache
 def _sizes_by_first() -> npt.NDArray[np.int64]:
-    """The bytes of a binary estimator record by its first byte (-1: not one)."""
-    out = np.full(256, -1, dtype=np.int64)
+    """The bytes of a binary estimator record by its first two bytes (``256 * first +
+    second``; -1: not one)."""
+    out = np.full(256 * 256, -1, dtype=np.int64)
     for first in range(256):
         if _version_of(first):
-            out[first] = _ring_of(bytes((first,)))[2]
+            for second in range(256):
+                out[256 * first + second] = _ring_of(bytes((first, second)))[2]
     return out
 
 
-def record_sizes(first: npt.NDArray[Any]) -> npt.NDArray[np.int64]:
-    """The bytes of binary estimator records by their first bytes (-1: not one), on arrays."""
-    out: npt.NDArray[np.int64] = _sizes_by_first()[np.asarray(first).astype(np.uint8)]
+def record_sizes(first: npt.NDArray[Any], second: npt.NDArray[Any]) -> npt.NDArray[np.int64]:
+    """The bytes of binary estimator records by their first two bytes (-1: not one), on
+    arrays."""
+    key = np.asarray(first).astype(np.int64) % 256 * 256 + np.asarray(second).astype(
+        np.int64) % 256
+    out: npt.NDArray[np.int64] = _sizes_by_first()[key]
     return out
 
 
 def record_heads(mat: npt.NDArray[np.uint8]) -> npt.NDArray[Any]:
     """The :data:`HEAD_PREFIX` fields of binary estimator records of one size, the rows of
-    ``mat`` (each of the size its first byte names: the caller checks), version 5 records
-    read as the version 3 or 4 records they were."""
+    ``mat`` (each of the size its first bytes name: the caller checks), version 5 and 6
+    records read as the version 3 or 4 records they were."""
     heads = np.zeros(mat.shape[0], dtype=HEAD_PREFIX)
     first = mat[:, 0] if mat.size else np.zeros(0, dtype=np.uint8)
     five = (first >= _TAG5) & (first <= _TAG5_LAST)
+    six = first == _TAG6
     n = HEAD_PREFIX.itemsize
-    rows = np.flatnonzero(~five)
+    rows = np.flatnonzero(~five & ~six)
     if rows.size:
         heads[rows] = np.ascontiguousarray(mat[rows, :n]).view(HEAD_PREFIX)[:, 0]
     for tag in np.unique(first[five]).tolist():
         rows = np.flatnonzero(first == tag)
         heads[rows] = np.ascontiguousarray(_unpack5(mat[rows], tag)[:, :n]).view(
+            HEAD_PREFIX)[:, 0]
+    for second in np.unique(mat[six, 1]).tolist() if six.any() else []:
+        rows = np.flatnonzero(six & (mat[:, 1] == second))
+        heads[rows] = np.ascontiguousarray(_unpack6(mat[rows], second)[:, :n]).view(
             HEAD_PREFIX)[:, 0]
     return heads
 
@@ -524,8 +699,8 @@ class EstimatorRecord:
                 head = bytes((_TAG4 + len(ring),)) + head[1 : RECORD_HEAD4.size]
                 version = 4
             raw = head + b"".join(_RING3.pack(x[0], *(int(n) for n in x[1:-1])) for x in ring)
-            if newest >= 5:  # version 5: without the groups whose every slot is zero
-                (raw,) = _pack5(np.frombuffer(raw, np.uint8)[None, :], version, len(ring))
+            # version 6 or 5: without the bytes that are zero or repeated (module docstring)
+            (raw,) = _packed(np.frombuffer(raw, np.uint8)[None, :], version, len(ring), newest)
             return raw
         head = RECORD_HEAD.pack(
             (_TAG2 if fit else _TAG) + len(ring), n_int, e.alpha_per_s, e.alpha_se_per_s,
@@ -561,7 +736,7 @@ def _decode_binary(raw: bytes, end_s: float, ring_capacity: int) -> EstimatorRec
     version, n_ring, size = _ring_of(raw)
     if len(raw) != size:
         raise ValueError(f"estimator record of {len(raw)} bytes, expected {size}")
-    if version == 5:  # read as the version 3 or 4 record it was
+    if version >= 5:  # read as the version 3 or 4 record it was
         raw = _expanded(raw)
         version = _version_of(raw[0])
     g, d = N_GROUPS, _D
@@ -662,11 +837,11 @@ class Estimation:
 
     def __init__(self, half_life_s: float = math.inf, ring_capacity: int = STREAM_RING,
                  record_version: int = RECORD_VERSION) -> None:
-        """``record_version``: the newest record version written (3, 4 or 5; an older one
+        """``record_version``: the newest record version written (3, 4, 5 or 6; an older one
         while workers that read no newer one still run: ``Settings.estimator_record_version``,
         module docstring)."""
-        if record_version not in (3, 4, 5):
-            raise ValueError(f"record_version: 3, 4 or 5, not {record_version!r}")
+        if record_version not in (3, 4, 5, 6):
+            raise ValueError(f"record_version: 3, 4, 5 or 6, not {record_version!r}")
         self.estimator = SignalEstimator(N_GROUPS, half_life_s=half_life_s,
                                          ring_capacity=ring_capacity)
         self.record_version = record_version
@@ -728,7 +903,10 @@ class Estimation:
         end = np.where(fetched >= prev, fetched, prev + tau)
         batch_update(self.estimator, batch, tau, changed, signals.reshape(m, -1) @ _GROUP_SUM,
                      end_s=end)
-        return self.records_of(batch, *batch_alpha_kappa(self.estimator, batch))
+        alpha, alpha_se, kappa = batch_alpha_kappa(self.estimator, batch)
+        # the mode is the running estimate from here on (module docstring: "theta")
+        batch.theta[:, 0], batch.theta[:, 1:] = alpha, kappa
+        return self.records_of(batch, alpha, alpha_se, kappa)
 
     # -- the stored record <-> arrays (the storage encoding lives here and in EstimatorRecord)
     def states_of(self, records: Sequence[str | bytes | None],
@@ -749,15 +927,16 @@ class Estimation:
             version, ring_len, size = _ring_of(raw)
             if ring_len <= k and len(raw) == size:
                 raws[i] = raw
-                # version 5: one group per first byte (one layout each)
-                groups.setdefault((ring_len, version, raw[0] if version == 5 else 0),
-                                  []).append(i)
+                # versions 5 and 6: one group per first byte or layout byte (one layout each)
+                key = raw[0] if version == 5 else raw[1] if version == 6 else 0
+                groups.setdefault((ring_len, version, key), []).append(i)
         d = _D
         iu = np.triu_indices(d)
         for (ring_len, version, first), members in groups.items():
             buf = b"".join(raws[i] for i in members)
-            if version == 5:  # as the version 3 or 4 records they were
-                full = _unpack5(np.frombuffer(buf, np.uint8).reshape(len(members), -1), first)
+            if version >= 5:  # as the version 3 or 4 records they were
+                mat = np.frombuffer(buf, np.uint8).reshape(len(members), -1)
+                full = _unpack5(mat, first) if version == 5 else _unpack6(mat, first)
                 buf, version = full.tobytes(), _version_of(int(full[0, 0]))
             arr = np.frombuffer(buf, dtype=_record_dtype(ring_len, version))
             rows = np.asarray(members, dtype=np.int64)
@@ -829,7 +1008,9 @@ class Estimation:
                         arr["ring"]["w"] = ring[:, :, -1]
             if self.record_version >= 5 and version in (3, 4):
                 mat = arr.view(np.uint8).reshape(rows.size, -1)
-                for row, raw in zip(rows.tolist(), _pack5(mat, version, ring_len), strict=True):
+                for row, raw in zip(rows.tolist(),
+                                    _packed(mat, version, ring_len, self.record_version),
+                                    strict=True):
                     out[row] = raw.decode("utf-8", "surrogateescape")
                 continue
             buf = arr.tobytes()
@@ -857,11 +1038,13 @@ class Estimation:
             # an old record's longer ring: the scalar update evicts its oldest intervals
             new_states = [self.estimator.update(st, iv)
                           for st, iv in zip(states, intervals, strict=True)]
-            return [EstimatorRecord(e, st).encode(self.record_version)
-                    for e, st in zip(self.results(new_states), new_states, strict=True)]
-        new_states, r = update_many(self.estimator, states, intervals)
-        return [EstimatorRecord(e, s).encode(self.record_version)
-                for e, s in zip(_estimates_list(r, new_states), new_states, strict=True)]
+            ests = self.results(new_states)
+        else:
+            new_states, r = update_many(self.estimator, states, intervals)
+            ests = _estimates_list(r, new_states)
+        # the mode is the running estimate from here on, as in observe
+        return [EstimatorRecord(e, replace(s, theta=(e.alpha_per_s, *e.kappa))).encode(
+                    self.record_version) for e, s in zip(ests, new_states, strict=True)]
 
     def results(self, states: Sequence[SignalState]) -> list[Estimates]:
         """Converged estimates of several states (``batch_result``: one Newton solve)."""

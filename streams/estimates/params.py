@@ -192,7 +192,8 @@ _PSIZE = PAGE_STRUCT.size
 #: (version 5 read as the version 3 or 4 record it was: ``record_heads``)
 _EST_DTYPE = HEAD_PREFIX
 #: every size a binary estimator record can have (each version and ring length)
-_EST_SIZES = frozenset(record_sizes(np.arange(256)).tolist()) - {-1}
+_EST_SIZES = frozenset(record_sizes(np.arange(256 * 256) // 256, np.arange(256 * 256)).tolist()
+                       ) - {-1}
 
 
 def _record_dtype(size: int) -> np.dtype[Any] | None:
@@ -257,7 +258,7 @@ def _pages_many(raw: list[bytes], estimators: Sequence[str | bytes | None]) -> t
         imp[rows], prior[rows], last[rows] = p["importance"], p["prior"], p["last_crawl"]
         sig[rows] = p["signals"]
         if size > _PSIZE:
-            ok = record_sizes(a["est"][:, 0]) == size - _PSIZE
+            ok = record_sizes(a["est"][:, 0], a["est"][:, 1]) == size - _PSIZE
             est_rows.append(rows[ok])
             est_heads.append(record_heads(a["est"][ok]))
     text = np.flatnonzero(other)
@@ -296,7 +297,7 @@ def _estimates_many(
     bheads: list[bytes] = []
     for i, r0 in records:
         r = record_bytes(r0)
-        size = int(record_sizes(np.array([r[0]]))[0])
+        size = int(record_sizes(np.array([r[0]]), np.array([r[1] if len(r) > 1 else 0]))[0])
         if size > 0:
             if len(r) == size:
                 brows.append(i)

@@ -312,7 +312,7 @@ def test_version_5_leaves_out_the_groups_without_a_signal() -> None:
     is zero (no signal of the group yet): the same state on every path (decode, arrays,
     the rebuild's arrays, the next update), the bytes shorter by exactly those slots; a
     page with every group signalled, or a group slot not zero to the bit, keeps them."""
-    v4, v5 = Estimation(record_version=4), Estimation()
+    v4, v5 = Estimation(record_version=4), Estimation(record_version=5)
     end = 1e6
     # per page, the sources its pings come from: none; sitemap; push (indexnow, websub);
     # cdn; sitemap and push; all three groups (SOURCES order)
@@ -364,7 +364,7 @@ def test_version_5_leaves_out_the_groups_without_a_signal() -> None:
     st = EstimatorRecord.decode(recs4[1] or "", end).state
     neg = dataclasses.replace(st, totals=(*st.totals[:3], -0.0))
     (e,) = v5.results([neg])
-    raw = EstimatorRecord(e, neg).to_bytes()
+    raw = EstimatorRecord(e, neg).to_bytes(5)
     assert raw[0] == 0xC0 + 21 + 3 * 0b101 + STREAM_RING
     back = EstimatorRecord.decode(raw, end).state
     assert math.copysign(1.0, back.totals[3]) == -1.0 and back == neg
@@ -373,7 +373,7 @@ def test_version_5_leaves_out_the_groups_without_a_signal() -> None:
     # record of version 5
     st0 = EstimatorRecord.decode(recs5[1] or "", end).state
     (e0,) = v5.results([st0])
-    raw = bytearray(EstimatorRecord(e0, st0).to_bytes())
+    raw = bytearray(EstimatorRecord(e0, st0).to_bytes(5))
     raw[1:5] = struct.pack("<I", 130)
     text = raw.decode("utf-8", "surrogateescape")
     assert not 0xDC80 <= ord(text[0]) <= 0xDCFF  # one character, not a surrogate
@@ -448,15 +448,192 @@ def test_the_streams_short_ring_stays_close_to_the_default_capacity(
     assert rates[STREAM_RING] == pytest.approx(rates[5], rel=0.08)
 
 
+def _layout_6(quad: bool, ring: int, kept: int, narrow: bool, low: int) -> int:
+    """A version 6 layout byte, from the module docstring's bit layout."""
+    shape = 3 if quad else ring
+    return shape | kept << 2 | int(narrow) << 5 | low << 6
+
+
+def test_version_6_leaves_out_theta_and_the_zero_bytes() -> None:
+    """Version 6 is version 3 or 4 without its first byte, ``theta`` (the stream keeps the
+    mode as its running estimate: ``alpha`` and ``kappa``, the same bytes), the groups
+    without a signal (as version 5), the high bytes of ``n_intervals`` and the ring counts
+    when zero, and the zero low bytes of the group totals, after a tag and a layout byte:
+    the same state on every path (decode, arrays, the rebuild's arrays, the next update),
+    the bytes shorter by exactly those; a record it cannot hold is written as version 5."""
+    v4, v6 = Estimation(record_version=4), Estimation()
+    end = 1e6
+    # as the version 5 test, and a page pinged by push sources that never changes
+    patterns = [(), (0,), (1, 2), (3,), (0, 2), (0, 1, 4), (1,)]
+    kept_of = [0, 0b001, 0b010, 0b100, 0b011, 0b111, 0b010]
+    recs4: list[str | None] = [None] * len(patterns)
+    recs6: list[str | None] = [None] * len(patterns)
+    seen = set()
+    for i in range(STREAM_RING + 3):
+        end += HOUR
+        sig = [tuple(1 + (i + s) % 2 if s in p else 0 for s in range(len(SOURCES)))
+               for p in patterns]
+        changed = [i % 3 != 1] * 6 + [False]
+        obs4 = [Observation(r, HOUR, g, c, end)
+                for r, g, c in zip(recs4, sig, changed, strict=True)]
+        obs6 = [Observation(r, HOUR, g, c, end)
+                for r, g, c in zip(recs6, sig, changed, strict=True)]
+        new4, new6 = v4.observe(obs4), v6.observe(obs6)
+        assert new6 == v6.observe_states(obs6)  # arrays and objects: the same bytes
+        # an upgraded worker meeting version 4 records writes the same version 6 records
+        assert v6.observe(obs4) == new6 == v6.observe_states(obs4)
+        for j, (a, b) in enumerate(zip(new4, new6, strict=True)):
+            raw4, raw6 = record_bytes(a), record_bytes(b)
+            quad = raw4[0] < 0xA0  # version 3, else 4
+            ring = raw4[0] - (0x80 if quad else 0xA0)
+            st4, st6 = (EstimatorRecord.decode(r, end) for r in (a, b))
+            assert st6 == st4 and estimates_of(b) == estimates_of(a)
+            # the stream's running estimate is the mode: theta is alpha and kappa
+            assert st6.state.theta == (st6.estimates.alpha_per_s, *st6.estimates.kappa)
+            k = bin(kept_of[j]).count("1")
+            assert raw6[:2] == bytes((0xEA, _layout_6(quad, ring, kept_of[j], True, 2)))
+            assert len(raw6) == (len(raw4) + 1 - 16 - _left_out(quad, ring, 3 - k)
+                                 - (2 + ring * k) - 2 * k)
+            assert _expanded_6(raw6) == raw4  # the version 4 record's bytes, every one
+            assert not newer_record(b)
+            seen.add((quad, ring))
+        for f in ("theta", "unchanged", "totals", "ring", "quad_a", "quad_b", "n_intervals"):
+            assert getattr(v6.states_of(new6), f).tolist() == getattr(v4.states_of(new4),
+                                                                      f).tolist()
+        values = [PageState(1.0, None, end, (0, 1, 0, 0, 0)).encode(r) for r in new4 + new6]
+        many = page_params_many(values, [None] * len(values), Settings())
+        assert many is not None and many.estimated.all()
+        half = len(new4)
+        for arr in (many.alpha, many.beta, many.gamma, many.origin):
+            assert arr[:half].tolist() == arr[half:].tolist()
+        recs4, recs6 = list(new4), list(new6)
+    assert {(False, 0), (False, 1), (False, 2), (True, STREAM_RING)} <= seen
+
+    # each narrowing only where its bytes are zero: a ring count over 255 or n_intervals
+    # over 65,535 keeps the wide counts; group totals keep the low bytes that are not zero
+    # (301 as float32: its lowest byte zero, the next not; 70,001: neither; -0.0 keeps its
+    # group and its sign; the bytes go lowest first, so a zero second byte alone is not
+    # enough)
+    st = EstimatorRecord.decode(recs6[5] or "", end).state
+    assert len(st.ring) == STREAM_RING and any(st.quad_a)
+    cases = [
+        (dataclasses.replace(st, ring=((HOUR, 300.0, 0.0, 1.0, 1.0), st.ring[1])), False, 2),
+        (dataclasses.replace(st, n_intervals=70_000), False, 2),
+        (dataclasses.replace(st, totals=(st.totals[0], 301.0, 2.0, 4.0)), True, 1),
+        (dataclasses.replace(st, totals=(st.totals[0], 301.0, 70_001.0, 4.0)), True, 0),
+        (dataclasses.replace(st, totals=(st.totals[0], 2.0, -0.0, 4.0)), True, 2),
+        # float32 0x3F800001: the lowest byte not zero, the next zero: no low byte left out
+        (dataclasses.replace(st, totals=(st.totals[0], 2.0, 1.0 + 2.0 ** -23, 4.0)), True, 0),
+    ]
+    for case, narrow, low in cases:
+        (e,) = v6.results([case])
+        case = dataclasses.replace(case, theta=(e.alpha_per_s, *e.kappa))
+        raw = EstimatorRecord(e, case).to_bytes()
+        assert raw[:2] == bytes((0xEA, _layout_6(True, STREAM_RING, 0b111, narrow, low)))
+        back = EstimatorRecord.decode(raw, case.end_s)
+        assert back == EstimatorRecord.decode(EstimatorRecord(e, case).to_bytes(4), case.end_s)
+        assert (back.state.n_intervals, back.state.totals[1:], back.state.ring[0][1]) == (
+            case.n_intervals, case.totals[1:], case.ring[0][1])
+        assert back.estimates == estimates_of(raw)
+        assert [math.copysign(1.0, x) for x in back.state.totals] == [
+            math.copysign(1.0, x) for x in case.totals]
+        assert EstimatorRecord(e, case).to_bytes(4) == _expanded_6(raw)
+        value = PageState(1.0, None, end, (0, 1, 0, 0, 0)).encode(
+            raw.decode("utf-8", "surrogateescape"))
+        many = page_params_many([value], [None], Settings())
+        one = page_params(PageState.decode(value), estimator_part(value), Settings())
+        assert many is not None and many.alpha[0] == pytest.approx(one.alpha_per_s, rel=1e-12)
+    # the tag, the layout byte and n_intervals' low byte may read as one UTF-8 character
+    # through a surrogateescape client (0xEA 0xBF 0x82): still a binary record of version 6
+    case = dataclasses.replace(st, n_intervals=130)
+    (e,) = v6.results([case])
+    raw = EstimatorRecord(e, dataclasses.replace(case, theta=(e.alpha_per_s, *e.kappa))
+                          ).to_bytes()
+    assert raw[:3] == bytes((0xEA, 0xBF, 0x82))
+    text = raw.decode("utf-8", "surrogateescape")
+    assert len(text[0].encode("utf-8")) == 3  # one character, not a surrogate
+    back_e = estimates_of(text)
+    assert back_e is not None and back_e.n_intervals == 130 and not newer_record(text)
+    # a theta that is not the estimates (a state not from the stream): version 5, exactly
+    (e,) = v6.results([st])
+    other = dataclasses.replace(st, theta=(e.alpha_per_s * 2, *e.kappa))
+    raw = EstimatorRecord(e, other).to_bytes()
+    assert raw == EstimatorRecord(e, other).to_bytes(5) and raw[0] != 0xEA
+    assert EstimatorRecord.decode(raw, st.end_s) == EstimatorRecord.decode(
+        EstimatorRecord(e, other).to_bytes(4), st.end_s)
+    assert EstimatorRecord.decode(raw).state.theta[0] == pytest.approx(2 * e.alpha_per_s,
+                                                                       rel=1e-7)
+    # a layout byte no version 6 record has (low 3) is an unreadable record, not a later
+    # version's: the page's estimator starts again from the prior
+    good = EstimatorRecord(e, dataclasses.replace(st, theta=(e.alpha_per_s, *e.kappa))
+                           ).to_bytes()
+    bad = bytes((0xEA, good[1] | 0xC0)) + good[2:]
+    assert estimates_of(bad.decode("utf-8", "surrogateescape")) is None
+    assert v6.state_of(bad.decode("utf-8", "surrogateescape")) == v6.estimator.init()
+    assert not newer_record(bad)
+    assert v6.states_of([bad]).n_intervals.tolist() == [0]
+
+
+def _expanded_6(raw: bytes) -> bytes:
+    """A version 6 record as the version 3 or 4 record it was, from the module docstring
+    (independently of the code's tables): the left-out bytes back where they were."""
+    layout = raw[1]
+    quad = layout & 3 == 3
+    ring = STREAM_RING if quad else layout & 3
+    kept, narrow, low = layout >> 2 & 7, bool(layout >> 5 & 1), layout >> 6
+    d, nq = 4, 10
+    size = 1 + 4 + 4 * (2 + 3) + 4 * 3 * d + (4 * nq if quad else 0) + ring * (4 + 2 * 3)
+    drop = [False] * size
+    lin, totals = 1 + 4 + 20 + 16, 1 + 4 + 20 + 32
+    qa = totals + 16
+    ring0 = qa + (4 * nq if quad else 0)
+    upper = [(r, c) for r in range(d) for c in range(r, d)]
+    for g in range(3):
+        if kept >> g & 1:
+            continue
+        j = 1 + g
+        for base in (lin, totals):
+            for b in range(4):
+                drop[base + 4 * j + b] = True
+        if quad:
+            for e, (r, c) in enumerate(upper):
+                if j in (r, c):
+                    for b in range(4):
+                        drop[qa + 4 * e + b] = True
+        for r in range(ring):
+            for b in range(2):
+                drop[ring0 + 10 * r + 4 + 2 * g + b] = True
+    drop[0] = True
+    for b in range(16):
+        drop[1 + 4 + 20 + b] = True  # theta
+    if narrow:
+        drop[3] = drop[4] = True
+        for r in range(ring):
+            for g in range(3):
+                drop[ring0 + 10 * r + 4 + 2 * g + 1] = True
+    for g in range(3):
+        for b in range(low):
+            drop[totals + 4 * (1 + g) + b] = True
+    full = bytearray(size)
+    kept_at = [i for i in range(size) if not drop[i]]
+    assert len(kept_at) == len(raw) - 2
+    for i, x in zip(kept_at, raw[2:], strict=True):
+        full[i] = x
+    full[0] = (0x80 if quad else 0xA0) + ring
+    full[1 + 4 + 20 : 1 + 4 + 20 + 16] = full[5:9] + full[13:25]  # theta = alpha, kappa
+    return bytes(full)
+
+
 def scalar_observe(est: Estimation, observations: list[Observation]) -> list[str]:
-    """The service's path before the vectorised update: ``SignalEstimator.update`` per page."""
+    """The service's path before the vectorised update: ``SignalEstimator.update`` per page,
+    then the mode as the running estimate (``theta``), as the stream keeps it."""
     states = []
     for o in observations:
         st = est.state_of(o.record, o.fetched_at_s - o.interval_s)
         end = o.fetched_at_s if o.fetched_at_s >= st.end_s else None
         states.append(est.estimator.update(st, CrawlInterval(
             max(0.0, o.interval_s), o.changed, group_counts(o.signals), end_s=end)))
-    return [EstimatorRecord(e, s).encode()
+    return [EstimatorRecord(e, dataclasses.replace(s, theta=(e.alpha_per_s, *e.kappa))).encode()
             for e, s in zip(est.results(states), states, strict=True)]
 
 
@@ -549,13 +726,15 @@ async def test_an_outcome_updates_the_estimator_once_even_when_redelivered(
 
 
 async def test_a_rolling_upgrade_writes_version_3_when_told(redis_url: str) -> None:
-    """``RECRAWL_ESTIMATOR_RECORD_VERSION=3`` or ``4`` (a rolling upgrade from workers that
-    read no version 4 or 5): the outcomes agent writes the version 3 or 4 record of the same
-    state, the bytes a worker of that version wrote; the default writes version 5."""
+    """``RECRAWL_ESTIMATOR_RECORD_VERSION=3``, ``4`` or ``5`` (a rolling upgrade from workers
+    that read no later version): the outcomes agent writes the version 3, 4 or 5 record of
+    the same state, the bytes a worker of that version wrote; the default writes version
+    6."""
     url, host = "https://v.org/a", "v.org"
     now = time.time()
     stored = []
-    for overrides in ({}, {"estimator_record_version": 4}, {"estimator_record_version": 3}):
+    for overrides in ({}, {"estimator_record_version": 5}, {"estimator_record_version": 4},
+                      {"estimator_record_version": 3}):
         h = Harness(redis_url, **overrides)
         await h.feed("pages", [js(url=url)])
         await outcome(h, url, now - 2 * HOUR, False)
@@ -563,27 +742,33 @@ async def test_a_rolling_upgrade_writes_version_3_when_told(redis_url: str) -> N
         record = (await h.store.get_pages(host, [url]))[url][2]
         assert record is not None and h.rejects == []
         stored.append(record)
-    five, new, old = stored
-    # no signal in either interval: version 5 keeps none of the three groups' slots
+    six, five, new, old = stored
+    # no signal in either interval: version 5 keeps none of the three groups' slots;
+    # version 6 neither, nor theta, n_intervals' high bytes (layout byte: ring 1, kept 0,
+    # narrow, the two low bytes of the (absent) group totals)
     assert record_bytes(five)[0] == 0xC0 + 1 and len(record_bytes(five)) == 83 - 24 - 6
+    assert record_bytes(six)[:2] == bytes((0xEA, 1 | 1 << 5 | 2 << 6))
+    assert len(record_bytes(six)) == 83 + 1 - 16 - 24 - 6 - 2
+    assert EstimatorRecord.decode(six) == EstimatorRecord.decode(five)
     assert new[0] == chr(0xDC00 + 0xA0 + 1) and old[0] == chr(0xDC00 + 0x80 + 1)
     assert old == _as_version_3(new)
     assert EstimatorRecord.decode(old) == EstimatorRecord.decode(new) == EstimatorRecord.decode(
         five)
-    # the same on the object path, and nothing but 3, 4 or 5 is taken
+    # the same on the object path, and nothing but 3, 4, 5 or 6 is taken
     obs = [Observation(None, HOUR, (0, 0, 0, 0, 0), True, now)]
     assert Estimation(record_version=3).observe_states(obs) == Estimation(
         record_version=3).observe(obs) == [_as_version_3(Estimation(
             record_version=4).observe(obs)[0])]
     with pytest.raises(ValueError, match="record_version"):
-        Estimation(record_version=6)
-    with pytest.raises(ValueError, match="estimator_record_version"):
-        Settings(estimator_record_version=2)
+        Estimation(record_version=7)
+    for bad in (2, 7):
+        with pytest.raises(ValueError, match="estimator_record_version"):
+            Settings(estimator_record_version=bad)
 
 
 async def test_a_record_of_a_later_version_is_kept_as_it_is(redis_url: str) -> None:
     """A worker meeting an estimator record of a version it does not know (a later worker's,
-    first byte 0xEA-0xFF) keeps it byte for byte and counts it, instead of starting that
+    first byte 0xEB-0xFF) keeps it byte for byte and counts it, instead of starting that
     page's estimator again from the prior; the outcome still moves the page's last crawl."""
     h = Harness(redis_url)
     url, host = "https://n.org/a", "n.org"
