@@ -237,7 +237,7 @@ if __name__ == "__main__":
     ap.add_argument("--history", choices=("mixed", "evicted"), default="mixed",
                     help="the pages' estimator records: one to five observed intervals "
                     "(mixed), or each with a changed interval gone from the ring (evicted)")
-    ap.add_argument("--record-version", type=int, choices=(3, 4, 5), default=RECORD_VERSION,
+    ap.add_argument("--record-version", type=int, choices=(3, 4, 5, 6), default=RECORD_VERSION,
                     help="the newest estimator record version written (a same-run reference)")
     ap.add_argument("--sources", choices=("one", "two", "three"), default="two",
                     help="source groups the pages' pings come from (records()'s docstring)")
