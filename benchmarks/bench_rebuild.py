@@ -56,16 +56,20 @@ from streams.worker.metrics import Metrics
 
 
 def records(fmt: str, history: str = "mixed", record_version: int = RECORD_VERSION,
-            sources: str = "two") -> list[bytes | str]:
+            sources: str = "two", signal_scale: int = 1) -> list[bytes | str]:
     """64 distinct estimator records (one to five observed intervals each); ``history``
     ``evicted``: each then crawled changed until a changed interval has left the ring (the
     quadratic summary in use: the largest record a page of the stream's ring keeps).
     ``sources``: the pings' sources, ``two`` (sitemap and push sources: two source groups),
-    ``one`` (sitemap only), ``three`` (sitemap, push and cdn)."""
+    ``one`` (sitemap only), ``three`` (sitemap, push and cdn); ``signal_scale``: the
+    counts of the ``evicted`` history's changed intervals left in the ring times this (a
+    count over 255 keeps a version 6 record's counts wide; the intervals that left the
+    ring keep theirs, so the quadratic summary is not one of certain changes)."""
     est = (Estimation(record_version=record_version) if fmt == "binary"
            else Estimation(ring_capacity=5))
 
-    def sig(*counts: int) -> tuple[int, ...]:
+    def sig(*raw: int, scale: int = 1) -> tuple[int, ...]:
+        counts = tuple(scale * c for c in raw)
         if sources == "one":  # every signal from the sitemap
             return (sum(counts), 0, 0, 0, 0)
         if sources == "three":  # the websub ones from the cdn instead (a third group)
@@ -79,8 +83,11 @@ def records(fmt: str, history: str = "mixed", record_version: int = RECORD_VERSI
         recs[: 64 - 12 * k] = est.observe([
             Observation(r, 3600.0, sig(0, 1, 0, 0, 0), (i + k) % 2 == 0, 1e9 + 3600.0 * k + i)
             for i, r in enumerate(recs[: 64 - 12 * k])])
-    for k in range(5, 6 + est.estimator.ring_capacity if history == "evicted" else 5):
-        recs = est.observe([Observation(r, 3600.0, sig(0, 0, 1, 0, 0), True,
+    last = 6 + est.estimator.ring_capacity if history == "evicted" else 5
+    for k in range(5, last):
+        # the intervals left in the ring at the end: their counts times signal_scale
+        scale = signal_scale if k >= last - est.estimator.ring_capacity else 1
+        recs = est.observe([Observation(r, 3600.0, sig(0, 0, 1, 0, 0, scale=scale), True,
                                         1e9 + 3600.0 * k + i) for i, r in enumerate(recs)])
     if history == "evicted":
         assert all(any(EstimatorRecord.decode(r).state.quad_a) for r in recs)
@@ -158,7 +165,8 @@ async def run(args: argparse.Namespace, fmt: str) -> None:
         return None
 
     try:
-        recs = records(fmt, args.history, args.record_version, args.sources)
+        recs = records(fmt, args.history, args.record_version, args.sources,
+                       args.signal_scale)
         sizes = host_sizes(args.pages, args.hosts, args.host_spread)
         n_pages = sum(sizes)
         rec_bytes = sorted({len(record_bytes(r)) for r in recs})
@@ -171,7 +179,8 @@ async def run(args: argparse.Namespace, fmt: str) -> None:
         print(f"[{fmt}] filled {n_pages} pages on {args.hosts} hosts "
               f"({'spread' if args.host_spread else 'fixed'} sizes) in {fill_s:.1f}s; "
               f"estimator records {rec_bytes[0]}-{rec_bytes[-1]} B (version "
-              f"{args.record_version}, {args.history}, {args.sources} source groups); "
+              f"{args.record_version}, {args.history}, {args.sources} source groups, "
+              f"counts x{args.signal_scale}); "
               f"redis bytes per page (INFO used_memory delta / pages): {per_page:.1f} "
               f"(pages hash encoding: {enc})")
         hosts = await store.shard_hosts(0)
@@ -239,6 +248,9 @@ if __name__ == "__main__":
                     "(mixed), or each with a changed interval gone from the ring (evicted)")
     ap.add_argument("--record-version", type=int, choices=(3, 4, 5, 6), default=RECORD_VERSION,
                     help="the newest estimator record version written (a same-run reference)")
+    ap.add_argument("--signal-scale", type=int, default=1,
+                    help="the counts of the intervals left in the ring times this (with "
+                    "--history evicted; e.g. 300: counts over 255, kept wide by version 6)")
     ap.add_argument("--sources", choices=("one", "two", "three"), default="two",
                     help="source groups the pages' pings come from (records()'s docstring)")
     ap.add_argument("--host-spread", action="store_true",

@@ -45,11 +45,11 @@ version 3 or 4 record of a ring of at most 2, again only bytes it can put back e
   a changed interval leaving the ring is expanded, ``models.estimators.signals``).  The
   model refreshes it by a Newton step at each eviction; the stream solves the posterior
   mode at every update anyway (for ``alpha``, ``kappa``), and keeps that mode as
-  ``theta`` (:meth:`Estimation.observe`, :meth:`Estimation.observe_states`): an expansion
-  point at the mode of all data so far, at least as close as one Newton step from an
-  older point (over 16 simulated pages the ring-2 change rate stays as close to the
-  5-ring's, -1.0..-10.3% against -0.8..-10.7%: ``docs/benchmarks.md``).  So ``theta``
-  is the float32 ``alpha`` and ``kappa`` to the bit, and is read back from them;
+  ``theta`` (:meth:`Estimation.observe`, :meth:`Estimation.observe_states`), so an
+  interval leaving the ring is expanded one Newton step from the last update's mode,
+  not from the last eviction's point: as close to the full-data MAP or slightly closer
+  (``benchmarks/bench_running_estimate.py``, ``docs/benchmarks.md``).  So ``theta`` is
+  the float32 ``alpha`` and ``kappa`` to the bit, and is read back from them;
 * the slots of the groups with no signal, as version 5 (all three groups may be kept);
 * if ``narrow``: the high two bytes of ``n_intervals`` (below 65,536) and the high byte
   of each ring count (below 256), all zero;
