@@ -9,6 +9,7 @@ import math
 import random
 import struct
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass
 
 import pytest
@@ -307,37 +308,69 @@ def _left_out(quad: bool, ring: int, groups: int) -> int:
     return groups * (8 + 2 * ring) + (4 * (10 - kept * (kept + 1) // 2) if quad else 0)
 
 
+def _crawled_alike(ref: Estimation, new: Estimation, patterns: list[tuple[int, ...]],
+                   never_changed: int = 0) -> Iterator[tuple[float, list[str], list[str]]]:
+    """Pages pinged by the sources of ``patterns`` (positions in SOURCES) through
+    STREAM_RING + 3 crawls, changed at two crawls of three (the last ``never_changed`` pages
+    never), written by ``ref`` and by ``new``: per crawl, its time and both's records.
+    Checked on the way: ``new``'s arrays and objects give the same bytes, and ``new`` meeting
+    ``ref``'s records (an upgraded worker) writes its own records again.  After each crawl:
+    both's states on arrays alike, and the rebuild's parameters of both's records equal."""
+    end = 1e6
+    recs_ref: list[str | None] = [None] * len(patterns)
+    recs_new: list[str | None] = [None] * len(patterns)
+    for i in range(STREAM_RING + 3):
+        end += HOUR
+        sig = [tuple(1 + (i + s) % 2 if s in p else 0 for s in range(len(SOURCES)))
+               for p in patterns]
+        changed = [i % 3 != 1] * (len(patterns) - never_changed) + [False] * never_changed
+        obs_ref = [Observation(r, HOUR, g, c, end)
+                   for r, g, c in zip(recs_ref, sig, changed, strict=True)]
+        obs_new = [Observation(r, HOUR, g, c, end)
+                   for r, g, c in zip(recs_new, sig, changed, strict=True)]
+        out_ref, out_new = ref.observe(obs_ref), new.observe(obs_new)
+        assert out_new == new.observe_states(obs_new)  # arrays and objects: the same bytes
+        assert new.observe(obs_ref) == out_new == new.observe_states(obs_ref)
+        for f in ("theta", "unchanged", "totals", "ring", "quad_a", "quad_b", "n_intervals"):
+            assert getattr(new.states_of(out_new), f).tolist() == getattr(
+                ref.states_of(out_ref), f).tolist()
+        values = [PageState(1.0, None, end, (0, 1, 0, 0, 0)).encode(r)
+                  for r in out_ref + out_new]
+        many = page_params_many(values, [None] * len(values), Settings())
+        assert many is not None and many.estimated.all()
+        half = len(out_ref)
+        for arr in (many.alpha, many.beta, many.gamma, many.origin):
+            assert arr[:half].tolist() == arr[half:].tolist()
+        yield end, out_ref, out_new
+        recs_ref, recs_new = list(out_ref), list(out_new)
+
+
 def test_version_5_leaves_out_the_groups_without_a_signal() -> None:
     """Version 5 is version 3 or 4 without the slots of the source groups whose every slot
     is zero (no signal of the group yet): the same state on every path (decode, arrays,
     the rebuild's arrays, the next update), the bytes shorter by exactly those slots; a
     page with every group signalled, or a group slot not zero to the bit, keeps them."""
     v4, v5 = Estimation(record_version=4), Estimation(record_version=5)
-    end = 1e6
     # per page, the sources its pings come from: none; sitemap; push (indexnow, websub);
     # cdn; sitemap and push; all three groups (SOURCES order)
     patterns = [(), (0,), (1, 2), (3,), (0, 2), (0, 1, 4)]
     kept_of = [0, 0b001, 0b010, 0b100, 0b011, 0b111]
-    recs4: list[str | None] = [None] * len(patterns)
-    recs5: list[str | None] = [None] * len(patterns)
+    recs4: list[str] = []
+    recs5: list[str] = []
     seen_quad = set()
-    for i in range(STREAM_RING + 3):
-        end += HOUR
-        sig = [tuple(1 + (i + s) % 2 if s in p else 0 for s in range(len(SOURCES)))
-               for p in patterns]
-        changed = i % 3 != 1
-        obs4 = [Observation(r, HOUR, g, changed, end) for r, g in zip(recs4, sig, strict=True)]
-        obs5 = [Observation(r, HOUR, g, changed, end) for r, g in zip(recs5, sig, strict=True)]
-        new4, new5 = v4.observe(obs4), v5.observe(obs5)
-        assert new5 == v5.observe_states(obs5)  # arrays and objects: the same bytes
-        # an upgraded worker meeting version 4 records writes the same version 5 records
-        assert v5.observe(obs4) == new5 == v5.observe_states(obs4)
-        for j, (a, b) in enumerate(zip(new4, new5, strict=True)):
+    end = 0.0
+    for end, recs4, recs5 in _crawled_alike(v4, v5, patterns):
+        for j, (a, b) in enumerate(zip(recs4, recs5, strict=True)):
             raw4, raw5 = record_bytes(a), record_bytes(b)
             quad = raw4[0] < 0xA0  # version 3, else 4
             ring = raw4[0] - (0x80 if quad else 0xA0)
             st4, st5 = (EstimatorRecord.decode(r, end) for r in (a, b))
             assert st5 == st4 and estimates_of(b) == estimates_of(a)
+            value = PageState(1.0, None, end, (0, 1, 0, 0, 0)).encode(b)
+            many = page_params_many([value], [None], Settings())
+            one = page_params(PageState.decode(value), estimator_part(value), Settings())
+            assert many is not None and many.alpha[0] == pytest.approx(one.alpha_per_s,
+                                                                       rel=1e-12)
             if kept_of[j] == 0b111:
                 assert raw5 == raw4
                 continue
@@ -345,20 +378,6 @@ def test_version_5_leaves_out_the_groups_without_a_signal() -> None:
             assert raw5[0] == 0xC0 + 21 * quad + 3 * kept_of[j] + ring
             assert len(raw5) == len(raw4) - _left_out(quad, ring, 3 - bin(kept_of[j]).count("1"))
             assert not newer_record(b)
-        for f in ("theta", "unchanged", "totals", "ring", "quad_a", "quad_b", "n_intervals"):
-            assert getattr(v5.states_of(new5), f).tolist() == getattr(v4.states_of(new4),
-                                                                      f).tolist()
-        values = [PageState(1.0, None, end, (0, 1, 0, 0, 0)).encode(r) for r in new4 + new5]
-        many = page_params_many(values, [None] * len(values), Settings())
-        assert many is not None and many.estimated.all()
-        half = len(new4)
-        for arr in (many.alpha, many.beta, many.gamma, many.origin):
-            assert arr[:half].tolist() == arr[half:].tolist()
-        for k, v in enumerate(values[half:]):
-            one = page_params(PageState.decode(v), record_bytes(new5[k]).decode(
-                "utf-8", "surrogateescape"), Settings())
-            assert many.alpha[half + k] == pytest.approx(one.alpha_per_s, rel=1e-12)
-        recs4, recs5 = list(new4), list(new5)
     assert seen_quad == {False, True}  # both kinds: before and after the first eviction
     # a group slot zero as a float but not to the bit (-0.0) keeps its group: no loss
     st = EstimatorRecord.decode(recs4[1] or "", end).state
@@ -462,27 +481,14 @@ def test_version_6_leaves_out_theta_and_the_zero_bytes() -> None:
     the same state on every path (decode, arrays, the rebuild's arrays, the next update),
     the bytes shorter by exactly those; a record it cannot hold is written as version 5."""
     v4, v6 = Estimation(record_version=4), Estimation()
-    end = 1e6
     # as the version 5 test, and a page pinged by push sources that never changes
     patterns = [(), (0,), (1, 2), (3,), (0, 2), (0, 1, 4), (1,)]
     kept_of = [0, 0b001, 0b010, 0b100, 0b011, 0b111, 0b010]
-    recs4: list[str | None] = [None] * len(patterns)
-    recs6: list[str | None] = [None] * len(patterns)
+    recs6: list[str] = []
     seen = set()
-    for i in range(STREAM_RING + 3):
-        end += HOUR
-        sig = [tuple(1 + (i + s) % 2 if s in p else 0 for s in range(len(SOURCES)))
-               for p in patterns]
-        changed = [i % 3 != 1] * 6 + [False]
-        obs4 = [Observation(r, HOUR, g, c, end)
-                for r, g, c in zip(recs4, sig, changed, strict=True)]
-        obs6 = [Observation(r, HOUR, g, c, end)
-                for r, g, c in zip(recs6, sig, changed, strict=True)]
-        new4, new6 = v4.observe(obs4), v6.observe(obs6)
-        assert new6 == v6.observe_states(obs6)  # arrays and objects: the same bytes
-        # an upgraded worker meeting version 4 records writes the same version 6 records
-        assert v6.observe(obs4) == new6 == v6.observe_states(obs4)
-        for j, (a, b) in enumerate(zip(new4, new6, strict=True)):
+    end = 0.0
+    for end, recs4, recs6 in _crawled_alike(v4, v6, patterns, never_changed=1):
+        for j, (a, b) in enumerate(zip(recs4, recs6, strict=True)):
             raw4, raw6 = record_bytes(a), record_bytes(b)
             quad = raw4[0] < 0xA0  # version 3, else 4
             ring = raw4[0] - (0x80 if quad else 0xA0)
@@ -497,16 +503,6 @@ def test_version_6_leaves_out_theta_and_the_zero_bytes() -> None:
             assert _expanded_6(raw6) == raw4  # the version 4 record's bytes, every one
             assert not newer_record(b)
             seen.add((quad, ring))
-        for f in ("theta", "unchanged", "totals", "ring", "quad_a", "quad_b", "n_intervals"):
-            assert getattr(v6.states_of(new6), f).tolist() == getattr(v4.states_of(new4),
-                                                                      f).tolist()
-        values = [PageState(1.0, None, end, (0, 1, 0, 0, 0)).encode(r) for r in new4 + new6]
-        many = page_params_many(values, [None] * len(values), Settings())
-        assert many is not None and many.estimated.all()
-        half = len(new4)
-        for arr in (many.alpha, many.beta, many.gamma, many.origin):
-            assert arr[:half].tolist() == arr[half:].tolist()
-        recs4, recs6 = list(new4), list(new6)
     assert {(False, 0), (False, 1), (False, 2), (True, STREAM_RING)} <= seen
 
     # each narrowing only where its bytes are zero: a ring count over 255 or n_intervals
