@@ -17,7 +17,7 @@ order time-out ``0.5 * pages / R``); ``--seconds`` s of orders by ``issued_at``,
 from the intervals: ``(n - 1) / (last - first)`` of the window's ``n`` orders.
 ``throughput`` (budget 1e6, hosts at 1 crawl/s via ``recrawl.hosts``, ``t_delay_s`` 0):
 seconds from the first produce until ``/stats`` counts every page (paused), ping, outcome;
-with ``--state crawled`` (the default: the issue's 10^6 *crawled* pages) every page then gets
+with ``--state crawled`` (the default: 10^6 *crawled* pages) every page then gets
 two outcomes without an order, the second an observed crawl interval (an estimator update,
 timed), so the pings land on crawled pages, the orders are Greedy-NCIS picks among crawled
 pages and the timed outcomes update estimators (``--state new``: pages never crawled, the
@@ -355,7 +355,7 @@ def throughput(svc: Services, args: argparse.Namespace) -> dict[str, Any]:
         res["redis_bytes_per_page"] = (used_memory(r) - mem0) / n
         res["rss_after_pages"] = w.memory()
         if args.state == "crawled":
-            # the set-up: every page crawled twice before the timed phases, so each
+            # the target's set-up: every page crawled twice before the timed phases, so each
             # has an estimator record (an observed crawl interval, changed for one in two)
             # and the orders are Greedy-NCIS picks among crawled pages, not never-crawled
             # ones; the second crawl is timed: outcomes that each update an estimator

@@ -10,7 +10,7 @@ tree's own store stores them: ``redis_store.page_field`` where the tree has it),
 10^4 orders/s on 10^4 hosts of 1 crawl/s).  Reports each round's time (median, fastest) and
 Redis's own time per script call (``INFO commandstats``, ``cmdstat_evalsha``
 ``usec_per_call`` over the rounds).  Run it with ``PYTHONPATH`` set to another tree to
-compare commits in one session.
+compare two versions, alternating the runs.
 """
 
 from __future__ import annotations

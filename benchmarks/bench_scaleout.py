@@ -1,4 +1,4 @@
-"""Scale-out on paper (sizing) and in the simulator (the budget split protocol), issue 15.
+"""Scale-out on paper (sizing) and in the simulator (the budget split protocol).
 
     .venv/bin/python benchmarks/bench_scaleout.py            # both tables, markdown
     .venv/bin/python benchmarks/bench_scaleout.py --json     # the same as JSON

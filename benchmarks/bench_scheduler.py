@@ -5,7 +5,7 @@ Kafka): does it hold the budget, and what does an order cost?
         --rates 0.5 40 1000 --seconds 30
 
 For each rate ``R``: ``--pages`` never-crawled pages on ``--hosts`` hosts (1 crawl/s each,
-burst 1; the issue's setup is 4000 pages on 200 hosts for R = 40) are written to Redis, one
+burst 1; the reference set-up is 4000 pages on 200 hosts for R = 40) are written to Redis, one
 shard is assigned (the scheduler rebuilds it from Redis), and after a warm-up the real
 ``Scheduler.run`` loop runs for ``--seconds``.  Reported: the emitted rate from the orders'
 ``issued_at`` (relative error to R), the worst count of orders in any window of ``L`` in

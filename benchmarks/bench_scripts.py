@@ -9,7 +9,7 @@ commands it calls), so the client's speed does not enter it::
     .venv/bin/python benchmarks/bench_scripts.py --redis redis://127.0.0.1:6399/0
 
 It flushes that Redis's database first.  To compare two versions, run the same file with
-``PYTHONPATH`` set to each tree (docs/benchmarks.md, "fourth session").
+``PYTHONPATH`` set to each tree, alternating the runs.
 """
 
 from __future__ import annotations

@@ -5,7 +5,7 @@ time per slot of CrawlIndex.best and of a brute-force argmax over models.crawl_v
 measured in the same run on the same world and the same crawl sequence (paper 004
 Algorithm 1, App. F).
 
-``--whole``: the issue's two targets as whole simulator runs (``models.sim.run``):
+``--whole``: the two simulator targets as whole simulator runs (``models.sim.run``):
 fig6's world (m = 10^4, R = 100, T = 1000, exact Greedy-NCIS) and fig8's scale (10^5
 pages, 200 steps of 5000 crawls, exact Greedy-NCIS), each with the time to draw the
 events separately and, as the same-run reference, the brute-force time per crawl.

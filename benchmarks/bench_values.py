@@ -1,4 +1,4 @@
-"""Throughput of the crawl values, time_to_value and optimal_rates (issue 3).
+"""Throughput of the crawl values, time_to_value and optimal_rates.
 
 Run (one core, no BLAS threads):
 

@@ -21,7 +21,7 @@ hour is ``C(r) = (1 - (1 - e^{-r})/r) C_s + C_c/(r Delta)`` (:func:`models.cost.
   runs of 1000 h, lag 100.  (The paper's captions and its Sec. 5.2 text agree on this
   assignment: Fig. 6 levels off, Fig. 7 grows linearly in favour of the estimated case.)
 
-The simulations and searches are in :mod:`experiments.paper003_sims` (issue 17);
+The simulations and searches are in :mod:`experiments.paper003_sims`;
 this module draws the figures and re-exports them.
 
 Choices where the paper is silent are listed in the docstrings ("Choice:").

@@ -1,7 +1,7 @@
 """The numbers behind paper 003's Figs. 1, 2, 3, 6 and 7 (no plotting).
 
 The Monte Carlo simulations and searches that :mod:`experiments.paper003_figs`
-draws; split out of it (issue 17), which re-exports every name.  What each figure shows,
+draws; split out of it, which re-exports every name.  What each figure shows,
 the formulas and the paper's sections: see that module's docstring.
 
 Choices where the paper is silent are listed in the docstrings ("Choice:").

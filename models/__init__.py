@@ -4,7 +4,7 @@ Pure: numpy, scipy and the standard library only.  No clock, no environment, no 
 time always comes in as an argument.  ``streams`` imports ``models``, never the reverse.
 """
 
-# --- crawl values, optimal policies, cost model (issue 3) ---
+# --- crawl values, optimal policies, cost model ---
 from models.cost import asymptotic_interval as asymptotic_interval
 from models.cost import cost_per_hour as cost_per_hour
 from models.cost import optimal_interval as optimal_interval
@@ -34,10 +34,10 @@ from models.values import value_at_infinity as value_at_infinity
 from models.values import w as w
 
 # isort: split
-# --- index and simulator (issue 5) ---
+# --- index and simulator ---
 from models.index import CrawlIndex as CrawlIndex
 
-# --- estimators (issue 4) ---
+# --- estimators ---
 # isort: split
 from models.estimators import ChangeRateEstimator as ChangeRateEstimator
 from models.estimators import CrawlInterval as CrawlInterval

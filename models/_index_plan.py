@@ -1,8 +1,7 @@
 """Planned query times of :class:`models.index.CrawlIndex` (used by the simulator, whose
 crawl slots are known in advance): each page's values at a window of the planned times,
 and upper bounds that let a query evaluate only the pages that could win (Lemma 2 of
-paper 004: ``V`` grows with time for a fixed origin).  Split out of ``models/index.py``
-(issue 17).
+paper 004: ``V`` grows with time for a fixed origin).  Split out of ``models/index.py``.
 """
 
 from __future__ import annotations

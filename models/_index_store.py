@@ -1,7 +1,7 @@
 """Storage of :class:`models.index.CrawlIndex`: per-page arrays, the level grid, the
 time-to-level inversion ``iota = V^{-1}`` with its per-level cache, and exact values.
 
-Split out of ``models/index.py`` (issue 17: one concern per module); the queries, keys
+Split out of ``models/index.py`` (one concern per module); the queries, keys
 and levels are in :mod:`models.index`, the planned-times cache of the simulator in
 :mod:`models._index_plan`.  See :mod:`models.index` for the method (paper 004 App. F).
 """

@@ -46,7 +46,7 @@ R. Busa-Fekete, J. Zimmert, A. György et al., "A Scalable Crawling Algorithm Ut
 Noisy Change-Indicating Signals" (paper 004): Sec. 3, Theorem 1, Lemmas 2-4, Sec. 5.1
 and App. A.1.
 
-The module is split by concern (issue 17): the sums and their numerics in
+The module is split by concern: the sums and their numerics in
 :mod:`models._series`, the parameter conversions in :mod:`models.conversions`, the inverse
 ``time_to_value`` in :mod:`models.inverse`; every public name (and the private entry points
 ``models.index`` uses) is still importable from here.

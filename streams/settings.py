@@ -125,7 +125,7 @@ class Settings(BaseSettings):
     #: (Faust's ``broker_max_poll_records``; ``stream.take_events`` without the batch
     #: consumer).  5000, not 500: the handlers' costs per batch (each group's pipeline,
     #: estimator and book updates on arrays) spread over more events, 1.2-1.4x the pings
-    #: and outcomes per second end to end (docs/benchmarks.md, "fourth session"); a small
+    #: and outcomes per second end to end (docs/benchmarks.md, "Design decisions"); a small
     #: fetch is handed over as it is, so this only matters with a backlog.
     batch_size: int = Field(default=5000, ge=1)
     #: The most bytes of one input partition a fetch from Kafka returns (Faust's
@@ -133,7 +133,7 @@ class Settings(BaseSettings):
     #: A partition is fetched again only once its buffer is drained, and with 1 MiB the worker
     #: waited for its next records about as long as it worked on them under a backlog: 8 MiB
     #: took the pings end to end from 11.6-14.2k to 24k/s at 10^5 pages, 20.7-26k/s at 10^6
-    #: (docs/benchmarks.md, "eighth session").  Memory: up to this much per partition with
+    #: (docs/benchmarks.md, "Design decisions").  Memory: up to this much per partition with
     #: a backlog is held.
     fetch_partition_bytes: int = Field(default=8 * 1024**2, ge=64 * 1024, le=1024**3)
     #: How long an agent waits for its batch to fill (``take_events``' ``within``).
@@ -151,7 +151,7 @@ class Settings(BaseSettings):
     #: youngest generation.  At 700, a collection of everything not frozen came every ~100
     #: young ones: ~410 full collections (~11 s) while 10^6 pages were crawled once
     #: (``gc_full`` of ``bench_e2e.py throughput``); at 20,000, 12 (0.3-0.5 s), the RSS the
-    #: same (docs/benchmarks.md, sixth session).  The worker's garbage is acyclic but for
+    #: same (docs/benchmarks.md, "Design decisions").  The worker's garbage is acyclic but for
     #: a few objects (reference counts free it), so collecting less often holds little.
     gc_gen0_threshold: int = Field(default=20_000, ge=1)
     #: glibc malloc's mmap threshold for the worker (``mallopt(M_MMAP_THRESHOLD)``, and
@@ -159,7 +159,7 @@ class Settings(BaseSettings):
     #: the largest block freed (up to 32 MiB) so that the fetches' buffers (up to
     #: ``fetch_partition_bytes`` per partition) then come from the heap and stay held.  Fixed
     #: at 1 MiB the worker's peak RSS at 10^6 pages was ~80 MiB lower (docs/benchmarks.md,
-    #: eighth session).  Not glibc (musl, macOS): ignored.
+    #: "Design decisions").  Not glibc (musl, macOS): ignored.
     malloc_mmap_threshold: int = Field(default=1024**2, ge=0, le=32 * 1024**2)
 
     @field_validator("topic_prefix", "app_id", "key_prefix")

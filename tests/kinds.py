@@ -1,4 +1,4 @@
-"""Tests by kind (issue 17): where a test lives says what it needs.
+"""Tests by kind: where a test lives says what it needs.
 
 - ``tests/unit/``: no Kafka, no Redis, no subprocess: pure logic, in this process.
 - ``tests/integration/``: the real Redis and/or Kafka of the session, a worker subprocess.

@@ -61,7 +61,7 @@ def test_docker_compose_is_valid_and_complete() -> None:
 
 
 def test_public_streams_modules_declare_all_and_errors_share_a_root() -> None:
-    """Issue 17: every public module of streams/ and experiments/ says what it exports
+    """Every public module of streams/ and experiments/ says what it exports
     (``__all__``, each name defined), and the exceptions recrawl raises on purpose derive
     from RecrawlError."""
     import ast
@@ -121,7 +121,7 @@ def test_misplaced_unit_tests_are_named() -> None:
 
 
 def test_unit_tests_use_no_kafka_redis_or_subprocess() -> None:
-    """Issue 17, tests by kind: everything under tests/unit/ collects without asking for a
+    """Tests by kind: everything under tests/unit/ collects without asking for a
     service (the conftest hook refuses the run otherwise: exit code 4), and no unit test
     module imports the means to reach one."""
     import ast

@@ -13,7 +13,7 @@ only while ``self.key[page]`` is that entry; once the dead entries (pages remove
 replaced) outnumber the live ones, every host's heap is compacted (amortised O(1) per
 removal).  Before that bound, a shard whose never-crawled pages were all crawled kept
 every dead entry: ~160 B per page for good, 10^6 pages' worth in the end-to-end bench
-(docs/benchmarks.md, fifth session).
+(``bench_e2e.py throughput``).
 """
 
 from __future__ import annotations

@@ -813,7 +813,7 @@ class HostIndex:
                     # each next block of the host 4x the last (2x made a deep walk, e.g.
                     # among alike pages, 6-7 blocks of mostly Python work per host of 100;
                     # bench_pick.py --alike 9.3k -> 12.2k picks/s, varied pages 16.9k ->
-                    # 17.1-17.8k, this session's runs)
+                    # 17.1-17.8k)
                     sl, j = self._first_block(c, step, r if eligible is None else None)
                     blocks.append((c, sl, j, 4 * step))
                 elif qb:

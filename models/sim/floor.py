@@ -3,7 +3,7 @@
 A wrapper that spends a slot on any page whose last crawl is older than a floor ``F`` (the
 streaming scheduler's floor, ``streams/scheduler/``), otherwise asks the wrapped policy;
 paper 004 Sec. 4 (the remark on abandoned pages after eq. 5) is why a floor is wanted.
-Split out of :mod:`models.sim.variants` (issue 17), which re-exports every name.
+Split out of :mod:`models.sim.variants`, which re-exports every name.
 
 References
 ----------

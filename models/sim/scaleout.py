@@ -1,11 +1,11 @@
-"""Scale-out on paper and in a simulator (issue 15).
+"""Scale-out on paper and in a simulator.
 
 Two pure parts, no clock, no I/O:
 
 * :func:`size` -- how many workers, partitions and Redis masters a catalogue of ``pages`` at
   ``orders_per_s`` (and a ping rate) needs, from measured per-worker and per-page figures
-  (:class:`Measured`; the defaults are docs/benchmarks.md "Streaming worker", 2026-11-23,
-  and move when issue 13's work lands), and which resource binds.  Each count is
+  (:class:`Measured`; the defaults are docs/benchmarks.md's figures for one worker at 10^6
+  pages), and which resource binds.  Each count is
   ``ceil(demand / capacity of one unit)``; the binding resource is the one that needs the
   most units.  Nothing here is fitted: it is arithmetic on the measured figures plus the
   assumptions named in :class:`Measured` (a master's memory, its command rate, a worker's
@@ -15,7 +15,7 @@ Two pure parts, no clock, no I/O:
   and a resplit every ``resplit_s`` that applies the real split rule (passed in as
   :class:`SplitRule`: ``streams.scheduler.budget.live``, ``ready_weights``, ``split``; ``models``
   does not import ``streams``), entries re-stamped by a heartbeat (or, ``heartbeat=False``,
-  only by the loop's resplit, as before issue 15's fix), and events: a worker killed (its
+  only by the loop's resplit), and events: a worker killed (its
   partitions move to the survivors after the session timeout and rebuild there), a loop
   stalled (a rebuild on the event loop), a shard loading.  It returns the orders per step,
   so a caller can count any window.
@@ -47,11 +47,9 @@ GB = 1e9
 
 @dataclass(frozen=True, slots=True)
 class Measured:
-    """Per-unit figures.  Defaults: docs/benchmarks.md "Streaming worker", "Re-measured on
-    2026-11-27, ninth session" (2-core machine, 10^6 crawled pages on 10^4 hosts) unless
-    marked *assumed*; of that session's four end-to-end runs (two of fd0ee73, two of
-    01fb3a3) the lowest figure; the bytes per page from the tenth session ("Re-measured on
-    2026-11-27, tenth session")."""
+    """Per-unit figures.  Defaults: docs/benchmarks.md, "One worker at 10^6 pages" (2-core
+    machine, 10^6 crawled pages on 10^4 hosts) unless marked *assumed*; of several
+    end-to-end runs the lowest figure."""
 
     #: orders/s per worker, end to end at 10^6 crawled pages on 10^4 hosts of 1 crawl/s
     #: (``bench_e2e.py throughput``: 10,000/s in three runs, 9,667/s in one, against the
@@ -67,7 +65,7 @@ class Measured:
     #: 10^6 pages): a page whose estimator record holds a quadratic summary, signals of
     #: all three source groups and over 255 of one group in one interval, on hosts of 1 to
     #: 199 pages (``bench_rebuild.py --history evicted --sources three --host-spread
-    #: --signal-scale 300``, eleventh session, record version 6: 193.6 B), the most a
+    #: --signal-scale 300``, record version 6: 193.6 B), the most a
     #: crawled page took there (181.9 B without the large counts; 104 B on
     #: ``bench_e2e.py``'s pages crawled twice and pinged)
     redis_bytes_per_page: float = 193.6
@@ -84,7 +82,7 @@ class Measured:
     #: (110,964-117,525/s); a store script call runs 7-9 commands, counted as
     #: ``cmds_per_call``
     master_cmds_per_s: float = 110_964.0
-    #: *assumed*: commands inside one order/ping/outcome script call (issue 13: 7-9)
+    #: *assumed*: commands inside one order/ping/outcome script call (7-9)
     cmds_per_call: float = 8.0
     #: partitions per worker: a rebalance moves about a quarter of a worker at a time
     partitions_per_worker: int = 4

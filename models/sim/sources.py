@@ -3,7 +3,7 @@
 :class:`SourceWorld`, :func:`two_source_world`, :func:`simulate_source_events`,
 :func:`multi_source_value`, :class:`MultiSourceAlgorithm1`, :func:`source_policy`: each
 source ``s`` has its own recall ``lam_s``, false rate ``nu_s``, lag, and time-equivalent
-``beta_s``.  Split out of :mod:`models.sim.variants` (issue 17), which re-exports every
+``beta_s``.  Split out of :mod:`models.sim.variants`, which re-exports every
 name.  Over 600 lines on purpose: the world, its events, the exact value and the two
 policies share the one model below and read as one derivation.
 

@@ -3,8 +3,8 @@
 Algorithm 1 with online App. E estimates (:class:`~models.sim.policies.EstimatingAlgorithm1`)
 that ranks pages by the *expected* crawl value under the estimate's uncertainty
 (``"expected"``), or by the crawl value at a conservative (upper-quantile) change rate
-(``"conservative"``, paper 003 Sec. 5.3).  Split out of :mod:`models.sim.variants`
-(issue 17), which re-exports every name.
+(``"conservative"``, paper 003 Sec. 5.3).  Split out of :mod:`models.sim.variants`,
+which re-exports every name.
 
 Pure: numpy and scipy.
 

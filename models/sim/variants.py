@@ -16,7 +16,7 @@
 The several-source model (which pings move the origin by how much, and why Theorem 1's
 value with pooled parameters is not the exact one) is derived in :mod:`models.sim.sources`.
 
-The three live in their own modules (issue 17): :mod:`models.sim.uncertain`,
+The three live in their own modules: :mod:`models.sim.uncertain`,
 :mod:`models.sim.sources` and :mod:`models.sim.floor`; every name is still importable from
 here.
 

@@ -11,7 +11,7 @@ __all__ = ["EXPERIMENTS", "register", "run"]
 EXPERIMENTS: dict[str, str] = {
     "app-e": "experiments.estimation",
     "paper003": "experiments.estimation",
-    # simulator experiments of paper 004 Sec. 6 and the peers comparison (issue 5)
+    # simulator experiments of paper 004 Sec. 6 and the peers comparison
     **{name: "experiments.papers" for name in (
         "fig3", "fig4", "fig6", "fig8", "fig11", "fig12", "peers", "est")},
     **{name: "experiments.beyond" for name in ("uncertainty", "sources", "floor")},

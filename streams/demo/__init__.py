@@ -11,7 +11,7 @@ budget, and stops everything it started.
 Everything runs on loopback: the fetcher's policy is ``loopback_only`` with
 ``.test -> 127.0.0.1``.
 
-Split by concern (issue 17): :mod:`.config` (options, settings per run), :mod:`.workers`
+Split by concern: :mod:`.config` (options, settings per run), :mod:`.workers`
 (the worker subprocesses), :mod:`.inputs` (what is published first), :mod:`.live` (the
 run and its live view), :mod:`.expected` (the simulator's numbers), :mod:`.summary`;
 this module runs them in order (:func:`run_demo`) and re-exports their names.

@@ -1,7 +1,7 @@
 """The demo's configuration (:class:`DemoConfig`), its loopback-only fetch policy and
 its fresh topics and keys per run (:func:`demo_settings`).
 
-Part of :mod:`streams.demo` (split by concern, issue 17), which re-exports every name.
+Part of :mod:`streams.demo` (split by concern), which re-exports every name.
 """
 
 from __future__ import annotations

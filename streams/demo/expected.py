@@ -1,7 +1,7 @@
 """What the simulator (:mod:`models.sim`) expects of a finished demo run, and the
 continuous optimum shown while it runs.
 
-Part of :mod:`streams.demo` (split by concern, issue 17), which re-exports every name.
+Part of :mod:`streams.demo` (split by concern), which re-exports every name.
 """
 
 from __future__ import annotations

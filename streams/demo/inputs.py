@@ -1,7 +1,7 @@
 """What the demo publishes before it runs: the catalogue, host limits and budget
 (:func:`load_inputs`), and one fetch of every page (:func:`initial_crawl`).
 
-Part of :mod:`streams.demo` (split by concern, issue 17), which re-exports every name.
+Part of :mod:`streams.demo` (split by concern), which re-exports every name.
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """The demo's run in this process: test web, producers, fetcher and the live view
 (:func:`run_loop`).
 
-Part of :mod:`streams.demo` (split by concern, issue 17), which re-exports every name.
+Part of :mod:`streams.demo` (split by concern), which re-exports every name.
 """
 
 from __future__ import annotations

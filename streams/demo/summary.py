@@ -1,6 +1,6 @@
 """The demo's summary table and its JSON form.
 
-Part of :mod:`streams.demo` (split by concern, issue 17), which re-exports every name.
+Part of :mod:`streams.demo` (split by concern), which re-exports every name.
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """The demo's ``recrawl worker`` subprocesses: settings per worker, logs, start,
 readiness, SIGKILL and stop.
 
-Part of :mod:`streams.demo` (split by concern, issue 17), which re-exports every name.
+Part of :mod:`streams.demo` (split by concern), which re-exports every name.
 """
 
 from __future__ import annotations
@@ -47,7 +47,7 @@ def worker_log(home: Any, settings: Settings, i: int, restart: bool = False) -> 
 
 
 class WorkerProcess:
-    """The ``recrawl worker`` subprocess (helper D's scheduler)."""
+    """The ``recrawl worker`` subprocess (the scheduler)."""
 
     def __init__(self, settings: Settings, log_path: Path) -> None:
         from infra.proc import spawn

@@ -10,7 +10,7 @@ subscription by topic and callback, and so do we: the Link headers of a distribu
 never used to find the subscription (Sec. 7).
 
 The stateless pieces (the request, signatures, limits, :class:`Subscription`) are in
-:mod:`streams.edges.websub_protocol` (issue 17); every name is importable from here.
+:mod:`streams.edges.websub_protocol`; every name is importable from here.
 
 =====  ==========================================================================
 GET    ``hub.mode=subscribe|unsubscribe``: 200 with ``hub.challenge`` as the body when

@@ -2,7 +2,7 @@
 content signatures (Sec. 7.1), the protocol's limits and the :class:`Subscription` record.
 
 W3C Recommendation, https://www.w3.org/TR/websub/.  Split out of
-:mod:`streams.edges.websub` (issue 17: the subscriber, its callback endpoint and its
+:mod:`streams.edges.websub` (the subscriber, its callback endpoint and its
 state in Redis stay there), which re-exports every name.
 """
 

@@ -1,7 +1,7 @@
 """Per-page estimators in the stream: crawl intervals in, ``(alpha, beta_s, gamma)`` out.
 
 Each page with at least one observed crawl interval has an :class:`EstimatorRecord` appended
-to its page record in ``P:{host}:pages`` (``streams/store/redis_store.py``): helper B's
+to its page record in ``P:{host}:pages`` (``streams/store/redis_store.py``): the
 :class:`models.estimators.SignalEstimator` state plus the converged ``alpha``, its standard
 error and ``kappa`` (what the crawl value needs that only the MLE solve gives), so the
 scheduler rebuilds a shard without re-solving any MLE (``batch_result`` over 10^6 pages

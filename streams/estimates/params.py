@@ -1,8 +1,8 @@
 """A page's crawl-value parameters ``(alpha, beta, gamma, mu)`` and ``origin`` from its state.
 
 This is the one place that decides where parameters come from: the page's estimates
-(``streams/estimates/estimation.py``: helper B's ``SignalEstimator`` over three source groups) once
-it has an observed crawl interval, priors before.
+(``streams/estimates/estimation.py``: ``models.estimators.SignalEstimator`` over three source
+groups) once it has an observed crawl interval, priors before.
 
 ``tau_eff(t) = t - origin`` with ``origin = last_crawl - sum_s beta_s n_s`` (paper 004
 Sec. 3: every signal of source ``s`` since the last crawl adds ``beta_s``).  A page never

@@ -154,7 +154,7 @@ class Scheduler(OrderIssuing):
         marked dirty and read again after the load, and applying them meanwhile takes the
         event loop from the load (after a SIGKILL at 10^5 pages, the slowest of 4 shards
         loaded in 5.88 s with the backlog applied alongside, 1.35 s without:
-        docs/benchmarks.md "Re-measured on 2026-11-25, afternoon").  Bounded, so that a
+        docs/benchmarks.md "Design decisions").  Bounded, so that a
         load stuck on an unreachable Redis or a rebalance waiting for the agents never
         stalls them."""
         tasks = [t for p in partitions if (t := self._loaders.get(p)) is not None

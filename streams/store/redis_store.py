@@ -327,7 +327,7 @@ TRANSIENT_REPLY_PREFIXES = ("BUSY", "NOREPLICAS", "OOM", "READONLY", "LOADING")
 
 #: the longest a batch's pipeline may take, all replies together.  The batch clients have
 #: no per-reply socket timeout: redis-py arms one timer per reply, about 13% of an
-#: outcome's cost in the agents (docs/benchmarks.md "Re-measured on 2026-11-25, afternoon"); a
+#: outcome's cost in the agents (docs/benchmarks.md "Design decisions"); a
 #: Redis that stops answering still fails the batch (``TimeoutError``, an ``OSError``:
 #: retried).
 BATCH_TIMEOUT_S = 10.0

@@ -2,7 +2,7 @@
 handlers a fetch at a time instead of one message at a time through Faust's streams.
 
 Why: a py-spy profile of the worker over the end-to-end benchmark's pings and outcomes
-phases (docs/benchmarks.md, "Re-measured on 2026-11-26, morning") put about a quarter of its
+phases (docs/benchmarks.md, "Design decisions") put about a quarter of its
 loop in Faust's per-message path: for every message, ``Consumer._drain_messages`` wraps the
 delivery in ``Service.wait_first`` (two tasks, an ``asyncio.wait``), the conductor takes a
 lock, decodes an event and queues it, and the agent's stream takes it out again, while the

@@ -1,4 +1,4 @@
-"""The live dashboard (issue 16): a real headless Chromium loads ``/dashboard/`` of a real
+"""The live dashboard: a real headless Chromium loads ``/dashboard/`` of a real
 worker (Kafka, Redis, ``recrawl worker``), runs its JS (virtual time: it polls several
 times) and the numbers it shows are checked against ``/stats/``.
 

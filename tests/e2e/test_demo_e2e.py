@@ -1,4 +1,4 @@
-"""End to end: worker (helper D's scheduler), fetcher, test web, producers; the live
+"""End to end: worker (the scheduler), fetcher, test web, producers; the live
 accuracy is within 3 points of the simulator's expectation for the same world.
 
 The expectation is Algorithm 1 in ``models.sim`` given what the worker is given (true change

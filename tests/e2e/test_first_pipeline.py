@@ -125,7 +125,7 @@ def test_events_on_the_wrong_partition_are_moved_to_their_hosts_partition(
 
 
 def test_spellings_of_one_url_are_one_page(settings: Settings, start_worker) -> None:
-    """Issue 14 #8: pages, pings and outcomes name a page in any spelling (case, default
+    """Pages, pings and outcomes name a page in any spelling (case, default
     port, fragment, dot segments, %-escapes, trailing dot, credentials, IDN); the worker
     keeps one page under its canonical URL and host, keyed by the raw spelling's producer."""
     start_worker(settings)

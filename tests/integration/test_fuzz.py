@@ -1,4 +1,4 @@
-"""Fuzz campaign (issue 14): hypothesis-generated events of every input topic, schema-valid
+"""Fuzz campaign: hypothesis-generated events of every input topic, schema-valid
 extremes and malformed ones mixed (tests/integration/fuzz_events.py), published to the real
 Kafka and consumed by a real worker process writing to the real Redis.
 

@@ -352,7 +352,7 @@ async def test_redis_token_bucket_follows_the_in_process_bucket(
     assert await shared.allow("c.org")
 
 
-# ---------------------------------------------------------------- hardening (issue 14)
+# ---------------------------------------------------------------- hardening
 async def test_indexnow_answers_400_to_deep_json_and_503_when_kafka_is_gone(
     settings: Settings, rclient: aioredis.Redis, testweb: TestWeb
 ) -> None:
@@ -378,7 +378,7 @@ async def test_indexnow_answers_400_to_deep_json_and_503_when_kafka_is_gone(
 async def test_indexnow_rechecks_a_key_file_once_its_check_is_old(
     settings: Settings, rclient: aioredis.Redis, testweb: TestWeb
 ) -> None:
-    """Issue 14 #14: a key learnt from a key file is fetched again once its check is older
+    """A key learnt from a key file is fetched again once its check is older
     than ``key_recheck_s``: a site that still serves it keeps it, one that no longer does
     (here: the registry holds a key the file never had) loses it."""
     receiver, endpoint, close = await _receiver(settings, rclient, verify=True,
@@ -421,7 +421,7 @@ async def test_indexnow_rechecks_a_key_file_once_its_check_is_old(
 async def test_sitemap_location_rule_and_bounded_memory(
     settings: Settings, rclient: aioredis.Redis
 ) -> None:
-    """Issue 14 #11, #13: a sitemap in ``/~bob/`` on port B lists only ``/~bob/...`` of
+    """A sitemap in ``/~bob/`` on port B lists only ``/~bob/...`` of
     port B (not the host's root, not port A); a sitemap that lists new URLs at every poll
     keeps only the last poll's URLs in Redis."""
     state = {"poll": 0}

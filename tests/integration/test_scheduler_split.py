@@ -1,4 +1,4 @@
-"""The budget split between workers on a real Redis (issue 15): liveness on Redis's clock,
+"""The budget split between workers on a real Redis: liveness on Redis's clock,
 a shard that changes workers keeps its weight.  Two Scheduler objects stand for two worker
 processes (their Kafka side is not involved: ``resplit`` reads and writes Redis only)."""
 

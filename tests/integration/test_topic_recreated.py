@@ -1,4 +1,4 @@
-"""Issue 14 #17: an input topic deleted and created again (offsets restart at 0) must not
+"""An input topic deleted and created again (offsets restart at 0) must not
 make its events look like redeliveries of the old log's (streams/store/logs.py)."""
 
 from __future__ import annotations

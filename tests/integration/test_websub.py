@@ -444,7 +444,7 @@ async def test_websub_command_records_the_intent_for_the_serving_process(stack: 
 
 
 async def test_odd_and_huge_leases(stack: Stack) -> None:
-    """Issue 14 #15-16: a lease of "²" (a Unicode digit: ``str.isdigit`` says yes, ``int``
+    """A lease of "²" (a Unicode digit: ``str.isdigit`` says yes, ``int``
     says no) is refused with 404 like any missing lease, not a 500; a lease of 10^12 s is
     recorded as at most MAX_LEASE_S, so the subscription is renewed in time."""
     hub, sub = stack.hub, stack.subscriber

@@ -1,4 +1,4 @@
-"""Several workers, one budget (issue 15): three ``recrawl worker`` processes share six
+"""Several workers, one budget: three ``recrawl worker`` processes share six
 partitions and R with their state on a real three-master Redis Cluster; one is killed
 (SIGKILL) and its partitions move to the others.  R is held within 1% over the minutes
 that contain the kill: the workers' shard entries are re-stamped by a heartbeat thread
@@ -95,7 +95,7 @@ def test_three_workers_share_one_budget_and_survive_a_kill(
     # the shares of the three workers add up to R: no worker takes all of it, none is lost
     assert 0.8 * RATE <= steady <= 1.05 * RATE, steady
     # the killed worker's share is spent by the two others: R within 1% over each minute
-    # that contains the kill (issue 15)
+    # that contains the kill
     for m in minutes:
         assert 0.99 * RATE <= m <= 1.01 * RATE, minutes
     assert 0.8 * RATE <= after <= 1.05 * RATE, after

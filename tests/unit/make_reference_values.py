@@ -14,7 +14,7 @@ formulas of the papers, without any code from ``models``:
 * paper 003's optimal ratio: ``findroot`` of ``e^r (1 - z) - (1 + r)``;
 * Greedy: ``mu/Delta R^1(Delta tau)``.
 
-The parameters are fixed below (no randomness) and cover the limits the issue names:
+The parameters are fixed below (no randomness) and cover the limits:
 alpha -> 0, nu -> 0 (beta large), lam -> 1, tau -> 0, many terms (tau/beta ~ 400).
 """
 

@@ -56,8 +56,9 @@ def test_pacer_holds_the_rate_within_one_order(rate: float, tick: float) -> None
     assert abs(len(got) - expected) <= 1.0 + 1e-9 * expected
 
 
-def test_the_old_cap_lost_a_tenth_at_40_per_s() -> None:
-    # the cause found in the issue: cap max(1, R*tick) clipped the fractional credit
+def test_pacer_keeps_the_fractional_credit_a_tick_cap_would_clip() -> None:
+    # a credit capped at max(1, R*tick) clips the fractional credit: at 40/s with a 10 ms
+    # tick it loses about a tenth of the orders; the pacer keeps the rate
     rate, tick = 40.0, 0.01
     wake = [i * tick / 2 for i in range(2 * 100 * 30 + 1)]  # 30 s, wake-ups every 5 ms
     credit, old = 0.0, 0

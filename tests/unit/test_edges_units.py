@@ -223,7 +223,7 @@ def test_submission_ok_and_deduplicated() -> None:
 
 
 def test_submission_scope_is_canonical_and_counts_scheme_and_port() -> None:
-    """Issue 14 #13-14: ``/blog/../admin`` is not under ``/blog/``; a key file on another
+    """``/blog/../admin`` is not under ``/blog/``; a key file on another
     port or scheme covers nothing of this one; spellings of one URL are one URL."""
     loc = "http://a.org/blog/k.txt"
     with pytest.raises(Rejection) as info:

@@ -1,4 +1,4 @@
-"""Settings sources: RECRAWL_CONFIG is read when settings are built (issue 17)."""
+"""Settings sources: RECRAWL_CONFIG is read when settings are built."""
 
 from __future__ import annotations
 

@@ -90,7 +90,7 @@ def test_canonical_url_is_idempotent_and_keeps_the_host(
 def test_in_scope_compares_canonical_scheme_host_port_and_folder() -> None:
     scope = "http://h.org/blog/"
     assert in_scope("http://H.org:80/blog/post", scope)
-    assert not in_scope("http://h.org/blog/../admin", scope)  # issue 14 #13-14
+    assert not in_scope("http://h.org/blog/../admin", scope)  # dot segments resolved first
     assert not in_scope("http://h.org/blogger", scope)
     assert not in_scope("https://h.org/blog/post", scope)
     assert not in_scope("http://h.org:8080/blog/post", scope)

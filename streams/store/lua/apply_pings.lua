@@ -5,7 +5,7 @@
 -- fingerprints kept), then per ping 6 values: offset, url, source index (1-based),
 -- changed_at ('' = unknown), received_at, fingerprint (1..65535)
 -- Returns code, page value per ping.  The rule is models.decision.pings' "live"
--- (tests/streams/test_ping_rule_lua.py).  Duplicates: the page record keeps the
+-- (tests/integration/test_ping_rule_lua.py).  Duplicates: the page record keeps the
 -- fingerprints of its last __SEEN pings that were not duplicates (any source, newest
 -- first); a ping with one of them is 'duplicate' (a re-sent ping, however late, while
 -- fewer than __SEEN other pings of the page came in between).  A non-duplicate ping
@@ -28,7 +28,7 @@ for i = 5, #ARGV, 6 do
     elseif string.byte(cur, 1) == __PVER then
       -- a binary record: the fields a ping reads and writes taken at their offsets and
       -- spliced in, the bytes dump(load(cur)) would write without unpacking the record
-      -- (a quarter of Redis's time per ping, docs/benchmarks.md "fourth session")
+      -- (a quarter of Redis's time per ping, docs/benchmarks.md "Design decisions")
       local v0 = cur
       if #v0 < __PSIZE then v0 = v0 .. string.rep('\0', __PSIZE - #v0) end
       local n, fpb = tonumber(ARGV[i + 2]), struct.pack('<H', tonumber(ARGV[i + 5]))
