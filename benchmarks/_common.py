@@ -26,7 +26,7 @@ class Ev:
 
 async def set_listpack_value(redis_url: str, value: int | None) -> None:
     """Records of crawled pages are ~200 B: above Redis's default of 64 B a hash is a
-    hashtable (docs/benchmarks.md "Compact binary records": the config recrawl's Redis
+    hashtable (docs/benchmarks.md "Design decisions": the config recrawl's Redis
     should run with).  None or 0: leave Redis as it is."""
     if not value:
         return

@@ -20,8 +20,8 @@ seconds from the first produce until ``/stats`` counts every page (paused), ping
 with ``--state crawled`` (the default: 10^6 *crawled* pages) every page then gets
 two outcomes without an order, the second an observed crawl interval (an estimator update,
 timed), so the pings land on crawled pages, the orders are Greedy-NCIS picks among crawled
-pages and the timed outcomes update estimators (``--state new``: pages never crawled, the
-runs before 2026-11-27); Redis bytes per page after the pages and after the pings;
+pages and the timed outcomes update estimators (``--state new``: pages never crawled);
+Redis bytes per page after the pages and after the pings;
 orders/s while every host has pages left (capped at ``hosts``/s); RSS; the rebuild
 after SIGKILL (a new worker, same consumer group). Same-run reference: kcat producing then
 consuming ``--ref-messages`` messages on a plain topic; pipelined Redis SET.
@@ -576,8 +576,8 @@ def main() -> int:
                     help="budget: pages come back by an outcome per order, or by time-out")
     ap.add_argument("--tick", type=float, default=0.05, help="RECRAWL_TICK_S (the default)")
     ap.add_argument("--state", choices=["crawled", "new"], default="crawled",
-                    help="throughput: every page crawled twice first (estimator records; the "
-                         "issue's set-up), or pages never crawled (runs before 2026-11-27)")
+                    help="throughput: every page crawled twice first (estimator records), or "
+                         "pages never crawled")
     ap.add_argument("--pings", type=int, default=100_000)
     ap.add_argument("--outcomes", type=int, default=100_000)
     ap.add_argument("--ref-messages", type=int, default=200_000)

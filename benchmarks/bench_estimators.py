@@ -1,4 +1,5 @@
-"""Throughput of the estimators (docs/benchmarks.md, section "models: estimators").
+"""Throughput of the estimators (docs/benchmarks.md, "bench_estimation.py, bench_estimators.py,
+bench_running_estimate.py").
 
 ``python benchmarks/bench_estimators.py [--quick]``: scalar ``SignalEstimator.update`` per
 second for 0-3 ping sources, and vectorised ``batch_update`` page-intervals per second for

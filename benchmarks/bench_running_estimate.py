@@ -1,6 +1,6 @@
 """The stream estimator's running estimate: the model's rule against the stream's.
 
-docs/benchmarks.md, "estimator record version 6":
+docs/benchmarks.md, "bench_estimation.py, bench_estimators.py, bench_running_estimate.py":
 ``python benchmarks/bench_running_estimate.py [--pages 200] [--intervals 200]``
 
 Each page's crawl intervals are drawn by :func:`models.simulate_estimation.simulate_page_intervals`

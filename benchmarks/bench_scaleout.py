@@ -4,7 +4,7 @@
     .venv/bin/python benchmarks/bench_scaleout.py --json     # the same as JSON
 
 Sizing: :func:`models.sim.scaleout.size` on the measured per-worker and per-page figures
-(:class:`models.sim.scaleout.Measured`, docs/benchmarks.md "Streaming worker") for 10^7,
+(:class:`models.sim.scaleout.Measured`, docs/benchmarks.md "One worker at 10^6 pages") for 10^7,
 10^8, 10^9 pages at 10^3 and 10^4 orders/s with pings at twice the order rate
 (``--ping-ratio``).  Protocol: :func:`models.sim.scaleout.simulate_split` with the real split
 rule (``streams.scheduler.budget.live``, ``ready_weights``, ``split``) and pacer; the rates are

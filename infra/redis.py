@@ -57,7 +57,7 @@ class RedisConfig:
 #: A page record with its estimator record is 43 + 113 + 10 x ring bytes (version 3)
 #: (streams/store/redis_store.py): over Redis's default ``hash-max-listpack-value 64``,
 #: which would turn every host's page hash into a hashtable (304 instead of 248 B per page at
-#: 10^5 pages: docs/benchmarks.md "Compact records").  Users' own Redis should set the same.
+#: 10^5 pages: docs/benchmarks.md "Design decisions").  Users' own Redis should set the same.
 LISTPACK_ARGS = ("--hash-max-listpack-value", "256")
 
 

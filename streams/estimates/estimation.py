@@ -5,7 +5,7 @@ to its page record in ``P:{host}:pages`` (``streams/store/redis_store.py``): the
 :class:`models.estimators.SignalEstimator` state plus the converged ``alpha``, its standard
 error and ``kappa`` (what the crawl value needs that only the MLE solve gives), so the
 scheduler rebuilds a shard without re-solving any MLE (``batch_result`` over 10^6 pages
-takes 24-55 s here, ``docs/benchmarks.md "Compact binary records"``).
+takes 24-55 s here, ``docs/benchmarks.md "Design decisions"``).
 
 Estimator record (version 3, little-endian, :data:`RECORD_HEAD3` + ring): a first byte
 ``0x80 + ring length`` (``0x80``-``0x8F``, never the first byte of a text record nor of a page

@@ -80,7 +80,7 @@ SPIDER_SETTINGS: dict[str, Any] = {
     "ROBOTSTXT_OBEY": True,
     "HTTPERROR_ALLOW_ALL": True,  # every status reaches the callback and gets its outcome
     "RETRY_ENABLED": False,  # a failure is an outcome; the worker orders the page again
-    "COOKIES_ENABLED": False,  # a re-crawl carries no session (and no public-suffix download)
+    "COOKIES_ENABLED": False,  # a re-crawl carries no cookies (and no public-suffix download)
     "TELNETCONSOLE_ENABLED": False,
 }
 

@@ -45,7 +45,7 @@ The page record's layout and the ping dedup: :mod:`streams.store.page_record`.
 
 Redis configuration: a crawled page's value (page and estimator record) is ~200 bytes;
 above ``hash-max-listpack-value`` (Redis's default 64) a host's hash is a hashtable
-(304 B per page instead of 248 B in ``docs/benchmarks.md "Compact binary records"``): run Redis
+(304 B per page instead of 248 B, ``docs/benchmarks.md "Design decisions"``): run Redis
 with ``hash-max-listpack-value 256``.
 
 Page buckets: a hash of more than ``hash-max-listpack-entries`` fields (128 by default) is a

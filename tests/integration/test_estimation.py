@@ -437,7 +437,7 @@ def test_old_text_records_are_still_read() -> None:
     after = estimates_of(new)
     assert after is not None and after.n_intervals == 13
     # binary now; the old record's longer ring is kept (the model evicts one interval per
-    # update, never folds several at once: docs/benchmarks.md "Compact binary records")
+    # update, never folds several at once)
     assert new[0] == "\udc85" and len(EstimatorRecord.decode(new).to_bytes()) == 113 + 10 * 5
     # that binary record with its ring of 5, in a chunk with a page of the stream's own ring:
     # its history is kept (not restarted from the prior by the array path), the other page
@@ -459,7 +459,7 @@ def test_the_streams_short_ring_stays_close_to_the_default_capacity(
     """The stream keeps STREAM_RING changed intervals exactly, the model's default 5 for
     three sources; after 200 crawls of a page changing every 10 h, crawled every 5 h, the
     change rate differs from the default capacity's by -0.8% .. -6.6% (ring 2; ring 1 was
-    up to -12.5%, about one standard error: docs/benchmarks.md "Compact binary records")."""
+    up to -12.5%, about one standard error: docs/benchmarks.md "Design decisions")."""
     rates = {}
     for cap in (5, STREAM_RING):
         e = estimates_of(simulate(Estimation(ring_capacity=cap), 1.0 / (10 * HOUR), 200,

@@ -23,7 +23,7 @@ SAME_PAGE = [
 
 
 @pytest.mark.parametrize("url", SAME_PAGE)
-def test_the_issues_spellings_are_one_page(url: str) -> None:
+def test_spellings_of_one_url_are_one_page(url: str) -> None:
     assert canonical_url(url) == "http://example.com/a"
     assert host_of(url) == "example.com"
 
