@@ -15,6 +15,8 @@ EXPERIMENTS: dict[str, str] = {
     **{name: "experiments.papers" for name in (
         "fig3", "fig4", "fig6", "fig8", "fig11", "fig12", "peers", "est")},
     **{name: "experiments.beyond" for name in ("uncertainty", "sources", "floor")},
+    # replay of a recorded change history (docs/results.md, "Real change histories")
+    "trace": "experiments.trace",
 }
 
 

@@ -1,0 +1,310 @@
+"""``recrawl experiments trace``: replay a recorded change history under every policy.
+
+    recrawl experiments trace --changes FILE --budget R [R ...]
+        [--pings RECALL,FALSE_PER_DAY,DELAY_DAYS | --ping-log FILE] [--learn-days D]
+        [--jobs N] [--json PATH] [--out DIR]
+
+``FILE`` is any history :func:`streams.histories.read_history` reads (a change log
+``.jsonl``, a CDX / WARC capture file, a Kolobov et al. folder).  Conventions: every page
+of the file is known and fresh at the start; the window runs from the earliest to the
+latest change; crawls are evenly spaced at ``R`` per day; accuracy is the time-averaged,
+importance-weighted share of pages whose last crawl is current (:func:`models.sim.accuracy`,
+the accounting of every simulator experiment).  Policies, each at each budget:
+
+recrawl       Algorithm 1 with everything learned online from its own crawls and pings
+              (:class:`models.sim.EstimatingAlgorithm1`: Greedy without pings,
+              Greedy-NCIS with them), starting from the prior as a live worker starts
+nutch         Apache Nutch AdaptiveFetchSchedule (:class:`models.sim.NutchAdaptive`)
+stormcrawler  StormCrawler AdaptiveScheduler (:class:`models.sim.StormCrawlerAdaptive`)
+uniform       round robin in a fixed order
+hindsight     Greedy given each page's average rate over the scored window (its changes
+              there / the window's length): a bound for any policy that must learn (with
+              synthesised pings: Greedy-NCIS given those rates and the pings' recall and
+              false-ping rate)
+
+``--pings RECALL,FALSE_PER_DAY,DELAY_DAYS`` synthesises pings from the recorded changes
+(:func:`models.sim.trace.trace_events`); ``--ping-log FILE`` reads recorded ones (change
+log lines ``{"url", "time"}``, one per ping).  ``--learn-days D``: the first ``D`` days are
+not scored; ``recrawl`` gets, at ``D``, the estimates of their complete change history (as
+an import of the history would give it), the peers run through them as they would have,
+and ``recrawl-cold`` (table only) is ``recrawl`` without that history.  ``--json`` writes
+``{"pages", "changes", "days", "budgets", "accuracy": {policy: [one per budget]}}``;
+``--out`` gets ``trace.md`` (the table) and ``trace.png``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import tempfile
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from experiments._common import Job, Row, figure, help_text, rng, run_jobs
+from models.sim import (
+    Budget,
+        NutchAdaptive,
+    RoundRobin,
+    StormCrawlerAdaptive,
+    accuracy,
+    run,
+)
+from models.sim.policies import Policy, value_params
+from models.sim.trace import (
+    OnlineRates,
+    Trace,
+    VectorAlgorithm1,
+    average_rates,
+    trace_events,
+    trace_world,
+)
+
+__all__ = ["NAMES", "POLICIES", "main", "parse_pings", "trace_rows"]
+
+NAMES = ("trace",)
+#: the policies of ``--json``, in its order
+POLICIES = ("recrawl", "nutch", "stormcrawler", "uniform", "hindsight")
+PEERS = ("nutch", "stormcrawler", "uniform")
+#: a complete history's changed intervals last this long (days; ``eps`` of
+#: :func:`models.sim.trace.complete_history_intervals`): one second
+EPS_DAYS = 1.0 / 86400.0
+
+_CACHE: dict[str, tuple[Trace, tuple[np.ndarray, np.ndarray] | None]] = {}
+
+
+def parse_pings(text: str) -> tuple[float, float, float]:
+    """``RECALL,FALSE_PER_DAY,DELAY_DAYS`` as three numbers."""
+    parts = text.split(",")
+    try:
+        recall, false, delay = (float(x) for x in parts)
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"--pings takes RECALL,FALSE_PER_DAY,DELAY_DAYS (three numbers), got {text!r}"
+        ) from None
+    if not (0 <= recall <= 1 and false >= 0 and delay >= 0):
+        raise argparse.ArgumentTypeError(
+            f"--pings: recall in [0, 1], false pings and delay >= 0, got {text!r}")
+    return recall, false, delay
+
+
+def _save(trace: Trace, folder: Path, pings: tuple[np.ndarray, np.ndarray] | None) -> Path:
+    path = folder / "trace.npz"
+    arrays: dict[str, Any] = {
+        "mu": trace.mu, "change_time": trace.change_time, "change_start": trace.change_start,
+        "horizon": trace.horizon, "start_s": trace.start_s}
+    if pings is not None:
+        arrays.update(ping_page=pings[0], ping_day=pings[1])
+    np.savez(path, **arrays)
+    return path
+
+
+def _load(path: str) -> tuple[Trace, tuple[np.ndarray, np.ndarray] | None]:
+    with np.load(path) as z:
+        tr = Trace(z["mu"], z["change_time"], z["change_start"], float(z["horizon"]),
+                   float(z["start_s"]))
+        pings = (z["ping_page"], z["ping_day"]) if "ping_page" in z else None
+    return tr, pings
+
+
+def _policy(kind: str, trace: Trace, R: float, learn_days: float, ev: Any,
+            g: np.random.Generator, *, use_pings: bool,
+            synthesised: tuple[float, float, float] | None = None) -> Policy:
+    m, T = trace.m, trace.horizon
+    peer_kw: dict[str, Any] = {"initial_interval": m / R, "min_interval": 1.0 / R,
+                               "max_interval": T, "rng": g, "use_pings": use_pings}
+    if kind == "nutch":
+        return NutchAdaptive(m, **peer_kw)
+    if kind == "stormcrawler":
+        return StormCrawlerAdaptive(m, **peer_kw)
+    if kind == "uniform":
+        p = RoundRobin(m, rng=g)
+        p.name = "uniform"
+        return p
+    if kind == "hindsight":
+        rates = average_rates(trace, learn_days, T)
+        if synthesised is None:
+            z = np.zeros(m)
+            return VectorAlgorithm1("hindsight", trace.mu, rates, z, z)
+        # with synthesised pings: Greedy-NCIS given the rates and the pings' true noise
+        a, b, gm, _ = value_params("greedy-ncis", rates, np.full(m, synthesised[0]),
+                                   np.full(m, synthesised[1]))
+        return VectorAlgorithm1("hindsight", trace.mu, a, b, gm)
+    if kind in ("recrawl", "recrawl-cold"):
+        learner = OnlineRates(m, use_pings=use_pings)
+        warm = None
+        if kind == "recrawl" and learn_days > 0:
+            def learn(rates: OnlineRates) -> None:
+                rates.learn_complete(trace, learn_days, EPS_DAYS, ev.ping_page, ev.ping_arrival)
+            warm = (learn_days, learn)
+        return VectorAlgorithm1(kind, trace.mu, learner=learner, warm=warm)
+    raise ValueError(f"unknown policy {kind!r}")
+
+
+def step_crawls(m: int) -> int:
+    """Crawls per step of the budget: 1 (every crawl at its own slot) up to 1000 pages,
+    then ``m / 1000``, so that a step moves at most 0.1% of the pages (the batched budget
+    of :func:`models.sim.run`, as Sec. 6.7 of paper 004 crawls 5000 pages per step)."""
+    return max(1, round(m / 1000))
+
+
+def _trace_job(job: Job) -> list[Row]:
+    path = job["path"]
+    if path not in _CACHE:
+        _CACHE.clear()
+        _CACHE[path] = _load(path)
+    trace, recorded = _CACHE[path]
+    recall, false, delay = job["pings"] or (0.0, 0.0, 0.0)
+    use_pings = job["pings"] is not None or recorded is not None
+    ev = trace_events(trace, rng(job["seed"], job["rep"], 1), recall=recall,
+                      false_per_day=false, delay_days=delay, pings=recorded)
+    t0 = time.perf_counter()
+    R, D = job["budget"], job["learn_days"]
+    pol = _policy(job["policy"], trace, R, D, ev, rng(job["seed"], job["rep"], 2),
+                  use_pings=use_pings, synthesised=job["pings"])
+    w = trace_world(trace, recall=recall, false_per_day=false)
+    res = run(w, ev, pol, Budget(R, batch=step_crawls(trace.m)))
+    return [{"budget": R, "policy": job["policy"], "rep": job["rep"],
+             "accuracy": accuracy(w, ev, res, start=D), "crawls": int(res.crawl_time.size),
+             "seconds": time.perf_counter() - t0}]
+
+
+def trace_rows(trace: Trace, budgets: Sequence[float], *, pings: tuple[float, float, float]
+               | None = None, recorded: tuple[np.ndarray, np.ndarray] | None = None,
+               learn_days: float = 0.0, reps: int = 1, seed: int = 0, jobs: int = 1,
+               progress: bool = False, policies: Sequence[str] | None = None) -> list[Row]:
+    """Accuracy rows ``{budget, policy, rep, accuracy, crawls, seconds}`` of a trace."""
+    if not 0 <= learn_days < trace.horizon:
+        raise ValueError(f"--learn-days must be in [0, {trace.horizon:.4g}) (the window's "
+                         f"days), got {learn_days!r}")
+    if any(not (r > 0 and math.isfinite(r)) for r in budgets):
+        raise ValueError(f"budgets must be finite crawls per day > 0, got {list(budgets)}")
+    kinds = list(policies) if policies is not None else [
+        *POLICIES, *(["recrawl-cold"] if learn_days > 0 else [])]
+    with tempfile.TemporaryDirectory(prefix="recrawl-trace-") as tmp:
+        path = str(_save(trace, Path(tmp), recorded))
+        job_list = [{"path": path, "budget": float(R), "policy": k, "rep": r, "seed": seed,
+                     "pings": pings, "learn_days": float(learn_days)}
+                    for R in budgets for r in range(reps) for k in kinds]
+        return run_jobs(_trace_job, job_list, processes=jobs, progress=progress,
+                        label="trace")
+
+
+def summarise(raw: Sequence[Row], budgets: Sequence[float]) -> dict[str, list[float]]:
+    """Mean accuracy per policy, one number per budget (budgets' order)."""
+    out: dict[str, list[float]] = {}
+    for k in sorted({r["policy"] for r in raw}):
+        out[k] = [float(np.mean([r["accuracy"] for r in raw
+                                 if r["policy"] == k and r["budget"] == float(R)]))
+                  for R in budgets]
+    return out
+
+
+def table(acc: dict[str, list[float]], budgets: Sequence[float]) -> str:
+    """Accuracy per policy and budget (percent), the best peer, hindsight's room over it
+    (points) and the share of that room each policy captures."""
+    kinds = [k for k in (*POLICIES, "recrawl-cold") if k in acc]
+    learners = [k for k in kinds if k not in PEERS and k != "hindsight"]
+    head = ["R/day", *kinds, "best peer", "room", *[f"{k} share" for k in learners]]
+    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    for j, R in enumerate(budgets):
+        best_k = max(PEERS, key=lambda k: acc[k][j])
+        best = acc[best_k][j]
+        room = acc["hindsight"][j] - best
+        cells = [f"{R:g}", *[f"{100 * acc[k][j]:.2f}" for k in kinds],
+                 f"{best_k} {100 * best:.2f}", f"{100 * room:+.2f}"]
+        for k in learners:
+            cells.append(f"{(acc[k][j] - best) / room:+.0%}" if room > 1e-9 else "-")
+        lines.append("| " + " | ".join(cells) + " |")
+    return "\n".join(lines) + "\n"
+
+
+def _plot(acc: dict[str, list[float]], budgets: Sequence[float], path: Path, title: str) -> None:
+    with figure(path, (6.4, 4.2)) as ax:
+        for k in [k for k in (*POLICIES, "recrawl-cold") if k in acc]:
+            ax.plot(budgets, [100 * a for a in acc[k]], marker="o", ms=3, label=k,
+                    ls="--" if k == "hindsight" else "-")
+        ax.set_xscale("log")
+        ax.set_xlabel("crawls per day R")
+        ax.set_ylabel("accuracy (%)")
+        ax.set_title(title, fontsize=9)
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=7)
+
+
+def _parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="recrawl experiments trace",
+                                description=help_text(__doc__ or ""),
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--changes", type=Path, required=True,
+                   help="history file: change log .jsonl, .cdx/.cdxj, .warc(.gz), Kolobov folder")
+    p.add_argument("--format", default=None, choices=["changes", "cdx", "warc", "kolobov"],
+                   help="format of --changes (default: from the name)")
+    p.add_argument("--budget", type=float, nargs="+", required=True, help="crawls per day")
+    g = p.add_mutually_exclusive_group()
+    g.add_argument("--pings", type=parse_pings, default=None,
+                   metavar="RECALL,FALSE_PER_DAY,DELAY_DAYS")
+    g.add_argument("--ping-log", type=Path, default=None,
+                   help="recorded pings: change-log lines, one per ping")
+    p.add_argument("--learn-days", type=float, default=0.0)
+    p.add_argument("--reps", type=int, default=1, help="repetitions (ping draws, orders)")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--jobs", type=int, default=2, help="worker processes (max 2)")
+    p.add_argument("--json", type=Path, default=None)
+    p.add_argument("--out", type=Path, default=Path("var/experiments"))
+    p.add_argument("--strict", action="store_true", help="fail on the first bad line")
+    p.add_argument("--no-progress", action="store_true")
+    return p
+
+
+def main(argv: Sequence[str]) -> int:
+    name, *rest = argv
+    if name not in NAMES:
+        raise SystemExit(f"unknown experiment {name!r}; expected one of {NAMES}")
+    args = _parser().parse_args(rest)
+    from streams.histories import HistoryError
+    from streams.histories.trace import load_pings, load_trace
+
+    t0 = time.perf_counter()
+    try:
+        loaded = load_trace(args.changes, args.format, strict=args.strict)
+        recorded = None
+        if args.ping_log is not None:
+            pp, pd, prep = load_pings(args.ping_log, loaded, strict=args.strict)
+            recorded = (pp, pd)
+            if prep.bad or prep.skipped:
+                print(prep.summary())
+    except (HistoryError, ValueError, OSError) as exc:
+        raise SystemExit(f"recrawl experiments trace: {exc}") from None
+    if loaded.report.bad:
+        print(loaded.report.summary())
+    tr = loaded.trace
+    try:
+        raw = trace_rows(tr, args.budget, pings=args.pings, recorded=recorded,
+                         learn_days=args.learn_days, reps=args.reps, seed=args.seed,
+                         jobs=args.jobs, progress=not args.no_progress)
+    except ValueError as exc:
+        raise SystemExit(f"recrawl experiments trace: {exc}") from None
+    acc = summarise(raw, args.budget)
+    scored = tr.horizon - args.learn_days
+    what = (f"{tr.m} pages, {loaded.changes_read} changes, {tr.horizon:.1f} days"
+            f" (scored: last {scored:.1f})" + (f", pings {args.pings}" if args.pings else "")
+            + (f", recorded pings {args.ping_log}" if args.ping_log else ""))
+    text = (f"# trace: {args.changes.name}\n\n{what}; {args.reps} rep(s), seed {args.seed}, "
+            f"{time.perf_counter() - t0:.0f} s\n\n" + table(acc, args.budget)
+            + "\nroom = hindsight - best peer (points); share = (policy - best peer) / room.\n")
+    args.out.mkdir(parents=True, exist_ok=True)
+    (args.out / "trace.md").write_text(text)
+    _plot(acc, args.budget, args.out / "trace.png", f"{args.changes.name}: {what}")
+    if args.json is not None:
+        args.json.parent.mkdir(parents=True, exist_ok=True)
+        args.json.write_text(json.dumps({
+            "pages": tr.m, "changes": loaded.changes_read, "days": tr.horizon,
+            "budgets": [float(R) for R in args.budget],
+            "accuracy": {k: acc[k] for k in POLICIES}}, indent=1))
+    print(text)
+    return 0

@@ -1,0 +1,421 @@
+"""A world whose changes are given, not drawn: replay of a recorded change history.
+
+A :class:`Trace` holds ``m`` pages' importance and change times (in days since the
+window's start) over ``[0, horizon]``.  :func:`trace_events` turns it into the
+:class:`~models.sim.events.Events` every simulator loop takes, so the replay runs on the
+same engine (:func:`models.sim.run`), the same accounting (:func:`models.sim.accuracy`)
+and the same policies as the synthetic experiments.  Pings are either synthesised from
+the recorded changes with the synthetic worlds' noise model (each change signalled with
+probability ``recall``, false pings Poisson at ``false_per_day`` per page, a lag of
+``Poisson(6)`` units of ``delay_days / 6``: App. C of paper 004's lag, mean ``delay_days``)
+or given as recorded ``(page, time)`` pings.
+
+Conventions of the trace experiment (``recrawl experiments trace``): every page is known
+and fresh at ``t = 0``; the window runs from the earliest to the latest change; a change
+at ``t = 0`` is already in the initial copy.
+
+:class:`VectorAlgorithm1` is Algorithm 1 of paper 004 evaluated on every page at once
+(numpy), with fixed parameters (``hindsight``) or parameters learned online by
+:class:`OnlineRates` (``recrawl``: the App. E estimator of :mod:`models.estimators`, batched),
+fast enough for 10^5 pages and 10^6 crawls.  :func:`complete_history_intervals` gives a
+page's complete change history as the crawl intervals an estimator consumes; a policy can
+swap in estimates learned from it at a given time (``--learn-days``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import numpy as np
+import numpy.typing as npt
+
+from models.decision.pings import PingRule, ping_ok
+from models.sim.events import Events
+from models.sim.world import World
+
+__all__ = [
+    "OnlineRates",
+    "Trace",
+    "VectorAlgorithm1",
+    "average_rates",
+    "complete_history_intervals",
+    "trace_events",
+    "trace_from_arrays",
+    "trace_world",
+]
+
+FloatArray = npt.NDArray[np.float64]
+IntArray = npt.NDArray[np.int64]
+DAY_S = 86400.0
+#: App. C of paper 004: ping lag Poisson with mean 6 (units scaled to the mean delay)
+LAG_POISSON_MEAN = 6.0
+
+
+@dataclass(frozen=True)
+class Trace:
+    """Recorded changes of ``m`` pages over ``[0, horizon]`` days.
+
+    Attributes
+    ----------
+    mu : ndarray
+        Importance per page (> 0).
+    change_time : ndarray
+        Change times in days since the start, grouped by page, sorted within a page
+        (page ``i``'s are ``change_time[change_start[i]:change_start[i + 1]]``), all in
+        ``(0, horizon]``.
+    change_start : ndarray of int, shape (m + 1,)
+    horizon : float
+        Window length in days.
+    start_s : float
+        Unix time of ``t = 0``.
+    """
+
+    mu: FloatArray
+    change_time: FloatArray
+    change_start: IntArray
+    horizon: float
+    start_s: float = 0.0
+
+    @property
+    def m(self) -> int:
+        return int(self.mu.size)
+
+    @property
+    def n_changes(self) -> int:
+        return int(self.change_time.size)
+
+    def page_of_change(self) -> IntArray:
+        out: IntArray = np.repeat(np.arange(self.m, dtype=np.int64), np.diff(self.change_start))
+        return out
+
+    def changes_of(self, page: int) -> FloatArray:
+        return self.change_time[self.change_start[page]:self.change_start[page + 1]]
+
+
+def trace_from_arrays(mu: npt.ArrayLike, page: npt.ArrayLike, time_s: npt.ArrayLike, *,
+                      start_s: float | None = None, stop_s: float | None = None) -> Trace:
+    """A :class:`Trace` from per-change ``(page, unix time)`` arrays (any order).
+
+    The window is ``[start_s, stop_s]``, by default the earliest and latest change.
+    Changes outside it, and at its start (already in the initial copy), are dropped.
+    """
+    mu_a = np.asarray(mu, dtype=np.float64)
+    p = np.asarray(page, dtype=np.int64)
+    t = np.asarray(time_s, dtype=np.float64)
+    if p.shape != t.shape:
+        raise ValueError(f"page and time_s must have one shape, got {p.shape} and {t.shape}")
+    if mu_a.ndim != 1 or mu_a.size < 1 or not (np.isfinite(mu_a) & (mu_a > 0)).all():
+        raise ValueError("mu must be a non-empty 1-d array of finite importances > 0")
+    if p.size and (p.min() < 0 or p.max() >= mu_a.size):
+        raise ValueError(f"page indices must be in [0, {mu_a.size})")
+    if not np.isfinite(t).all():
+        raise ValueError("change times must be finite")
+    lo = float(t.min()) if start_s is None and t.size else float(start_s or 0.0)
+    hi = float(t.max()) if stop_s is None and t.size else float(stop_s or lo)
+    if not hi > lo:
+        raise ValueError(f"the window [{lo}, {hi}] is empty: a trace needs changes at two "
+                         "different times (or start_s < stop_s)")
+    keep = (t > lo) & (t <= hi)
+    p, days = p[keep], (t[keep] - lo) / DAY_S
+    order = np.lexsort((days, p))
+    p, days = p[order], days[order]
+    start = np.searchsorted(p, np.arange(mu_a.size + 1)).astype(np.int64)
+    return Trace(mu_a, days, start, (hi - lo) / DAY_S, lo)
+
+
+def average_rates(trace: Trace, start: float = 0.0, stop: float | None = None) -> FloatArray:
+    """Each page's changes in ``(start, stop]`` per day (hindsight's rates)."""
+    stop = trace.horizon if stop is None else stop
+    if not stop > start:
+        raise ValueError(f"stop must exceed start, got [{start}, {stop}]")
+    inside = (trace.change_time > start) & (trace.change_time <= stop)
+    counts = np.bincount(trace.page_of_change()[inside], minlength=trace.m)
+    out: FloatArray = counts / (stop - start)
+    return out
+
+
+def trace_world(trace: Trace, *, recall: float = 0.0, false_per_day: float = 0.0) -> World:
+    """The :class:`World` of a trace: its importance, its average rates over the window
+    (for reports only: no policy that learns sees them) and the ping noise."""
+    m = trace.m
+    return World(
+        mu=trace.mu, delta=average_rates(trace), lam=np.full(m, float(recall)),
+        nu=np.full(m, float(false_per_day)), host=np.zeros(m, dtype=np.int64),
+        host_rate=np.array([np.inf]), top=np.zeros(m, dtype=bool),
+    )
+
+
+def trace_events(
+    trace: Trace,
+    rng: np.random.Generator | None = None,
+    *,
+    recall: float = 0.0,
+    false_per_day: float = 0.0,
+    delay_days: float = 0.0,
+    pings: tuple[npt.ArrayLike, npt.ArrayLike] | None = None,
+) -> Events:
+    """The trace's changes and its pings (synthesised, or recorded ``(page, day)``)."""
+    if not 0.0 <= recall <= 1.0:
+        raise ValueError(f"recall must be in [0, 1], got {recall!r}")
+    if false_per_day < 0 or delay_days < 0:
+        raise ValueError("false_per_day and delay_days must be >= 0")
+    T = trace.horizon
+    ct = trace.change_time
+    if pings is not None:
+        pp = np.asarray(pings[0], dtype=np.int64)
+        pt = np.asarray(pings[1], dtype=np.float64)
+        keep = (pt >= 0) & (pt <= T)
+        pp, pt = pp[keep], pt[keep]
+        order = np.argsort(pt, kind="stable")
+        return Events(ct, trace.change_start, pt[order], pt[order], pp[order],
+                      np.zeros(order.size, dtype=bool), T)
+    if rng is None:
+        if recall > 0 or false_per_day > 0:
+            raise ValueError("synthesised pings need an rng")
+        rng = np.random.default_rng(0)
+    cp = trace.page_of_change()
+    signalled = rng.uniform(size=ct.size) < recall if recall > 0 else np.zeros(ct.size, bool)
+    n_false = rng.poisson(false_per_day * T, trace.m) if false_per_day > 0 else np.zeros(
+        trace.m, dtype=np.int64)
+    fp = np.repeat(np.arange(trace.m, dtype=np.int64), n_false)
+    ft = rng.uniform(0.0, T, fp.size)
+    emitted = np.concatenate([ct[signalled], ft])
+    page = np.concatenate([cp[signalled], fp])
+    true = np.concatenate([np.ones(int(signalled.sum()), bool), np.zeros(ft.size, bool)])
+    if delay_days > 0 and emitted.size:
+        lag = rng.poisson(LAG_POISSON_MEAN, emitted.size) * (delay_days / LAG_POISSON_MEAN)
+        arrival = emitted + lag
+    else:
+        arrival = emitted.copy()
+    keep = arrival <= T
+    arrival, emitted, page, true = arrival[keep], emitted[keep], page[keep], true[keep]
+    order = np.argsort(arrival, kind="stable")
+    return Events(ct, trace.change_start, arrival[order], emitted[order], page[order],
+                  true[order], T)
+
+
+def complete_history_intervals(changes: FloatArray, start: float, stop: float,
+                               eps: float) -> list[tuple[float, bool]]:
+    """A complete change history on ``(start, stop]`` as crawl intervals ``(tau, changed)``.
+
+    A complete history is the limit of crawls infinitely often: each change at ``c`` after
+    the previous one at ``c'`` is an unchanged interval of ``c - c' - eps`` and a changed
+    one of ``eps`` (likelihood ``exp(-r (c - c' - eps)) (1 - exp(-r eps))``, which tends
+    to ``r eps exp(-r (c - c'))``: up to the constant ``eps``, the Poisson likelihood of
+    the gap; paper 003 eq. (2) then solves to the complete-data MLE ``n / observed time``
+    as ``eps -> 0``); the time after the last change is one unchanged interval.
+    """
+    out: list[tuple[float, bool]] = []
+    prev = start
+    for c in changes.tolist():
+        if c <= start or c > stop:
+            continue
+        gap = c - prev
+        e = min(eps, gap / 2.0) if gap > 0 else 0.0
+        if gap - e > 0:
+            out.append((gap - e, False))
+        out.append((max(e, 1e-12), True))
+        prev = c
+    if stop > prev:
+        out.append((stop - prev, False))
+    return out
+
+
+
+
+def online_prior(use_pings: bool) -> object:
+    """The prior :class:`~models.sim.policies.EstimatingAlgorithm1` learns from (Grimes-Ford
+    pseudo-intervals in the simulator's time unit, paper 003 Sec. 4.4)."""
+    from models.estimators import PseudoDatapoints, SignalPrior
+
+    return SignalPrior(
+        change=PseudoDatapoints(changed_interval_s=0.05, unchanged_interval_s=2.85),
+        precision_changed=(1.0,) if use_pings else (),
+        precision_unchanged=(1.0,) if use_pings else (),
+    )
+
+
+class OnlineRates:
+    """Per-page App. E estimates (paper 004) over all pages, updated in batches.
+
+    The state is :mod:`models.estimators.batch`'s structure of arrays; each update adds one
+    crawl interval ``(tau, changed, pings in it)`` to each listed page and returns the pages'
+    value parameters ``(alpha, beta, gamma)`` as ``variant`` ranks with
+    (:func:`models.sim.policies.value_params` on the believed ``(Delta, lam, nu)``), exactly
+    as :class:`~models.sim.policies.EstimatingAlgorithm1` reads its estimates.
+    """
+
+    def __init__(self, m: int, *, use_pings: bool, variant: str | None = None) -> None:
+        from models.estimators import SignalEstimator, batch_init
+
+        self.use_pings = use_pings
+        self.variant = variant or ("greedy-ncis" if use_pings else "greedy")
+        self.est = SignalEstimator(1 if use_pings else 0, prior=online_prior(use_pings))  # type: ignore[arg-type]
+        self.m = m
+        self.state = batch_init(self.est, m)
+
+    def reset(self) -> None:
+        from models.estimators import batch_init
+
+        self.state = batch_init(self.est, self.m)
+
+    def update(self, pages: IntArray, tau: FloatArray, changed: npt.NDArray[np.bool_],
+               n_pings: FloatArray, end: FloatArray) -> None:
+        """Add one interval to each of ``pages`` (distinct)."""
+        from models.estimators import batch_update
+
+        sig = n_pings[:, None] if self.use_pings else None
+        batch_update(self.est, self.state, tau, changed, sig, pages=pages, end_s=end)
+
+    def params(self, pages: IntArray | None = None) -> tuple[FloatArray, FloatArray, FloatArray]:
+        """``(alpha, beta, gamma)`` of ``pages`` (default all) as ``variant`` ranks with."""
+        from models.conversions import change_params
+        from models.estimators import batch_result
+        from models.sim.policies import value_params
+
+        r = batch_result(self.est, self.state, pages=pages)
+        if not self.use_pings:
+            z = np.zeros_like(r.change_rate_per_s)
+            return r.change_rate_per_s.copy(), z, z.copy()
+        delta, lam, nu = change_params(r.alpha_per_s, r.beta_s[:, 0], r.gamma_per_s[:, 0])
+        a, b, g, _ = value_params(self.variant, np.asarray(delta), np.asarray(lam),
+                                  np.asarray(nu))
+        return a, b, g
+
+    def learn_complete(self, trace: Trace, upto: float, eps: float,
+                       ping_page: IntArray, ping_arrival: FloatArray) -> None:
+        """Replace every page's state by its complete history of ``[0, upto]``
+        (:func:`complete_history_intervals`, with the pings that arrived in each interval),
+        one vectorised update per interval rank."""
+        self.reset()
+        taus: list[float] = []
+        chg: list[bool] = []
+        owner: list[int] = []
+        for i in range(trace.m):
+            for tau, c in complete_history_intervals(trace.changes_of(i), 0.0, upto, eps):
+                taus.append(tau)
+                chg.append(c)
+                owner.append(i)
+        if not taus:
+            return
+        tau_a = np.asarray(taus)
+        chg_a = np.asarray(chg, dtype=bool)
+        own = np.asarray(owner, dtype=np.int64)
+        first = np.searchsorted(own, np.arange(trace.m + 1))
+        rank = np.arange(own.size) - first[own]
+        end = np.empty_like(tau_a)  # each interval's end: cumulative time within its page
+        csum = np.cumsum(tau_a)
+        base = np.where(first[own] > 0, csum[np.maximum(first[own] - 1, 0)], 0.0)
+        end[:] = csum - base
+        n = np.zeros(own.size)
+        if self.use_pings and ping_page.size:
+            sel = ping_arrival <= upto
+            pk = ping_page[sel] * (4.0 * upto + 4.0) + ping_arrival[sel]
+            pk.sort()
+            ek = own * (4.0 * upto + 4.0)
+            n = (np.searchsorted(pk, ek + end, side="right")
+                 - np.searchsorted(pk, ek + end - tau_a, side="right")).astype(np.float64)
+        for r in range(int(rank.max()) + 1):
+            k = np.flatnonzero(rank == r)
+            self.update(own[k], tau_a[k], chg_a[k], n[k], end[k])
+
+
+class VectorAlgorithm1:
+    """Algorithm 1 of paper 004, every page's crawl value evaluated at once.
+
+    The value is :func:`models.values.crawl_value` at ``tau_eff = t - origin`` with the
+    page's ``(alpha, beta, gamma)``; ``origin`` is the last crawl moved back ``beta`` per
+    accepted ping (Sec. 3; ``-inf`` for ``beta = inf``), as :class:`~models.sim.Algorithm1`
+    keeps it.  A slot crawls the page of largest value, a step of ``k`` crawls the ``k``
+    largest (:func:`models.sim.run`'s batched budget).  With ``learner`` the parameters are
+    re-estimated after each crawl (``recrawl``); ``warm`` = ``(at, fn)`` calls ``fn(learner)``
+    before the first slot at or after ``at`` and re-reads every page's parameters.
+    """
+
+    def __init__(self, name: str, mu: FloatArray, alpha: FloatArray | None = None,
+                 beta: FloatArray | None = None, gamma: FloatArray | None = None, *,
+                 learner: OnlineRates | None = None, ping_rule: PingRule = "accept",
+                 warm: tuple[float, Callable[[OnlineRates], None]] | None = None) -> None:
+        self.name = name
+        self.mu = np.asarray(mu, dtype=np.float64)
+        m = self.mu.size
+        self.learner = learner
+        if learner is not None:
+            a, b, g = learner.params()
+        else:
+            if alpha is None or beta is None or gamma is None:
+                raise ValueError("fixed parameters need alpha, beta and gamma")
+            a, b, g = (np.asarray(x, dtype=np.float64).copy() for x in (alpha, beta, gamma))
+        self.alpha, self.beta, self.gamma = a, b, g
+        self.ping_rule: PingRule = ping_rule
+        self.last_crawl = np.zeros(m)
+        self.origin = np.zeros(m)
+        self.n_pings = np.zeros(m)
+        self._warm = warm
+
+    def _maybe_warm(self, t: float) -> None:
+        if self._warm is not None and t >= self._warm[0] and self.learner is not None:
+            fn = self._warm[1]
+            self._warm = None
+            fn(self.learner)
+            self.alpha, self.beta, self.gamma = self.learner.params()
+            # pings since each page's last crawl still count, on the new beta
+            self.origin = np.where(np.isinf(self.beta) & (self.n_pings > 0), -np.inf,
+                                   self.last_crawl - np.where(self.n_pings > 0,
+                                                              self.beta * self.n_pings, 0.0))
+
+    def values(self, t: float) -> FloatArray:
+        from models.values import crawl_value
+
+        with np.errstate(invalid="ignore", over="ignore"):
+            v = crawl_value(t - self.origin, self.alpha, self.beta, self.gamma, self.mu)
+        return np.nan_to_num(np.asarray(v, dtype=np.float64), nan=0.0)
+
+    def on_ping(self, page: int, arrival: float, emitted: float) -> None:
+        self.on_pings(np.array([page]), np.array([arrival]), np.array([emitted]))
+
+    def on_pings(self, pages: IntArray, arrivals: FloatArray, emitted: FloatArray) -> None:
+        ok = ping_ok(self.ping_rule, 0.0, self.last_crawl[pages], arrivals, emitted)
+        got = pages[ok]
+        if not got.size:
+            return
+        np.add.at(self.n_pings, got, 1.0)
+        use = got[self.gamma[got] > 0]
+        np.subtract.at(self.origin, use, self.beta[use])
+
+    def choose(self, t: float, eligible: Callable[[int], bool] | None) -> int | None:
+        self._maybe_warm(t)
+        v = self.values(t)
+        if eligible is None:
+            return int(np.argmax(v))
+        for p in np.argsort(-v, kind="stable").tolist():
+            if eligible(p):
+                return int(p)
+        return None
+
+    def choose_many(self, t: float, k: int) -> list[int]:
+        self._maybe_warm(t)
+        v = self.values(t)
+        k = min(k, v.size)
+        top = np.argpartition(-v, k - 1)[:k] if k < v.size else np.arange(v.size)
+        out: list[int] = top[np.argsort(-v[top], kind="stable")].tolist()
+        return out
+
+    def on_crawl(self, page: int, t: float, changed: bool, last_modified: float) -> None:
+        self.on_crawls(np.array([page], dtype=np.int64), t, np.array([changed]),
+                       np.array([last_modified]))
+
+    def on_crawls(self, pages: IntArray, t: float, changed: npt.NDArray[np.bool_],
+                  last_modified: FloatArray) -> None:
+        if not pages.size:
+            return
+        if self.learner is not None:
+            tau = t - self.last_crawl[pages]
+            self.learner.update(pages, tau, changed, self.n_pings[pages],
+                                np.full(pages.size, t))
+            a, b, g = self.learner.params(pages)
+            self.alpha[pages], self.beta[pages], self.gamma[pages] = a, b, g
+        self.last_crawl[pages] = t
+        self.origin[pages] = t
+        self.n_pings[pages] = 0.0
