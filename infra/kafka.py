@@ -69,6 +69,11 @@ def ensure_jars(cache_dir: Path) -> Path:
     return lib
 
 
+#: ``message.max.bytes``: the largest record batch the broker takes (Kafka's default, set
+#: explicitly; the worker's producers are allowed as much: ``Settings.kafka_max_message_bytes``)
+MESSAGE_MAX_BYTES = 1_048_588
+
+
 LOG4J = """\
 log4j.rootLogger=INFO, file
 log4j.appender.file=org.apache.log4j.RollingFileAppender
@@ -113,6 +118,7 @@ class KafkaConfig:
                 "transaction.state.log.min.isr=1",
                 "group.initial.rebalance.delay.ms=0",
                 "auto.create.topics.enable=true",
+                f"message.max.bytes={MESSAGE_MAX_BYTES}",
                 "num.partitions=1",
                 "log.retention.hours=24",
                 "log.segment.bytes=67108864",

@@ -20,16 +20,24 @@ from pydantic_settings import (
     SettingsConfigDict,
 )
 
-__all__ = ["ALL_TOPICS", "INPUT_TOPICS", "OUTPUT_TOPICS", "UNUSED_SETTINGS", "Settings",
-           "load_settings"]
+from infra.kafka import MESSAGE_MAX_BYTES
+
+__all__ = ["ALL_TOPICS", "INPUT_TOPICS", "KAFKA_MAX_MESSAGE_BYTES", "OUTPUT_TOPICS",
+           "UNUSED_SETTINGS", "Settings", "load_settings"]
 
 #: Settings still accepted but no longer used (:func:`load_settings` warns when one is set).
 UNUSED_SETTINGS = frozenset({"ping_dedup_window_s", "ping_dedup_max_per_host"})
 
 #: Logical topic names; the real name is ``f"{topic_prefix}.{name}"``.
 INPUT_TOPICS = ("pages", "pings", "outcomes", "hosts", "control")
-OUTPUT_TOPICS = ("orders", "rejects")
+#: ``deadletter``: where an input goes (a pointer: topic, partition, offset, digests) when
+#: even its reject could not be written (streams/worker/agents.py)
+OUTPUT_TOPICS = ("orders", "rejects", "deadletter")
 ALL_TOPICS = INPUT_TOPICS + OUTPUT_TOPICS
+#: Kafka's ``message.max.bytes`` (its default): the largest record batch the broker takes;
+#: infra's broker is configured with it and the worker's producers may send that much
+#: (Faust's producer alone would stop at 1,000,000 bytes, below what it consumes)
+KAFKA_MAX_MESSAGE_BYTES = MESSAGE_MAX_BYTES
 
 
 class Settings(BaseSettings):
@@ -136,6 +144,11 @@ class Settings(BaseSettings):
     #: (docs/benchmarks.md, "Design decisions").  Memory: up to this much per partition with
     #: a backlog is held.
     fetch_partition_bytes: int = Field(default=8 * 1024**2, ge=64 * 1024, le=1024**3)
+    #: The broker's ``message.max.bytes`` (``recrawl infra up`` sets Kafka's default,
+    #: :data:`KAFKA_MAX_MESSAGE_BYTES`): the worker's producers send records up to it, so an
+    #: input the broker took can be moved to its host's partition as it is.
+    kafka_max_message_bytes: int = Field(default=KAFKA_MAX_MESSAGE_BYTES, ge=64 * 1024,
+                                         le=1024**3)
     #: How long an agent waits for its batch to fill (``take_events``' ``within``).
     batch_wait_s: float = Field(default=0.02, gt=0.0, le=10.0)
     #: The input topics' records go to the agents' handlers a fetch at a time

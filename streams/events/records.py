@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import base64
 import functools
+import hashlib
 import math
 import re
 from typing import Any, Literal
@@ -29,11 +30,14 @@ from streams.events.urls import canonical_host, canonical_url, host_of_canonical
 
 __all__ = [
     "MAX_BUDGET_PER_S",
+    "MAX_DEAD_LETTER_REASON_CHARS",
     "MAX_IMPORTANCE",
     "MAX_IN_FLIGHT",
     "MAX_RATE_PER_S",
     "MAX_REASON_CHARS",
+    "MAX_REJECT_KEY_BYTES",
     "MAX_REJECT_RAW_BYTES",
+    "MAX_REJECT_RECORD_BYTES",
     "MAX_SECONDS",
     "MIN_CHANGE_RATE_PER_S",
     "SOURCES",
@@ -47,6 +51,8 @@ __all__ = [
     "Source",
     "Timestamp",
     "check_url",
+    "cut_key",
+    "dead_letter_payload",
     "finite",
     "host_of",
     "reject_payload",
@@ -305,28 +311,59 @@ def validation_reason(exc: ValidationError) -> str:
 #: record over 1 MB; a JSON escape takes up to 12 bytes per character).  The event itself
 #: stays in its topic at the reject's topic/partition/offset: a cut copy loses nothing.
 MAX_REJECT_RAW_BYTES = 64 * 1024
+#: The most bytes of an input event's key copied into its reject, and the reject's own
+#: Kafka key (a host name is at most 253 bytes; the broker takes a key of a megabyte).
+MAX_REJECT_KEY_BYTES = 1024
 MAX_REASON_CHARS = 2000
+#: The longest reason (and reject error) kept in a dead-letter record
+#: (:func:`dead_letter_payload`: under 4 kB JSON-encoded).
+MAX_DEAD_LETTER_REASON_CHARS = 150
+#: The largest reject :func:`reject_payload` can give, JSON-encoded: the cut value and key
+#: at 6 bytes per byte (a control character's ``\u00XX``), base64 of either, the reason at
+#: 12 bytes per character (a surrogate pair), and the fixed fields.  Below any producer's
+#: limit (Faust's 1,000,000 bytes, Kafka's 1,048,588).
+MAX_REJECT_RECORD_BYTES = (6 * MAX_REJECT_RAW_BYTES + 6 * MAX_REJECT_KEY_BYTES
+                           + 12 * (MAX_REASON_CHARS + 3) + 4096)
+
+
+def _text_or_base64(head: bytes, cut: bool) -> tuple[str | None, str | None]:
+    """``head`` as UTF-8 text, else as base64 (a character split by the cut is dropped)."""
+    try:
+        return head.decode("utf-8"), None
+    except UnicodeDecodeError as exc:
+        if cut and exc.start >= len(head) - 3:  # only the cut split a character
+            try:
+                return head[: exc.start].decode("utf-8"), None
+            except UnicodeDecodeError:
+                pass
+        return None, base64.b64encode(head).decode()
+
+
+def _as_bytes(x: bytes | str | None) -> bytes | None:
+    return x.encode("utf-8", "surrogatepass") if isinstance(x, str) else x
+
+
+def cut_key(key: bytes | str | None) -> bytes | None:
+    """A reject's own Kafka key: the input's key, cut at :data:`MAX_REJECT_KEY_BYTES`."""
+    data = _as_bytes(key)
+    return data[:MAX_REJECT_KEY_BYTES] if data is not None else None
 
 
 def reject_payload(
-    raw: bytes | str | None, topic: str, partition: int, offset: int, reason: str
+    raw: bytes | str | None, topic: str, partition: int, offset: int, reason: str,
+    key: bytes | str | None = None,
 ) -> dict[str, Any]:
     """What goes to ``recrawl.rejects``: the raw input (its first
-    :data:`MAX_REJECT_RAW_BYTES` bytes, ``raw_truncated`` and ``raw_bytes`` when cut), where
-    it came from, and why."""
-    data = raw.encode("utf-8", "surrogatepass") if isinstance(raw, str) else raw
+    :data:`MAX_REJECT_RAW_BYTES` bytes; ``raw_truncated``, ``raw_bytes`` and ``raw_sha256``
+    when cut), its key the same way (``key``/``key_base64``, cut at
+    :data:`MAX_REJECT_KEY_BYTES`: ``key_truncated``, ``key_bytes``, ``key_sha256``), where it
+    came from, and why.  JSON-encoded it is at most :data:`MAX_REJECT_RECORD_BYTES`."""
+    data = _as_bytes(raw)
     cut = data is not None and len(data) > MAX_REJECT_RAW_BYTES
-    head = data[:MAX_REJECT_RAW_BYTES] if data is not None and cut else data
     raw_text: str | None = None
     raw_b64: str | None = None
-    if head is not None:
-        try:
-            raw_text = head.decode("utf-8")
-        except UnicodeDecodeError as exc:
-            if cut and exc.start >= len(head) - 3:  # only the cut split a character
-                raw_text = head[: exc.start].decode("utf-8")
-            else:
-                raw_b64 = base64.b64encode(head).decode()
+    if data is not None:
+        raw_text, raw_b64 = _text_or_base64(data[:MAX_REJECT_RAW_BYTES], cut)
     if len(reason) > MAX_REASON_CHARS:
         reason = reason[:MAX_REASON_CHARS] + "..."
     out: dict[str, Any] = {
@@ -339,8 +376,42 @@ def reject_payload(
     if raw_b64 is not None:
         out["raw_base64"] = raw_b64
     if cut:
+        assert data is not None
         out["raw_truncated"] = True
-        out["raw_bytes"] = len(data) if data is not None else 0
+        out["raw_bytes"] = len(data)
+        out["raw_sha256"] = hashlib.sha256(data).hexdigest()
+    kdata = _as_bytes(key)
+    if kdata is not None:
+        kcut = len(kdata) > MAX_REJECT_KEY_BYTES
+        key_text, key_b64 = _text_or_base64(kdata[:MAX_REJECT_KEY_BYTES], kcut)
+        if key_b64 is not None:
+            out["key_base64"] = key_b64
+        else:
+            out["key"] = key_text
+        if kcut:
+            out["key_truncated"] = True
+            out["key_bytes"] = len(kdata)
+            out["key_sha256"] = hashlib.sha256(kdata).hexdigest()
+    return out
+
+
+def dead_letter_payload(
+    raw: bytes | str | None, key: bytes | str | None, topic: str, partition: int,
+    offset: int, reason: str, error: BaseException,
+) -> dict[str, Any]:
+    """What goes to ``recrawl.deadletter`` when even a reject could not be written: where
+    the input is (topic, partition, offset: it stays there), why it was refused, why the
+    reject failed, and the sizes and SHA-256 digests of its key and value; no copy of
+    either, so the record is small (under 4 kB) whatever the input was."""
+    if len(reason) > MAX_DEAD_LETTER_REASON_CHARS:
+        reason = reason[:MAX_DEAD_LETTER_REASON_CHARS] + "..."
+    out: dict[str, Any] = {"topic": topic, "partition": partition, "offset": offset,
+                           "reason": reason,
+                           "reject_error": repr(error)[:MAX_DEAD_LETTER_REASON_CHARS - 50]}
+    for name, x in (("raw", _as_bytes(raw)), ("key", _as_bytes(key))):
+        if x is not None:
+            out[f"{name}_bytes"] = len(x)
+            out[f"{name}_sha256"] = hashlib.sha256(x).hexdigest()
     return out
 
 

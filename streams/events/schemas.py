@@ -46,6 +46,13 @@ REJECT_SCHEMA: dict[str, Any] = {
         "raw_truncated": {"type": "boolean",
                           "description": "raw holds only the value's first 64 KiB"},
         "raw_bytes": {"type": "integer", "description": "the value's length when cut"},
+        "raw_sha256": {"type": "string", "description": "the whole value's SHA-256 when cut"},
+        "key": {"type": "string", "description": "the key as UTF-8 text (absent: no key)"},
+        "key_base64": {"type": "string", "description": "the key, when not UTF-8"},
+        "key_truncated": {"type": "boolean",
+                          "description": "key holds only the key's first 1 KiB"},
+        "key_bytes": {"type": "integer", "description": "the key's length when cut"},
+        "key_sha256": {"type": "string", "description": "the whole key's SHA-256 when cut"},
     },
     "required": ["raw", "topic", "partition", "offset", "reason"],
 }

@@ -10,12 +10,17 @@ same handlers get each fetch's records directly from the consumer
 Nothing escapes an agent (an escaped exception would ack the message anyway): bad input
 goes to rejects with its reason, a Redis or Kafka outage is retried with backoff until it
 ends (the batch waits; offsets make the retry harmless).
+
+Over 600 lines: the five input topics' handlers share one class's validation, rerouting,
+reject, dead-letter and delivery plumbing (a batch's life from its records to its ack);
+split across modules, that life would be read in pieces.
 """
 
 from __future__ import annotations
 
 import asyncio
 import collections
+import contextvars
 import json
 import logging
 import math
@@ -44,6 +49,8 @@ from streams.events.records import (
     OutcomeEvent,
     PageEvent,
     PingEvent,
+    cut_key,
+    dead_letter_payload,
     reject_payload,
     shard_of,
     validation_reason,
@@ -84,6 +91,7 @@ __all__ = [
     "Job",
     "RedisUnavailable",
     "RejectSink",
+    "kafka_cause",
     "kafka_transient",
     "register_agents",
     "transient_reply",
@@ -115,9 +123,27 @@ KAFKA_PERMANENT = (MessageSizeTooLargeError, RecordTooLargeError, RecordListTooL
                    InvalidTopicError, TopicAuthorizationFailedError)
 
 
+def kafka_cause(exc: BaseException) -> BaseException:
+    """The Kafka client's error behind ``exc``: Faust's producer raises aiokafka's errors
+    wrapped in its ``ProducerSendError`` (``raise ... from exc``)."""
+    seen = 0
+    while not isinstance(exc, KafkaError) and exc.__cause__ is not None and seen < 5:
+        exc, seen = exc.__cause__, seen + 1
+    return exc
+
+
 def kafka_transient(exc: BaseException) -> bool:
-    """A Kafka client error to retry (broker down, leader moving, timeouts), by type."""
+    """A Kafka client error to retry (broker down, leader moving, timeouts), by type (also
+    when wrapped by Faust's producer: :func:`kafka_cause`)."""
+    exc = kafka_cause(exc)
     return isinstance(exc, KafkaError) and not isinstance(exc, KAFKA_PERMANENT)
+
+
+#: what a batch sent and has not seen delivered yet: (delivery, what to do if it failed),
+#: one list per handler call (:meth:`Agents._safely`), shared by the host groups it runs
+_DELIVERIES: contextvars.ContextVar[list[tuple[Awaitable[Any], Callable[
+    [BaseException], Awaitable[None]]]] | None] = contextvars.ContextVar(
+        "recrawl_deliveries", default=None)
 
 
 #: header of an event a worker sent again to its host's partition
@@ -173,8 +199,12 @@ class Agents:
         decisions: DecisionRing | None = None,
         reroute: Callable[[str, bytes, bytes | None], Awaitable[Any]] | None = None,
         logs: LogEpochs | None = None,
+        dead_letter_sink: RejectSink | None = None,
     ) -> None:
         self.settings = settings
+        #: where an input goes (a pointer, no copy) when its reject cannot be written
+        #: (None: logged and counted only)
+        self.dead_letter_sink = dead_letter_sink
         #: epochs of the input partitions' logs (None: not checked, e.g. unit tests)
         self.logs = logs
         if logs is not None:
@@ -199,12 +229,103 @@ class Agents:
 
     # -- plumbing ------------------------------------------------------------------------
     async def reject(self, event: faust.types.EventT[Any], reason: str) -> None:
+        """Send ``event`` to the rejects with ``reason``; never raises (but a cancellation).
+
+        The reject is bounded (:func:`streams.events.records.reject_payload`: key and value
+        cut, their sizes and digests kept); an outage is retried until it ends; a reject that
+        is refused for good (the producer or the broker: a record too large for the topic,
+        a topic that cannot be written) goes to the dead-letter topic instead
+        (:meth:`dead_letter`).  Its delivery is awaited at the end of the batch
+        (:meth:`_settle`), before the batch is acked."""
         msg = event.message
-        payload = reject_payload(msg.value, msg.topic, msg.partition, msg.offset, reason)
         self.metrics.reject(_logical(msg.topic))
-        await self._retry(
-            "kafka", lambda: self.reject_sink(msg.key, json.dumps(payload).encode())
-        )
+        try:
+            payload = reject_payload(msg.value, msg.topic, msg.partition, msg.offset, reason,
+                                     key=msg.key)
+            key, body = cut_key(msg.key), json.dumps(payload).encode()
+            sent = await self._retry("kafka", lambda: self.reject_sink(key, body))
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:
+            await self.dead_letter(event, reason, exc)
+            return
+        await self._track(sent, lambda exc: self._reject_failed(event, reason, key, body, exc))
+
+    async def _track(self, sent: Any,
+                     on_error: Callable[[BaseException], Awaitable[None]]) -> None:
+        """A send's delivery (an awaitable from the producer, if any), awaited with the
+        batch's others (:meth:`_settle`), or here outside a batch: a failed one calls
+        ``on_error``."""
+        if not asyncio.isfuture(sent):
+            return  # a sink that returns once delivered (or a test's)
+        pending = _DELIVERIES.get()
+        if pending is not None:
+            pending.append((sent, on_error))
+            return
+        try:
+            await sent
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:
+            await on_error(exc)
+
+    async def _reject_failed(self, event: faust.types.EventT[Any], reason: str,
+                             key: bytes | None, body: bytes, exc: BaseException) -> None:
+        """A reject the broker did not take: sent again while the cause is an outage (and
+        awaited), else the event goes to the dead-letter topic."""
+        while kafka_transient(exc):
+            self.metrics.retry("kafka")
+            log.warning("reject not delivered (%r); sending it again", exc)
+            await asyncio.sleep(0.2)
+            try:
+                sent = await self.reject_sink(key, body)
+                if asyncio.isfuture(sent):
+                    await sent
+                return
+            except asyncio.CancelledError:
+                raise
+            except Exception as again:
+                exc = again
+        await self.dead_letter(event, reason, exc)
+
+    async def dead_letter(self, event: faust.types.EventT[Any], reason: str,
+                          error: BaseException) -> None:
+        """``event``'s pointer (topic, partition, offset, why, the reject's error, the sizes
+        and digests of its key and value) to the dead-letter topic, delivery awaited; if
+        even that fails, logged with the same fields and counted (``rejects.lost``).
+        Never raises (but a cancellation): the group keeps consuming."""
+        msg = event.message
+        payload = dead_letter_payload(msg.value, msg.key, msg.topic, msg.partition,
+                                      msg.offset, reason, kafka_cause(error))
+        body = json.dumps(payload)
+        self.metrics.tally["rejects.dead-lettered"] += 1
+        log.error("reject not written (%r): sent to the dead-letter topic instead: %s",
+                  kafka_cause(error), body)
+        if self.dead_letter_sink is not None:
+            try:
+                sent = await self._retry("kafka", lambda: self.dead_letter_sink(  # type: ignore[misc]
+                    None, body.encode()))
+                if asyncio.isfuture(sent):
+                    await sent
+                return
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:
+                log.error("dead-letter record not written either (%r)", exc)
+        self.metrics.tally["rejects.lost"] += 1
+        log.error("input neither rejected nor dead-lettered (counted rejects.lost): %s", body)
+
+    async def _settle(self, pending: list[tuple[Awaitable[Any], Callable[
+            [BaseException], Awaitable[None]]]]) -> None:
+        """Await the batch's deliveries; each failed one is handled by its ``on_error``."""
+        while pending:
+            now, pending[:] = list(pending), []
+            results = await asyncio.gather(*(d for d, _ in now), return_exceptions=True)
+            for (_d, on_error), res in zip(now, results, strict=True):
+                if isinstance(res, asyncio.CancelledError):
+                    raise res
+                if isinstance(res, BaseException):
+                    await on_error(res)
 
     async def _retry(self, where: str, fn: Callable[[], Awaitable[Any]]) -> Any:
         """Run ``fn`` until it succeeds; transient failures (outages) back off and retry."""
@@ -245,12 +366,34 @@ class Agents:
         for ev, reason in bad:
             await self.reject(ev, reason)
         for ev, host in moved:
-            msg = ev.message
-            assert self.reroute is not None
-            self.metrics.event(_logical(msg.topic), "rerouted")
-            await self._retry("kafka", lambda msg=msg, host=host: self.reroute(  # type: ignore[misc]
-                msg.topic, host.encode(), msg.value))
+            await self._move(ev, host)
         return jobs
+
+    async def _move(self, ev: faust.types.EventT[Any], host: str) -> None:
+        """``ev`` sent again keyed by ``host`` (its host's partition); one the producer or
+        the broker refuses (e.g. too large once its key and header are added) is rejected
+        alone with that reason, its batch-mates are not affected."""
+        msg = ev.message
+        reroute = self.reroute
+        assert reroute is not None
+        home = shard_of(host, self.settings.partitions)
+
+        async def refused(exc: BaseException) -> None:
+            self.metrics.tally[f"{_logical(msg.topic)}.rerouted-failed"] += 1
+            await self.reject(ev, f"on partition {msg.partition}, but host {host!r} belongs "
+                                  f"on {home}, and it could not be sent there: "
+                                  f"{kafka_cause(exc)!r}")
+
+        try:
+            sent = await self._retry("kafka", lambda: reroute(msg.topic, host.encode(),
+                                                              msg.value))
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:
+            await refused(exc)
+            return
+        self.metrics.event(_logical(msg.topic), "rerouted")
+        await self._track(sent, refused)
 
     def _validate(
         self, events: Sequence[faust.types.EventT[Any]], model: type[BaseModel]
@@ -299,6 +442,8 @@ class Agents:
 
     async def _safely(self, events: Sequence[faust.types.EventT[Any]], name: str,
                       fn: Callable[[], Awaitable[None]]) -> None:
+        pending: list[tuple[Awaitable[Any], Callable[[BaseException], Awaitable[None]]]] = []
+        token = _DELIVERIES.set(pending)
         try:
             messages = [ev.message for ev in events]
             if self.scheduler is not None and name in SHARDED:
@@ -314,6 +459,10 @@ class Agents:
             log.exception("%s batch failed", name)
             for ev in events:
                 await self.reject(ev, f"internal error: {exc!r}")
+        finally:
+            _DELIVERIES.reset(token)
+        # the batch's rejects and moved events delivered (or dead-lettered) before its ack
+        await self._settle(pending)
 
     # -- pages ---------------------------------------------------------------------------
     async def on_pages(self, events: Sequence[faust.types.EventT[Any]]) -> None:
@@ -383,9 +532,7 @@ class Agents:
                     self.decisions.add(g.url, f"{g.received_at:.3f} ping {g.source} dropped: "
                                               f"within T_DELAY={t_delay:g}s of the crawl")
                 if code == "unknown" and self.forward is not None:
-                    body = json.dumps({"url": g.url}).encode()
-                    await self._retry("kafka", lambda g=g, body=body: self.forward(  # type: ignore[misc]
-                        g.host.encode(), body))
+                    await self._forward(g.host, g.url)
                 if code in ("applied", "dup-offset") and value:
                     updates.append((j.partition, g.host, g.url, value, False, None))
         finally:  # counted once per (source, result) of the batch, not once per ping
@@ -394,6 +541,28 @@ class Agents:
                 self.metrics.ping(source, code, n)
         if self.scheduler is not None and updates:
             self.scheduler.on_pages(updates)  # the book's update, on arrays
+
+    async def _forward(self, host: str, url: str) -> None:
+        """A pinged page not in the catalogue, sent to the pages topic as a discovery; one
+        the producer refuses for good is logged and counted (``pings.forward-failed``),
+        the ping itself is applied (counted ``unknown``)."""
+        forward = self.forward
+        assert forward is not None
+        body = json.dumps({"url": url}).encode()
+
+        async def failed(exc: BaseException) -> None:
+            self.metrics.tally["pings.forward-failed"] += 1
+            log.error("discovery of %s not forwarded to the pages topic: %r", url,
+                      kafka_cause(exc))
+
+        try:
+            sent = await self._retry("kafka", lambda: forward(host.encode(), body))
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:
+            await failed(exc)
+            return
+        await self._track(sent, failed)
 
     # -- outcomes ------------------------------------------------------------------------
     async def on_outcomes(self, events: Sequence[faust.types.EventT[Any]]) -> None:
@@ -650,14 +819,24 @@ def register_agents(
     inputs = {name: topic(name) for name in ("pages", "pings", "outcomes", "hosts", "control")}
     by_name = {settings.topic(name): t for name, t in inputs.items()}
 
-    async def send_to_rejects(key: bytes | None, value: bytes) -> None:
-        await rejects_topic.send(key=key, value=value)
+    dead_letter_topic = topic("deadletter")
 
-    async def forward_page(key: bytes, value: bytes) -> None:
-        await inputs["pages"].send(key=key, value=value)
+    # each returns once the record is in the producer, with its delivery to await
+    # (Agents._track): a record the broker refuses is seen, not lost.  ``force``: sent now,
+    # not attached to the event being handled (Faust would send it at the event's ack,
+    # after the batch that awaits its delivery)
+    async def send_to_rejects(key: bytes | None, value: bytes) -> Any:
+        return await rejects_topic.send(key=key, value=value, force=True)
 
-    async def send_again(topic_name: str, key: bytes, value: bytes | None) -> None:
-        await by_name[topic_name].send(key=key, value=value, headers={REROUTED_HEADER: b"1"})
+    async def send_to_dead_letter(key: bytes | None, value: bytes) -> Any:
+        return await dead_letter_topic.send(key=key, value=value, force=True)
+
+    async def forward_page(key: bytes, value: bytes) -> Any:
+        return await inputs["pages"].send(key=key, value=value, force=True)
+
+    async def send_again(topic_name: str, key: bytes, value: bytes | None) -> Any:
+        return await by_name[topic_name].send(key=key, value=value,
+                                              headers={REROUTED_HEADER: b"1"}, force=True)
 
     # which incarnation of each input log the offsets belong to: kept in Redis beside them
     # (an in-memory store starts empty with every process: nothing to tell apart)
@@ -667,6 +846,7 @@ def register_agents(
         settings, store, metrics, reject_sink or send_to_rejects, scheduler=scheduler,
         forward=forward_page if settings.forward_discoveries else None,
         reroute=send_again if reroute else None, logs=logs,
+        dead_letter_sink=send_to_dead_letter if reject_sink is None else None,
     )
 
     @app.on_partitions_assigned.connect  # type: ignore[arg-type]

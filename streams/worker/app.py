@@ -37,8 +37,9 @@ class OrdersProducer:
     #: keys whose partition is remembered (one per host: cleared when full)
     MAX_KEYS = 100_000
 
-    def __init__(self, bootstrap: str) -> None:
+    def __init__(self, bootstrap: str, max_request_bytes: int = 1_048_576) -> None:
         self.bootstrap = bootstrap
+        self.max_request_bytes = max_request_bytes
         self._producer: AIOKafkaProducer | None = None
         self._lock = asyncio.Lock()
         self.stopped = False
@@ -54,7 +55,8 @@ class OrdersProducer:
                 # clients: an order lands on its host's partition
                 p = AIOKafkaProducer(bootstrap_servers=self.bootstrap, acks="all",
                                      enable_idempotence=True, linger_ms=5,
-                                     max_batch_size=self.MAX_BATCH_BYTES)
+                                     max_batch_size=self.MAX_BATCH_BYTES,
+                                     max_request_size=self.max_request_bytes)
                 try:
                     await p.start()
                 except BaseException:
@@ -159,6 +161,9 @@ def app_options(settings: Settings) -> dict[str, Any]:
         # held at once, and one handler call that long holds the loop)
         "broker_max_poll_records": settings.batch_size if settings.batch_consumer else None,
         "consumer_max_fetch_size": settings.fetch_partition_bytes,
+        # what the broker takes (Faust's default, 1,000,000 bytes, is less: an input event
+        # the broker took could not be moved to its host's partition)
+        "producer_max_request_size": settings.kafka_max_message_bytes,
     }
 
 
@@ -187,7 +192,7 @@ def create_app(settings: Settings) -> faust.App:
 
     orders_name = settings.topic("orders")
 
-    orders = OrdersProducer(settings.kafka_bootstrap)
+    orders = OrdersProducer(settings.kafka_bootstrap, settings.kafka_max_message_bytes)
 
     async def send_order(key: bytes, value: bytes) -> None:
         # no Faust message object per order: the call returns once the record is in the

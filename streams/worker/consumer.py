@@ -14,14 +14,19 @@ offsets and their commits.  A batch is delivered from the fetcher's own task, af
 records Faust still streams (the orders' topic has no agent; none of the worker's topics
 goes through both paths); its messages are tracked as unacked while the handler runs
 (a rebalance's ``wait_empty`` waits for them, so the revocation's commit includes them),
-and acked, in offset order, only once the handler returned: a handler that is cancelled or
-raises leaves them unacked, and Kafka delivers them again (every store write is
-offset-guarded).  The read-offset rule (a record below a partition's read offset is one
-already read) and the gap bookkeeping are Faust's, as in ``Consumer._drain_messages``.
+and acked, in offset order, only once the handler returned: a handler that is cancelled
+leaves them unacked, and Kafka delivers them again (every store write is offset-guarded).
+A handler raises nothing (what it cannot apply goes to the rejects or the dead-letter
+topic); should one raise anyway, its records are logged and acked, counted
+``batches.failed``: a record that made the worker stop would stop it again at every
+restart, and the whole group with it.  The read-offset rule (a record below a partition's
+read offset is one already read) and the gap bookkeeping are Faust's, as in
+``Consumer._drain_messages``.
 """
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import weakref
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
@@ -94,6 +99,7 @@ class BatchConsumer(AIOKafkaConsumer):
 
     async def _deliver(self, handler: BatchHandler, recs: list[tuple[TP, Any]]) -> None:
         read = self._read_offset
+        metrics = getattr(self.app, "recrawl_metrics", None)
         acks_on = self.app.topics.acks_enabled_for(recs[0][0].topic)
         messages: list[Message] = []
         last: dict[TP, int] = {}
@@ -118,9 +124,20 @@ class BatchConsumer(AIOKafkaConsumer):
             self.app.monitor.track_tp_end_offset(tp, self.highwater(tp))
         try:
             await handler([BatchEvent(m) for m in messages])
-        except BaseException:  # cancelled (a stop) or a bug: unacked, delivered again
+        except asyncio.CancelledError:  # a stop: unacked, delivered again
             unacked.difference_update(messages)
             raise
+        except Exception:
+            # The handlers reject what they cannot apply (streams/worker/agents.py) and
+            # raise nothing; should one still raise, the records are logged and acked:
+            # raising here would stop the worker, and every restart would read the same
+            # records and stop again (the whole group down until the offsets are moved
+            # by hand).
+            where = ", ".join(f"{tp.topic}[{tp.partition}]@{off}" for tp, off in last.items())
+            log.exception("batch handler failed: %d records up to %s acked unhandled",
+                          len(messages), where)
+            if metrics is not None:
+                metrics.tally["batches.failed"] += 1
         ack = self.ack
         for m in messages:
             ack(m)
