@@ -219,6 +219,17 @@ def wait_ready(proc: subprocess.Popen[bytes], cfg: KafkaConfig, timeout_s: float
     )
 
 
+#: the topics whose records are the catalogue (``.pages``, ``.hosts``, ``.control``): kept
+#: forever, so that a worker can rebuild a lost Redis from them (streams/worker/recovery.py);
+#: the others keep the broker's retention (docs/reliability.md, "What is durable where")
+CATALOGUE_TOPICS = ("pages", "hosts", "control")
+
+
+def topic_config(name: str) -> dict[str, str]:
+    """The configuration a recrawl topic is created with."""
+    return {"retention.ms": "-1"} if name.rsplit(".", 1)[-1] in CATALOGUE_TOPICS else {}
+
+
 async def create_topics(bootstrap: str, names: Iterable[str], partitions: int) -> list[str]:
     """Create the topics that do not exist yet (all with ``partitions`` partitions).
 
@@ -234,7 +245,8 @@ async def create_topics(bootstrap: str, names: Iterable[str], partitions: int) -
         existing = set(await admin.list_topics())
         new = [n for n in wanted if n not in existing]
         if new:
-            await admin.create_topics([NewTopic(n, partitions, 1) for n in new])
+            await admin.create_topics([NewTopic(n, partitions, 1, topic_configs=topic_config(n))
+                                       for n in new])
         for desc in await admin.describe_topics([n for n in wanted if n in existing]):
             count = len(desc.get("partitions", []))
             if count and count != partitions:

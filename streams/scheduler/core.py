@@ -22,6 +22,7 @@ from models.decision.table import PageTable
 from streams.estimates.estimation import Estimates
 from streams.events.records import SOURCES
 from streams.scheduler import budget
+from streams.scheduler.confirm import OrderLog, confirm_flights
 from streams.scheduler.heartbeat import (
     RESPLIT_S,
     SHARD_ALIVE_S,
@@ -72,6 +73,7 @@ class Scheduler(OrderIssuing):
         monotonic: Callable[[], float] = time.monotonic,
         decisions: DecisionRing | None = None,
         manage_gc: bool = False,
+        order_log: OrderLog | None = None,
     ) -> None:
         self.settings = settings
         #: the worker's own process: refreeze the garbage collector after the loads and
@@ -125,6 +127,12 @@ class Scheduler(OrderIssuing):
         self.heartbeat: Heartbeat | None = None
         #: local shards published as ready at the last resplit (they may spend)
         self._announced: set[int] = set()
+        #: partitions whose state is being rebuilt (:meth:`hold`): no shard, no order
+        self.held: set[int] = set()
+        #: reads the orders topic: a rebuilt shard's in-flight marks are confirmed against
+        #: it (streams/scheduler/confirm.py); None: not checked
+        self.order_log = order_log
+        self._confirms: dict[int, asyncio.Task[None]] = {}
 
     # -- events from the agents -------------------------------------------------------
     async def on_page(
@@ -208,14 +216,28 @@ class Scheduler(OrderIssuing):
         self.metrics.budget.set(self.control.budget_per_s)
 
     # -- shard state ----------------------------------------------------------------
+    def hold(self, partitions: set[int]) -> None:
+        """No shard for these partitions until :meth:`release` (their state in Redis is
+        being rebuilt, streams.worker.recovery: a book read now would be partial)."""
+        self.held |= partitions
+        self.sync_assignment(set(self.shards))
+
+    def release(self, partitions: set[int]) -> None:
+        """Rebuild the shards of ``partitions`` from Redis again (if still assigned)."""
+        self.held -= partitions
+        owned = self.assignment() if self.assignment is not None else set(self.shards)
+        self.sync_assignment(owned | (partitions if self.assignment is None else set()))
+
     def sync_assignment(self, partitions: set[int]) -> None:
+        partitions = partitions - self.held
         if self.heartbeat is not None:
             self.heartbeat.drop(set(self.shards) - partitions)
         for p in list(self.shards):
             if p not in partitions:
-                task = self._loaders.pop(p, None)
-                if task is not None:
-                    task.cancel()
+                for tasks in (self._loaders, self._confirms):
+                    task = tasks.pop(p, None)
+                    if task is not None:
+                        task.cancel()
                 del self.shards[p]
                 self.metrics.forget_shard(p)
                 log.info("shard %d revoked", p)
@@ -225,8 +247,33 @@ class Scheduler(OrderIssuing):
             # instead of starting again at 1
             with contextlib.suppress(TypeError, ValueError):
                 shard.weight = float(self.global_shards.get(p, {}).get("weight", 1.0))
-            self._loaders[p] = asyncio.ensure_future(self._load(shard))
+            self._loaders[p] = asyncio.ensure_future(self._load_then_confirm(shard))
             log.info("shard %d assigned; loading", p)
+
+    async def _load_then_confirm(self, shard: Shard) -> None:
+        await self._load(shard)
+        if self.order_log is not None and shard.in_flight:
+            self._confirms[shard.partition] = asyncio.ensure_future(self._confirm(shard))
+
+    async def _confirm(self, shard: Shard) -> None:
+        """End the marks of a rebuilt shard whose order never reached the orders topic (a
+        worker killed with them in its producer): due at once, as a time-out
+        (streams/scheduler/confirm.py)."""
+        assert self.order_log is not None
+        lost = await confirm_flights(shard.partition, dict(shard.in_flight), self.order_log,
+                                     self.clock())
+        lost = [(u, oid) for u, oid in lost if shard.in_flight.get(u, ("",))[0] == oid]
+        if not lost:
+            return
+        log.warning("shard %d: %d orders marked in flight never reached the orders topic "
+                    "(their worker stopped before sending them): ordered again",
+                    shard.partition, len(lost))
+        self.metrics.tally["orders.unconfirmed"] += len(lost)
+        now = self.clock()
+        for url, oid in lost:
+            heapq.heappush(shard.timeouts, (0.0, url, oid))
+            self.decisions.add(url, f"{now:.3f} order {oid} is not on the orders topic "
+                                    "(its worker stopped before sending it): ended")
 
     # -- budget ---------------------------------------------------------------------
     async def resplit(self, dt_s: float) -> None:

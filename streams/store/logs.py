@@ -25,18 +25,36 @@ A new log gets the next epoch, and its offsets are stored under ``<topic>:<parti
 events. Consumer-group offsets reset *backwards* on the same log are not a new log: those events
 were applied, and are skipped as the redeliveries they are.  After each batch the anchor
 moves to the batch's last record (one ``HSET`` per batch).
+
+A lost Redis (restarted without its append-only file, flushed, a new empty server) takes the
+anchors and every offset with it, while the group's committed offsets stay ahead in Kafka:
+nothing would replay, and the worker would go on from an empty catalogue.  Two checks catch
+it before a batch is applied (:class:`CatalogueLost`):
+
+* the *catalogue mark*: field ``catalogue`` of the same hash holds a random id written by the
+  first worker on an empty Redis (``HSETNX``); a worker remembers the id it saw, and checks it
+  with every batch (and every second, :meth:`LogEpochs.lost`).  The field missing, or another
+  id (a peer found it missing first and wrote a new one), means the state it ran on is gone;
+* a partition with *no anchor* whose batch does not start at the beginning of its log (the
+  record before the batch is still in the log, :func:`kafka_probe`): the group read that log
+  before, and Redis has no trace of it (a worker started on a lost Redis).  A partition whose
+  batch starts at offset 0, or right after what retention deleted, is new: epoch 0.
+
+What the worker then does (replay the partitions from Kafka) is
+:mod:`streams.worker.recovery`.
 """
 
 from __future__ import annotations
 
 import logging
+import secrets
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from aiokafka import AIOKafkaConsumer, TopicPartition
 
-__all__ = ["Anchor", "LogEpochs", "kafka_probe"]
+__all__ = ["CATALOGUE_FIELD", "Anchor", "CatalogueLost", "LogEpochs", "kafka_probe"]
 
 log = logging.getLogger(__name__)
 
@@ -44,6 +62,19 @@ log = logging.getLogger(__name__)
 #: "gone" (the log starts after it: retention), None (not found: compacted, or no answer)
 ProbeResult = int | str | None
 Probe = Callable[[str, int, int], Awaitable[ProbeResult]]
+
+#: the field of ``P:{logs}`` holding the catalogue mark (module docstring)
+CATALOGUE_FIELD = "catalogue"
+
+
+class CatalogueLost(Exception):
+    """Redis lost the state of these partitions (module docstring): they must be read again
+    from the start of their logs before anything else is applied."""
+
+    def __init__(self, partitions: set[int], reason: str) -> None:
+        super().__init__(f"partitions {sorted(partitions)}: {reason}")
+        self.partitions = partitions
+        self.reason = reason
 
 
 @dataclass(frozen=True, slots=True)
@@ -76,6 +107,35 @@ class LogEpochs:
         #: (topic, partition) -> epoch, checked since the last assignment
         self.known: dict[tuple[str, int], int] = {}
         self.new_logs = 0
+        #: the catalogue mark this worker runs on (None: not read yet)
+        self.mark_id: str | None = None
+
+    async def lost(self) -> str | None:
+        """Why the catalogue this worker ran on is gone (None: it is not): the mark missing,
+        or another one.  The first call adopts the mark, writing one on an empty Redis."""
+        raw = await self.redis.hget(self.key, CATALOGUE_FIELD)
+        found = raw.decode() if isinstance(raw, bytes) else raw
+        if self.mark_id is None:
+            if found is None:
+                await self.redis.hsetnx(self.key, CATALOGUE_FIELD, secrets.token_hex(8))
+                raw = await self.redis.hget(self.key, CATALOGUE_FIELD)
+                found = raw.decode() if isinstance(raw, bytes) else raw
+            self.mark_id = found
+            return None
+        if found == self.mark_id:
+            return None
+        return ("the catalogue mark is missing: Redis restarted empty or was flushed"
+                if found is None else
+                "the catalogue mark changed: another worker found Redis empty")
+
+    async def renew(self) -> None:
+        """After a replay: run on the mark now in Redis (written anew if missing)."""
+        self.mark_id = None
+        await self.lost()
+
+    def replayed(self, tp: tuple[str, int]) -> None:
+        """``tp`` was read again from its start into an empty Redis: epoch 0."""
+        self.known[tp] = 0
 
     def forget(self) -> None:
         """After a rebalance: check each partition again (another worker may have moved
@@ -88,6 +148,9 @@ class LogEpochs:
     async def resolve(self, messages: Sequence[Any]) -> None:
         """Check the partitions of ``messages`` (Faust messages of one batch, in offset
         order per partition) not checked since the last assignment."""
+        why = await self.lost()
+        if why is not None:
+            raise CatalogueLost({m.partition for m in messages}, why)
         first: dict[tuple[str, int], list[Any]] = {}
         for m in messages:
             tp = (m.topic, m.partition)
@@ -99,6 +162,10 @@ class LogEpochs:
         stored = await self.redis.hmget(self.key, fields)
         for (tp, msgs), field, raw in zip(first.items(), fields, stored, strict=True):
             if raw is None:
+                if await self._read_before(tp, msgs[0].offset):
+                    raise CatalogueLost(
+                        {tp[1]}, f"{tp[0]}:{tp[1]} has no anchor in Redis, but the group read "
+                        f"its log before (the batch starts at offset {msgs[0].offset})")
                 self.known[tp] = 0
                 continue
             anchor = Anchor.decode(raw.decode() if isinstance(raw, bytes) else str(raw))
@@ -114,6 +181,12 @@ class LogEpochs:
             last = msgs[-1]
             await self.redis.hset(self.key, field,
                                   Anchor(epoch, last.offset, _ms(last.timestamp)).encode())
+
+    async def _read_before(self, tp: tuple[str, int], offset: int) -> bool:
+        """Whether the log still holds a record before ``offset`` (the group read it)."""
+        if offset <= 0 or self.probe is None:
+            return False
+        return await self.probe(tp[0], tp[1], offset - 1) != "gone"
 
     async def _same_log(self, tp: tuple[str, int], msgs: Sequence[Any], a: Anchor) -> bool:
         if msgs[0].offset > a.offset:

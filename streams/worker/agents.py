@@ -42,6 +42,7 @@ from pydantic import BaseModel, ValidationError
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
+from infra.kafka import topic_config
 from streams.estimates.estimation import Estimation, Observation, newer_record
 from streams.events.records import (
     ControlEvent,
@@ -66,7 +67,7 @@ from streams.store import (
     StateStore,
     StoreUnavailable,
 )
-from streams.store.logs import LogEpochs, kafka_probe
+from streams.store.logs import CatalogueLost, LogEpochs, kafka_probe
 from streams.store.redis_store import (
     TRANSIENT_REPLY_PREFIXES,
     TRANSIENT_REPLY_TYPES,
@@ -223,6 +224,9 @@ class Agents:
                          else DecisionRing(per_page=settings.decisions_per_page))
         self.decisions = decisions
         self.stopping = False
+        #: what to do when Redis lost the state of partitions (streams.worker.recovery);
+        #: None: the batch fails (and is rejected as an internal error)
+        self.recover: Callable[[CatalogueLost], Awaitable[None]] | None = None
         half_life = settings.estimator_half_life_s or math.inf
         self.estimation = Estimation(half_life,
                                      record_version=settings.estimator_record_version)
@@ -436,8 +440,22 @@ class Agents:
 
     async def _store(self, call: Callable[[], Awaitable[list[Any]]]) -> list[Any]:
         """A store batch, run again until the store takes it (an outage; every mutation is
-        offset-guarded, so a batch run twice is applied once)."""
-        result: list[Any] = await self._retry("redis", call)
+        offset-guarded, so a batch run twice is applied once).  After a failed attempt
+        (Redis away) the catalogue mark is checked before the next: a Redis that came back
+        empty gets the batch only after its rebuild (:class:`CatalogueLost`, handled by
+        :meth:`_safely`), else the batch's offsets would hide the earlier events from it."""
+        tried = False
+
+        async def attempt() -> list[Any]:
+            nonlocal tried
+            if tried and self.logs is not None:
+                why = await self.logs.lost()
+                if why is not None:
+                    raise CatalogueLost(set(), why)
+            tried = True
+            return await call()
+
+        result: list[Any] = await self._retry("redis", attempt)
         return result
 
     async def _safely(self, events: Sequence[faust.types.EventT[Any]], name: str,
@@ -449,8 +467,15 @@ class Agents:
             if self.scheduler is not None and name in SHARDED:
                 await self.scheduler.wait_loaded({m.partition for m in messages})
             if self.logs is not None:  # a partition's log replaced? (streams/store/logs.py)
-                await self._retry("redis", lambda: self.logs.resolve(messages))  # type: ignore[union-attr]
-            await fn()
+                await self._retry("redis", lambda: self._resolve(messages))
+            try:
+                await fn()
+            except CatalogueLost as lost:  # Redis came back empty while the batch waited
+                if self.recover is None:
+                    raise
+                await self.recover(lost)
+                await self._retry("redis", lambda: self._resolve(messages))
+                await fn()  # (its records are redeliveries of the replay's now)
             if self.logs is not None:
                 await self._retry("redis", lambda: self.logs.mark(messages))  # type: ignore[union-attr]
         except asyncio.CancelledError:
@@ -463,6 +488,17 @@ class Agents:
             _DELIVERIES.reset(token)
         # the batch's rejects and moved events delivered (or dead-lettered) before its ack
         await self._settle(pending)
+
+    async def _resolve(self, messages: list[Any]) -> None:
+        """The epochs of the batch's partitions; a lost catalogue is rebuilt first."""
+        assert self.logs is not None
+        try:
+            await self.logs.resolve(messages)
+        except CatalogueLost as lost:
+            if self.recover is None:
+                raise
+            await self.recover(lost)
+            await self.logs.resolve(messages)
 
     # -- pages ---------------------------------------------------------------------------
     async def on_pages(self, events: Sequence[faust.types.EventT[Any]]) -> None:
@@ -813,7 +849,9 @@ def register_agents(
     app.recrawl_store = store  # type: ignore[attr-defined]
 
     def topic(name: str) -> Any:
-        return app.topic(settings.topic(name), value_serializer="raw", key_serializer="raw")
+        # created by Faust when missing: the catalogue's topics with infra's retention
+        return app.topic(settings.topic(name), value_serializer="raw", key_serializer="raw",
+                         config=topic_config(settings.topic(name)) or None)
 
     rejects_topic = topic("rejects")
     inputs = {name: topic(name) for name in ("pages", "pings", "outcomes", "hosts", "control")}
@@ -861,6 +899,10 @@ def register_agents(
         "hosts": logic.on_hosts,
         "control": logic.on_control,
     }
+    if logs is not None:
+        from streams.worker.recovery import attach
+
+        handlers = attach(app, settings, store, metrics, scheduler, logic, logs, handlers)
     # each batch counted per topic (/stats: events per batch), whichever path delivers it
     handlers = {name: _counted(handler, name, metrics) for name, handler in handlers.items()}
     if batch_consumer:  # read by streams.worker.consumer.BatchConsumer

@@ -169,6 +169,7 @@ def app_options(settings: Settings) -> dict[str, Any]:
 
 def create_app(settings: Settings) -> faust.App:
     from streams.scheduler import Scheduler
+    from streams.scheduler.confirm import kafka_order_log
     from streams.store.redis_store import Store
     from streams.worker.agents import register_agents
     from streams.worker.metrics import GC_PAUSES, Metrics
@@ -212,7 +213,8 @@ def create_app(settings: Settings) -> faust.App:
         return orders.send_many(orders_name, records)
 
     scheduler = Scheduler(settings, store, metrics, send_order, send_orders=send_orders,
-                          assignment=assignment, manage_gc=settings.gc_freeze)
+                          assignment=assignment, manage_gc=settings.gc_freeze,
+                          order_log=kafka_order_log(settings.kafka_bootstrap, orders_name))
     register_agents(app, settings, store=store, metrics=metrics, scheduler=scheduler,
                     batch_consumer=settings.batch_consumer)
     app.recrawl_scheduler = scheduler  # type: ignore[attr-defined]

@@ -17,6 +17,7 @@ import contextlib
 import itertools
 import json
 import os
+import shutil
 import signal
 import threading
 import time
@@ -71,11 +72,26 @@ class PrivateStack:
             self.rcfg.data_dir, port=self.rcfg.port, tie_to_parent=True)
         redis.wait_ready(self.rproc, self.rcfg)
 
+    def wipe_redis(self) -> None:
+        """Delete a stopped Redis's append-only file and snapshot: it starts again empty."""
+        for path in self.rcfg.data_dir.iterdir():
+            if path.name.startswith("appendonly") or path.suffix == ".rdb":
+                if path.is_dir():
+                    shutil.rmtree(path)
+                else:
+                    path.unlink()
+
     def pause_redis(self) -> None:
         os.kill(self.rproc.pid, signal.SIGSTOP)
 
     def resume_redis(self) -> None:
         os.kill(self.rproc.pid, signal.SIGCONT)
+
+    def pause_kafka(self) -> None:
+        os.kill(self.kproc.pid, signal.SIGSTOP)
+
+    def resume_kafka(self) -> None:
+        os.kill(self.kproc.pid, signal.SIGCONT)
 
     def stop_kafka(self) -> None:
         """SIGTERM the broker (a controlled shutdown) and wait for it."""
@@ -90,6 +106,8 @@ class PrivateStack:
     def close(self) -> None:
         with contextlib.suppress(OSError):
             os.kill(self.rproc.pid, signal.SIGCONT)
+        with contextlib.suppress(OSError):
+            os.kill(self.kproc.pid, signal.SIGCONT)
         stop_group(self.kproc, timeout_s=30)
         stop_group(self.rproc)
 
