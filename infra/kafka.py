@@ -117,7 +117,10 @@ class KafkaConfig:
                 "transaction.state.log.replication.factor=1",
                 "transaction.state.log.min.isr=1",
                 "group.initial.rebalance.delay.ms=0",
-                "auto.create.topics.enable=true",
+                # a topic exists only once created with recrawl's partition count
+                # (``create_topics``): one deleted under a running client is not created
+                # again by a fetch or a send with the broker's default of 1 partition
+                "auto.create.topics.enable=false",
                 f"message.max.bytes={MESSAGE_MAX_BYTES}",
                 "num.partitions=1",
                 "log.retention.hours=24",

@@ -166,7 +166,8 @@ class ShardLoading:
         with np.errstate(invalid="ignore"):
             ok = (np.isfinite(many.alpha) & np.isfinite(many.gamma)
                   & np.isfinite(many.importance) & np.isfinite(many.max_value)
-                  & ~np.isnan(many.origin) & ~np.isnan(many.beta))
+                  & ~np.isnan(many.origin) & ~np.isnan(many.beta)
+                  & (many.last_crawl_s <= self._latest_crawl_s()))
         for i in np.flatnonzero(~ok).tolist():
             host, value, cleared, est = pages[urls[i]]
             one.append((host, urls[i], value, cleared, est))
@@ -201,6 +202,14 @@ class ShardLoading:
             estimated=many.estimated[rows], src_beta=many.src_beta[rows],
             floor_due_s=floor_due)
 
+    def _latest_crawl_s(self, now: float | None = None) -> float:
+        """The latest last crawl a stored page may have: the outcomes' bound (an outcome's
+        ``fetched_at`` at most ``max_future_s`` ahead of the clock: ``OutcomeEvent``).  A
+        page stored with a later one (written before that bound, or by a worker whose
+        clock ran far ahead) would be loaded and never ordered: it is left out instead,
+        counted (``pages.unusable``, ``pages.future-crawl``) and logged."""
+        return (self.clock() if now is None else now) + self.settings.max_future_s
+
     def _apply(
         self, shard: Shard, host: str, url: str, state: PageState,
         estimator: str | Estimates | None, flight: Any,
@@ -208,6 +217,13 @@ class ShardLoading:
         """Apply a page's state; ``flight``: KEEP (unchanged), NOT_IN_FLIGHT, or the
         ``(order_id, issued_at)`` stored in Redis (rebuild)."""
         now = self.clock()
+        if not state.last_crawl_s <= self._latest_crawl_s(now):  # (also NaN)
+            self.metrics.tally["pages.future-crawl"] += 1
+            raise ValueError(
+                f"last crawl {state.last_crawl_s!r} is more than max_future_s="
+                f"{self.settings.max_future_s:g}s after this worker's clock ({now:.3f}): "
+                "it would never be due (an outcome cannot set it; delete the page and add "
+                "it again)")
         if isinstance(estimator, str):
             estimator = estimates_of(estimator)
         t = shard.table
@@ -324,7 +340,8 @@ class ShardLoading:
             with np.errstate(invalid="ignore"):
                 bulk = (np.isfinite(many.alpha) & np.isfinite(many.gamma)
                         & np.isfinite(many.importance) & np.isfinite(many.max_value)
-                        & ~np.isnan(many.origin) & ~np.isnan(many.beta))
+                        & ~np.isnan(many.origin) & ~np.isnan(many.beta)
+                        & (many.last_crawl_s <= self._latest_crawl_s()))
         rows = np.flatnonzero(bulk)
         if many is not None and rows.size:
             now = self.clock()

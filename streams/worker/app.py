@@ -164,6 +164,9 @@ def app_options(settings: Settings) -> dict[str, Any]:
         # what the broker takes (Faust's default, 1,000,000 bytes, is less: an input event
         # the broker took could not be moved to its host's partition)
         "producer_max_request_size": settings.kafka_max_message_bytes,
+        # an input topic deleted and created again (the broker creates no topic by itself:
+        # infra/kafka.py) is seen at the next metadata refresh: within 10 s, not aiokafka's 5 min
+        "consumer_metadata_max_age_ms": 10_000,
     }
 
 

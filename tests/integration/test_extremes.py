@@ -21,7 +21,14 @@ from redis.exceptions import (
 )
 from test_agents_redis import Harness, js
 
-from streams.events.records import SOURCES, HostEvent, Order, PageEvent, reject_payload
+from streams.events.records import (
+    SOURCES,
+    HostEvent,
+    Order,
+    OutcomeEvent,
+    PageEvent,
+    reject_payload,
+)
 from streams.scheduler import Scheduler
 from streams.settings import Settings
 from streams.store.redis_store import PageState, Store
@@ -106,6 +113,70 @@ async def test_a_shard_with_unusable_stored_data_still_loads_and_orders(redis_ur
         assert never[0]["tau_eff"] is None  # never crawled: no tau_eff (not the epoch time)
         assert all(o["tau_eff"] is not None and o["tau_eff"] >= 100 for o in sent
                    if o["url"] in good)
+    finally:
+        await store.close()
+
+
+def test_an_outcome_that_would_set_an_absurd_last_crawl_is_refused_with_a_reason() -> None:
+    now = time.time()
+    for fetched_at in (1e300, now + 1e6):
+        raw = json.dumps({"url": "http://a.org/x", "fetched_at": fetched_at,
+                          "changed": True}).encode()
+        with pytest.raises(ValueError, match="fetched_at"):
+            OutcomeEvent.model_validate_json(raw, context={"now_s": now,
+                                                           "max_future_s": 300.0})
+
+
+async def test_a_stored_page_crawled_in_the_far_future_is_counted_and_logged_not_loaded(
+        redis_url: str, caplog: pytest.LogCaptureFixture) -> None:
+    """A page stored with a last crawl of 1e300 (or a day ahead) would never be due: at a
+    rebuild, and at an update of the page, it is left out of the book, counted and logged;
+    the shard's other pages are ordered."""
+    prefix = f"x{uuid.uuid4().hex[:8]}"
+    st = Settings(web_enabled=False, key_prefix=prefix, redis_url=redis_url, partitions=1,
+                  budget_per_s=100.0, default_change_rate_per_s=0.5,
+                  default_host_crawls_per_s=100.0, host_burst=100.0)
+    store = Store.from_url(redis_url, prefix)
+    sent: list[dict[str, object]] = []
+
+    async def sink(key: bytes, value: bytes) -> None:
+        sent.append(json.loads(value))
+
+    future = {"http://late.org/far": 1e300, "http://late.org/day": time.time() + 86400.0}
+    try:
+        await store.load_scripts()
+        r = store.redis
+        await r.sadd(store.shard_key(0), "late.org")
+        await r.hset(store.key("late.org", "pages"), mapping={
+            "http://late.org/ok": PageState(last_crawl_s=time.time() - 500).encode(),
+            **{u: PageState(last_crawl_s=x).encode() for u, x in future.items()}})
+        metrics = Metrics()
+        sch = Scheduler(st, store, metrics, sink)
+        with caplog.at_level("WARNING"):
+            sch.sync_assignment({0})
+            for _ in range(100):
+                if all(s.ready for s in sch.shards.values()):
+                    break
+                await asyncio.sleep(0.05)
+        shard = sch.shards[0]
+        assert shard.ready
+        assert len(shard.book) == 1 and "http://late.org/ok" in shard.book
+        assert metrics.tally["pages.unusable"] == 2
+        assert metrics.tally["pages.future-crawl"] == 2
+        for u in future:
+            assert any(u in m and "max_future_s" in m for m in caplog.messages), u
+        # a later update of such a page (a catalogue event) leaves it out the same way
+        sch.on_pages([(0, "late.org", "http://late.org/far",
+                       PageState(last_crawl_s=1e300, importance=2.0).encode(), False, None)])
+        assert "http://late.org/far" not in shard.book
+        assert metrics.tally["pages.future-crawl"] == 3
+        shard.share_per_s = 100.0
+        for _ in range(20):
+            await sch.tick_all([shard])
+            await asyncio.sleep(0.02)
+            if sent:
+                break
+        assert [o["url"] for o in sent] == ["http://late.org/ok"]
     finally:
         await store.close()
 

@@ -98,3 +98,68 @@ def test_events_of_a_recreated_topic_are_applied(settings: Settings, start_worke
     anchor = r.hget(f"{settings.key_prefix}:{{logs}}",
                     new_fields[0].removesuffix("~1"))
     assert anchor is not None and anchor.startswith(f"1|{n_new}|")
+
+
+async def _partition_count(s: Settings, name: str) -> int | None:
+    admin = AIOKafkaAdminClient(bootstrap_servers=s.kafka_bootstrap)
+    await admin.start()
+    try:
+        if name not in set(await admin.list_topics()):
+            return None
+        (desc,) = await admin.describe_topics([name])
+        return len(desc.get("partitions", [])) or None
+    finally:
+        await admin.close()
+
+
+def test_an_input_topic_deleted_under_a_running_worker_is_not_created_again_by_it(
+        settings: Settings, start_worker) -> None:
+    """The broker runs without topic auto-creation: the running worker's consumer and
+    producer do not bring a deleted input topic back with the broker's default partition
+    count (1), on which every event would be rejected for being on another partition; the
+    operator creates it again with recrawl's count and the worker applies its events."""
+    s = settings
+    r = connect_redis_sync(s.redis_url, decode_responses=True)
+    key = f"{s.key_prefix}:{{{HOST}}}:pages"
+    worker = start_worker(s)
+    old = [f"https://{HOST}/before/{i}" for i in range(3)]
+    asyncio.run(_produce(s, old))
+    assert _wait_for(r, key, old) == set(old)
+    admin_deleted = asyncio.run(_delete(s))
+    assert admin_deleted
+    time.sleep(8)  # the worker's consumer and producer refresh their metadata meanwhile
+    assert asyncio.run(_partition_count(s, s.topic("pages"))) is None
+    asyncio.run(_recreate_only(s))
+    assert asyncio.run(_partition_count(s, s.topic("pages"))) == s.partitions
+    new = [f"https://{HOST}/after/{i}" for i in range(3)]
+    asyncio.run(_produce(s, new))
+    assert _wait_for(r, key, new, timeout_s=90) >= set(new)
+    assert worker.proc.poll() is None, worker.log()[-3000:]
+
+
+async def _delete(s: Settings) -> bool:
+    admin = AIOKafkaAdminClient(bootstrap_servers=s.kafka_bootstrap)
+    await admin.start()
+    try:
+        await admin.delete_topics([s.topic("pages")])
+    finally:
+        await admin.close()
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:  # deletion is asynchronous
+        if await _partition_count(s, s.topic("pages")) is None:
+            return True
+        await asyncio.sleep(0.3)
+    return False
+
+
+async def _recreate_only(s: Settings) -> None:
+    deadline = time.monotonic() + 30
+    last: Exception | None = None
+    while True:
+        try:
+            if await create_topics(s.kafka_bootstrap, [s.topic("pages")], s.partitions):
+                return
+        except (KafkaError, InfraError) as exc:
+            last = exc
+        assert time.monotonic() < deadline, f"the topic was not created again ({last!r})"
+        await asyncio.sleep(0.5)
