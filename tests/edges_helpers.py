@@ -45,3 +45,30 @@ async def produce(s: Settings, topic: str, items: list[tuple[bytes, dict[str, An
             await producer.send_and_wait(s.topic(topic), json.dumps(value).encode(), key=key)
     finally:
         await producer.stop()
+
+
+def gzip_bomb(inflated_bytes: int) -> bytes:
+    """A gzip stream of ``inflated_bytes`` zeros (512 MiB -> ~510 kB), built in pieces."""
+    import zlib
+
+    z = zlib.compressobj(9, zlib.DEFLATED, 16 + zlib.MAX_WBITS)
+    piece = bytes(1 << 20)
+    out = [z.compress(piece) for _ in range(inflated_bytes >> 20)]
+    out.append(z.compress(bytes(inflated_bytes & ((1 << 20) - 1))))
+    out.append(z.flush())
+    return b"".join(out)
+
+
+def rss_peak_reset() -> None:
+    """Reset this process's peak RSS (``VmHWM``; Linux ``/proc/self/clear_refs``)."""
+    with open("/proc/self/clear_refs", "w") as f:
+        f.write("5")
+
+
+def rss_kib(field: str = "VmHWM", pid: int | str = "self") -> int:
+    """``VmHWM`` (peak) or ``VmRSS`` of a process, in KiB."""
+    with open(f"/proc/{pid}/status") as f:
+        for line in f:
+            if line.startswith(field + ":"):
+                return int(line.split()[1])
+    raise LookupError(field)

@@ -11,7 +11,13 @@ decompressing) and remembers what it saw in Redis, so a restart does not re-ping
   seconds) of the URLs the sitemap listed at its last poll: a URL it no longer lists is
   dropped, so the memory is bounded by the sitemap's own size (at most 50,000), however
   many new URLs each poll brings;
-- ``<prefix>:sitemaps:{<host>}:children:<index url>`` — the same for an index's sitemaps.
+- ``<prefix>:sitemaps:{<host>}:children:<index url>`` — the same for an index's sitemaps
+  (``-inf`` for one without a lastmod or whose last poll failed: polled again).  A sitemap
+  the index no longer lists loses its ``http:`` and ``lastmod:`` keys at once, so an index
+  that rotates its sitemaps' names leaves no hash behind.
+
+Every key expires ``state_ttl_s`` (30 days) after the last poll that saw its sitemap (an
+index's unchanged sitemaps included), so a sitemap nobody polls any more costs nothing.
 
 A ``lastmod`` in the future is pinged with the poll time as its change time, and does not
 hide the URL's later changes: after one, any other ``lastmod`` counts as a change.
@@ -193,6 +199,7 @@ class SitemapPoller:
         ping_new: bool = False,
         max_urls: int = MAX_URLS,
         max_bytes: int = MAX_BYTES,
+        state_ttl_s: float = 30 * 86_400.0,
     ) -> None:
         self.client = client
         self.redis = redis
@@ -201,6 +208,7 @@ class SitemapPoller:
         self.ping_new = ping_new
         self.max_urls = max_urls
         self.max_bytes = max_bytes
+        self.state_ttl_ms = max(1000, int(state_ttl_s * 1000))
         self.stats: Counter[str] = Counter()
 
     def _http_key(self, url: str) -> str:
@@ -234,6 +242,7 @@ class SitemapPoller:
         )
         if result.status == 304:
             self.stats["not_modified"] += 1
+            await self._touch([url])
             return PollResult(url, "not-modified")
         if not result.ok or result.body is None:
             self.stats["errors"] += 1
@@ -249,13 +258,14 @@ class SitemapPoller:
                 self.stats["refused"] += 1
                 return PollResult(url, "refused", error="a sitemap index inside an index")
             total = PollResult(url, "changed", entries=len(parsed.entries))
+            failed: set[str] = set()
             for e in await self._changed_children(url, scope, parsed.entries):
                 child = await self.poll(e.loc, _depth=1, _scope=scope)
                 total.pings += child.pings
                 if child.status in ("refused", "error"):
                     total.error = f"{e.loc}: {child.error}"
-            if total.error is None:
-                await self._remember_children(url, scope, parsed.entries)
+                    failed.add(e.loc)
+            await self._remember_children(url, scope, parsed.entries, failed)
         else:
             pings = await self._apply_urlset(url, scope, parsed.entries)
             total = PollResult(url, "changed", pings=pings, entries=len(parsed.entries))
@@ -266,7 +276,25 @@ class SitemapPoller:
             ) if v}  # fmt: skip
             if fresh:
                 await self.redis.hset(self._http_key(url), mapping=fresh)
+        await self._touch([url])
         return total
+
+    async def _touch(self, sitemap_urls: list[str]) -> None:
+        """Keep the state of these sitemaps another ``state_ttl_s``."""
+        pipe = self.redis.pipeline(transaction=False)
+        for u in sitemap_urls:
+            for key in (self._http_key(u), self._lastmod_key(u), self._children_key(u)):
+                pipe.pexpire(key, self.state_ttl_ms)
+        await pipe.execute()
+
+    async def _forget(self, sitemap_urls: list[str]) -> None:
+        """Drop the state of sitemaps an index no longer lists."""
+        pipe = self.redis.pipeline(transaction=False)
+        for u in sitemap_urls:
+            for key in (self._http_key(u), self._lastmod_key(u)):
+                pipe.delete(key)
+        await pipe.execute()
+        self.stats["sitemaps_forgotten"] += len(sitemap_urls)
 
     def _own(self, scope: str, entries: list[Entry]) -> list[Entry]:
         """The entries under ``scope`` (a canonical folder URL), in canonical form (module
@@ -293,16 +321,23 @@ class SitemapPoller:
                 out.append(e)
         return out
 
-    async def _remember_children(self, index_url: str, scope: str, entries: list[Entry]) -> None:
+    async def _remember_children(self, index_url: str, scope: str, entries: list[Entry],
+                                 failed: set[str]) -> None:
+        """Record the index's sitemaps (their lastmod; ``-inf`` for one without, or whose
+        poll failed: polled again next time) and forget those it no longer lists."""
         mapping: dict[Any, Any] = {
-            e.loc: repr(e.lastmod) for e in self._own(scope, entries) if e.lastmod is not None
+            e.loc: "-inf" if e.lastmod is None or e.loc in failed else repr(e.lastmod)
+            for e in self._own(scope, entries)
         }
-        await self._replace(self._children_key(index_url), mapping.keys(), mapping)
+        gone = await self._replace(self._children_key(index_url), mapping.keys(), mapping)
+        if gone:
+            await self._forget(gone)
+        await self._touch(list(mapping))
 
-    async def _replace(self, key: str, keep: Any, changed: dict[Any, Any]) -> None:
+    async def _replace(self, key: str, keep: Any, changed: dict[Any, Any]) -> list[str]:
         """Write ``changed`` into the hash ``key`` and drop its fields not in ``keep`` (the
         URLs the last poll listed): its size is the last poll's, never the sum of every
-        poll's."""
+        poll's.  Returns the fields dropped."""
         old = {_s(k) for k in await self.redis.hkeys(key)}
         gone = list(old - set(keep))
         pipe = self.redis.pipeline(transaction=False)
@@ -311,6 +346,7 @@ class SitemapPoller:
         if changed:
             pipe.hset(key, mapping=changed)
         await pipe.execute()
+        return gone
 
     async def _apply_urlset(self, sitemap_url: str, scope: str, entries: list[Entry]) -> int:
         own = self._own(scope, [e for e in entries if e.lastmod is not None])

@@ -30,7 +30,10 @@ POST   content distribution: 202, and one ping is published, when the subscripti
        unsubscribed, denied or superseded by its renewal (Sec. 7: "410 to indicate
        that the subscription has been deleted"), 404 for an unknown callback, 413 for
        a body over ``MAX_BODY_BYTES``, 503 when Redis or Kafka is unavailable (the hub
-       retries).
+       retries).  The subscription and the ``Content-Length`` are checked before the
+       body is read: a 404, 410, 413 or an ignored delivery reads none of it (the
+       connection is closed after the answer); a delivery read is cut at
+       ``MAX_BODY_BYTES``.
 =====  ==========================================================================
 
 State in Redis (``P`` = key prefix, ``{host}`` = the topic's host as hash tag):
@@ -46,7 +49,7 @@ State in Redis (``P`` = key prefix, ``{host}`` = the topic's host as hash tag):
 - ``P:websub:leases`` ZSET ``<host>/<token>`` -> ``lease_until`` of active subscriptions
   (what :meth:`WebSubSubscriber.renew_due` renews before the lease ends, Sec. 5.3.1:
   "the subscriber MUST re-request the subscription on the hub before hub.lease_seconds
-  seconds has elapsed").
+  seconds has elapsed"); a ref whose hash has expired is dropped when the set is read.
 """
 
 from __future__ import annotations
@@ -184,6 +187,8 @@ class WebSubSubscriber:
             sub = await self.get(_s(ref))
             if sub is not None and sub.state == "active":
                 out.append(sub)
+            elif sub is None:  # its hash expired (a lease never renewed): forget the ref
+                await self.redis.zrem(self.leases_key, _s(ref))
         return out
 
     async def _set(self, host: str, token: str, ttl_s: float, **fields: Any) -> None:
@@ -396,25 +401,30 @@ class WebSubSubscriber:
         """Content distribution (Sec. 7), authenticated when the subscription has a secret
         (Sec. 7.1)."""
         host, token = request.match_info["host"], request.match_info["token"]
-        try:
-            body = await request.read()
-        except web.HTTPRequestEntityTooLarge:
-            return self._answer(413, f"body larger than {MAX_BODY_BYTES} bytes")
+        # the subscription and the announced length first: a body nobody subscribed to, or
+        # too large, is refused before a byte of it is read (the connection is closed)
+        length = request.content_length
+        if length is not None and length > MAX_BODY_BYTES:
+            return self._unread(413, f"body larger than {MAX_BODY_BYTES} bytes")
         try:
             sub = await self.get(f"{host}/{token}")
         except (aioredis.RedisError, OSError) as exc:
             log.exception("websub state unavailable")
-            return self._answer(503, f"Redis unavailable: {exc!r}")
+            return self._unread(503, f"Redis unavailable: {exc!r}")
         if sub is None:
-            return self._answer(404, count="rejected.unknown-callback")
+            return self._unread(404, count="rejected.unknown-callback")
         if sub.state in ("unsubscribed", "denied", "superseded", "failed"):
             self._reject(sub, f"subscription-{sub.state}")
-            return self._answer(410)
+            return self._unread(410)
         if sub.state == "pending" or (sub.lease_until is not None and
                                       sub.lease_until < time.time()):  # fmt: skip
             # not (or no longer) verified: ignore, as for a bad signature
             self._reject(sub, "not-active")
-            return self._answer(202)
+            return self._unread(202)
+        try:
+            body = await request.read()  # at most client_max_size (MAX_BODY_BYTES)
+        except web.HTTPRequestEntityTooLarge:
+            return self._unread(413, f"body larger than {MAX_BODY_BYTES} bytes")
         if sub.secret:
             problem = signature_problem(sub.secret, body, request.headers.get("X-Hub-Signature"))
             if problem is not None:
@@ -437,6 +447,13 @@ class WebSubSubscriber:
             return self._answer(503, f"Kafka unavailable: {exc!r}")
         self.stats["pings"] += 1
         return self._answer(202)
+
+    def _unread(self, status: int, text: str = "", *, count: str | None = None) -> web.Response:
+        """An answer before (or instead of) reading the body: the connection is closed
+        after it, so the rest of the body is never read."""
+        resp = self._answer(status, text, count=count)
+        resp.force_close()
+        return resp
 
     def _reject(self, sub: Subscription, reason: str, request: web.Request | None = None) -> None:
         self.stats[f"rejected.{reason}"] += 1

@@ -21,6 +21,7 @@ from streams.errors import RecrawlError
 from streams.events.records import check_url
 
 __all__ = [
+    "ANSWER_BYTES",
     "MAX_BODY_BYTES",
     "MAX_LEASE_S",
     "MAX_SECRET_BYTES",
@@ -45,6 +46,8 @@ SIGNATURE_METHODS: dict[str, Callable[..., Any]] = {
 #: Sec. 5.1: ``hub.secret`` "MUST be less than 200 bytes in length".
 MAX_SECRET_BYTES = 199
 MAX_BODY_BYTES = 10 * 1024 * 1024
+#: how much of a hub's answer to a (un)subscription request is read
+ANSWER_BYTES = 8192
 #: the longest lease recorded (s): a hub's longer lease is kept as this one, so the
 #: subscription is renewed in time instead of waiting for a date that overflows the store
 MAX_LEASE_S = 366 * 86_400
@@ -129,7 +132,14 @@ async def subscribe(
         async with http.post(
             hub, data=form, timeout=aiohttp.ClientTimeout(total=timeout_s), max_redirects=5
         ) as r:
-            return r.status, (await r.text(errors="replace"))[:2000]
+            # the first 8 KiB of the hub's answer (kept for the error message): a hub
+            # answering a huge body costs no more (the rest is never read)
+            head = bytearray()
+            async for chunk in r.content.iter_any():
+                head += chunk
+                if len(head) >= ANSWER_BYTES:
+                    break
+            return r.status, bytes(head[:ANSWER_BYTES]).decode("utf-8", "replace")[:2000]
     except (aiohttp.ClientError, TimeoutError) as exc:
         raise WebSubError(f"{mode} request to {hub} failed: {exc!r}") from exc
     finally:

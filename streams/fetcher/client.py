@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import time
-from collections.abc import Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from urllib.parse import urljoin
 
@@ -111,13 +111,17 @@ class SafeClient:
         max_body_bytes: int | None = None,
         keep_body: bool | None = None,
         truncate: bool = False,
+        check_redirect: Callable[[str], Awaitable[str | None]] | None = None,
     ) -> tuple[FetchResult, Mapping[str, str]]:
         """GET ``url`` following at most ``max_redirects`` redirects.
 
         Returns the result and the final response's headers (case-insensitive; empty on
         error).  The body is read incrementally and abandoned past ``max_body_bytes``
         (``truncate``: kept up to there, e.g. robots.txt, of which RFC 9309 Sec. 2.5 asks
-        for the first 500 KiB).
+        for the first 500 KiB); the cap counts decompressed bytes (aiohttp inflates a
+        ``Content-Encoding`` body in bounded pieces as it is read).  ``check_redirect``
+        is asked about each redirect target before it is followed (e.g. its robots.txt);
+        a reason it returns ends the fetch with that error.
         """
         assert self._session is not None, "use 'async with SafeClient(...)'"
         cap = self.limits.max_body_bytes if max_body_bytes is None else max_body_bytes
@@ -134,6 +138,10 @@ class SafeClient:
                         status = resp.status
                         if status in (301, 302, 303, 307, 308) and "Location" in resp.headers:
                             current = urljoin(current, resp.headers["Location"])
+                            if check_redirect is not None:
+                                why = await check_redirect(current)
+                                if why is not None:
+                                    return self._failed(url, current, status, why), {}
                             continue
                         body = await _read_capped(resp, cap, truncate)
                         digest = hashlib.sha256(body).hexdigest()

@@ -17,7 +17,9 @@ Politeness (:mod:`streams.fetcher.robots`, :mod:`streams.fetcher.pushback`):
   has ``"error": "robots.txt disallows"``, ``"disallowed": true`` and the copy's
   ``robots_digest``, and the worker stops ordering it.  An unreachable robots.txt
   disallows everything for a while (the outcome's error says so; not ``disallowed``:
-  the pages stay candidates).
+  the pages stay candidates).  A redirect is followed only where the robots.txt of its
+  target's origin allows it (``"error": "robots.txt disallows the redirect target ..."``;
+  ``disallowed`` when the target is on the page's own origin, whose copy it names).
 * A robots.txt whose digest differs from the one last announced for the host (Redis
   ``P:{host}:fetch:robots``, shared by the fetchers) is announced on ``recrawl.hosts``:
   ``{"host", "source": "robots", "max_crawls_per_s": 1/Crawl-delay or null,
@@ -260,7 +262,20 @@ class FetcherService:
                     await self._recheck_later(rules)
                 await self._send_outcome(producer, host, order, outcome)
                 return
-            result, headers = await client.get(url)
+            hop_rules: dict[str, RobotsRules] = {}
+            result, headers = await client.get(
+                url, check_redirect=lambda target: self._redirect_allowed(target, hop_rules))
+            if hop_rules and result.error is not None and result.final_url in hop_rules:
+                target_rules = hop_rules[result.final_url]
+                if target_rules.origin == origin_of(url) and target_rules.kind == "rules":
+                    # a redirect into a path of the same origin that robots.txt disallows:
+                    # the page is disallowed by that copy (the worker blocks it until the
+                    # host's robots.txt changes)
+                    outcome = robots_outcome(url, oid, target_rules, time.time())
+                    outcome["error"] = result.error
+                    self.stats.disallowed += 1
+                    await self._send_outcome(producer, host, order, outcome)
+                    return
         await self._maybe_pushback(host, result, headers)
         previous = None
         if result.ok and result.digest is not None:
@@ -323,6 +338,19 @@ class FetcherService:
             except Exception as exc:  # Redis or Kafka down: announced with a later order
                 log.warning("robots.txt of %s not announced: %r", host, exc)
         return rules
+
+    async def _redirect_allowed(self, target: str,
+                                hop_rules: dict[str, RobotsRules]) -> str | None:
+        """None if robots.txt of the redirect target's origin allows it, else why not
+        (``hop_rules`` keeps the copy that refused it)."""
+        host = host_of(target)
+        rules = await self._robots_for(target, host)
+        if rules is None or rules.allows(target, self.robots.token):  # type: ignore[union-attr]
+            return None
+        hop_rules[target] = rules
+        if rules.kind == "unreachable":
+            return f"redirect to {target[:500]}: {rules.why_not()}"
+        return f"robots.txt disallows the redirect target {target[:500]}"
 
     async def _announce(self, host: str, rules: RobotsRules) -> None:
         """Publish a host's new robots.txt digest and Crawl-delay once per change (the

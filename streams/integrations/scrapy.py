@@ -31,8 +31,16 @@ the robots.txt (SHA-256 of its body, as the reference fetcher's), so the worker 
 ordering it.  A robots.txt whose digest differs from the one last announced for the host
 (Redis ``P:{host}:fetch:robots``, shared with the reference fetcher) is announced on
 ``recrawl.hosts`` with its Crawl-delay as the host's capacity, so the worker orders the
-pages an older copy disallowed again.  Scrapy reads each robots.txt once per crawl: a
-change is seen when the spider starts again.  Scrapy's downloader has no egress policy:
+pages an older copy disallowed again.  A robots.txt that redirects (at most 5 times,
+RFC 9309 Sec. 2.3.1.2; ``REDIRECT_MAX_TIMES``, for pages too) holds for the host it was
+asked of: its digest and Crawl-delay are that host's, not the redirect target's.  Scrapy
+reads each robots.txt once per crawl: a change is seen when the spider starts again.
+
+Bodies are capped at 5 MiB (``DOWNLOAD_MAXSIZE``, the reference fetcher's
+``FetchLimits.max_body_bytes``), compressed or decompressed: Scrapy's HTTP compression
+middleware stops inflating at the cap, so a 510 kB gzip body inflating to 512 MiB is
+refused after 5 MiB of it, per request.  Its outcome says why: ``"error": "body larger
+than 5242880 bytes (Scrapy DOWNLOAD_MAXSIZE)"``.  Scrapy's downloader has no egress policy:
 unlike the reference fetcher it fetches private addresses if the orders name them.
 """
 
@@ -62,17 +70,20 @@ from twisted.internet import defer
 from twisted.python.failure import Failure
 
 from streams.events.records import MAX_RATE_PER_S, HostEvent, host_of
+from streams.fetcher.client import FetchLimits
 from streams.fetcher.service import DigestStore
 from streams.settings import Settings
 from streams.store.redis_conn import connect as connect_redis
 
 log = logging.getLogger(__name__)
 
-__all__ = ["ASYNCIO_REACTOR", "ROBOTS_ERROR", "OverrideResolver", "RecrawlSpider", "digest_of",
-           "error_of", "main", "outcome"]
+__all__ = ["ASYNCIO_REACTOR", "MAX_BODY_BYTES", "ROBOTS_ERROR", "OverrideResolver",
+           "RecrawlSpider", "digest_of", "error_of", "main", "outcome"]
 
 ASYNCIO_REACTOR = "twisted.internet.asyncioreactor.AsyncioSelectorReactor"
 ROBOTS_ERROR = "robots.txt disallows (Scrapy ROBOTSTXT_OBEY)"
+#: the body cap, decompressed bytes included (the reference fetcher's)
+MAX_BODY_BYTES = FetchLimits().max_body_bytes
 
 #: The Scrapy settings the spider needs (``custom_settings``; ``-s`` overrides them).
 SPIDER_SETTINGS: dict[str, Any] = {
@@ -82,6 +93,10 @@ SPIDER_SETTINGS: dict[str, Any] = {
     "RETRY_ENABLED": False,  # a failure is an outcome; the worker orders the page again
     "COOKIES_ENABLED": False,  # a re-crawl carries no cookies (and no public-suffix download)
     "TELNETCONSOLE_ENABLED": False,
+    # compressed and decompressed (HttpCompressionMiddleware stops inflating there)
+    "DOWNLOAD_MAXSIZE": MAX_BODY_BYTES,
+    "DOWNLOAD_WARNSIZE": MAX_BODY_BYTES // 2,
+    "REDIRECT_MAX_TIMES": 5,  # RFC 9309 Sec. 2.3.1.2 for robots.txt; the reference fetcher's
 }
 
 
@@ -99,11 +114,15 @@ def outcome(url: str, order_id: str | None, fetched_at: float, status: int | Non
             "error": error, "changed": changed, "digest": digest}
 
 
-def error_of(failure: Failure) -> str:
+def error_of(failure: Failure, max_body_bytes: int = MAX_BODY_BYTES) -> str:
     exc = failure.value
-    if isinstance(exc, IgnoreRequest) and "robots.txt" in str(exc):
+    text = str(exc)
+    if isinstance(exc, IgnoreRequest) and "robots.txt" in text:
         return ROBOTS_ERROR
-    return f"{type(exc).__name__}: {exc}"[:2000]
+    if "DOWNLOAD_MAXSIZE" in text or "download max size" in text:
+        # HttpCompressionMiddleware (decompressed) or the download handler (received)
+        return f"body larger than {max_body_bytes} bytes (Scrapy DOWNLOAD_MAXSIZE)"
+    return f"{type(exc).__name__}: {text}"[:2000]
 
 
 class OverrideResolver(CachingThreadedResolver):
@@ -161,11 +180,13 @@ class RecrawlSpider(scrapy.Spider):
 
     def _robots_downloaded(self, response: Response, request: scrapy.Request,
                            spider: scrapy.Spider) -> None:
-        """Keep the digest of each robots.txt that Scrapy's RobotsTxtMiddleware reads."""
-        if not request.meta.get("dont_obey_robotstxt") or not request.url.endswith(
-                "/robots.txt"):
+        """Keep the digest of each robots.txt that Scrapy's RobotsTxtMiddleware reads, for
+        the origin it was asked of (after redirects: the first URL of ``redirect_urls``;
+        RobotsTxtMiddleware applies the rules to that origin too)."""
+        asked = (request.meta.get("redirect_urls") or [request.url])[0]
+        if not request.meta.get("dont_obey_robotstxt") or not asked.endswith("/robots.txt"):
             return
-        netloc = request.url.split("/")[2]
+        netloc = asked.split("/")[2]
         status = response.status
         if 400 <= status < 500 and status != 429:  # RFC 9309 2.3.1.3: every URL allowed
             self._robots[netloc] = (f"unavailable-{status}", None)
@@ -184,7 +205,7 @@ class RecrawlSpider(scrapy.Spider):
         # announced at once (the page requests wait for their robots.txt, so before any
         # outcome of the origin); the outcomes wait for it (_robots_seen)
         self._announcing[netloc] = asyncio.ensure_future(
-            self._announce_now(host_of(request.url), *self._robots[netloc]))
+            self._announce_now(host_of(asked), *self._robots[netloc]))
 
     # -- orders in -------------------------------------------------------------------------
     async def start(self) -> AsyncIterator[Any]:
@@ -270,10 +291,17 @@ class RecrawlSpider(scrapy.Spider):
         meta = failure.request.meta  # type: ignore[attr-defined]
         try:
             url = meta["recrawl_order"]["url"]
-            out = outcome(url, meta["recrawl_order_id"], time.time(), None, error_of(failure),
-                          None, None)
-            robots = self._robots.get(url.split("/")[2])
-            if out["error"] == ROBOTS_ERROR and robots is not None:
+            out = outcome(url, meta["recrawl_order_id"], time.time(), None,
+                          error_of(failure, self.settings.getint("DOWNLOAD_MAXSIZE")), None, None)
+            # the request that failed: the order's, or a redirect's (RobotsTxtMiddleware
+            # checks every redirect target against the robots.txt of the target's origin)
+            failed_url: str = failure.request.url  # type: ignore[attr-defined]
+            netloc = failed_url.split("/")[2]
+            robots = self._robots.get(netloc)
+            if out["error"] == ROBOTS_ERROR and netloc != url.split("/")[2]:
+                # another origin's rules: the page stays a candidate
+                out["error"] = f"robots.txt disallows the redirect target {failed_url[:500]}"
+            elif out["error"] == ROBOTS_ERROR and robots is not None:
                 out["disallowed"], out["robots_digest"] = True, robots[0]
             await self._robots_seen(url)
             await self.publish(out)

@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import hashlib
 
 import pytest
-from edges_helpers import LOOPBACK, produce, read_topic
+from aiohttp import web
+from edges_helpers import LOOPBACK, gzip_bomb, produce, read_topic, rss_kib, rss_peak_reset
 
 from streams.fetcher.client import FetchLimits, SafeClient
 from streams.fetcher.egress import EgressPolicy
@@ -122,3 +124,69 @@ async def test_per_host_concurrency_is_one(settings: Settings, testweb: TestWeb)
     times = sorted(v["fetched_at"] for k, v in got if k == b"h1.test")
     assert times[1] - times[0] >= 0.45 and times[2] - times[1] >= 0.45  # one at a time
     assert elapsed < 10
+
+
+async def test_a_gzip_bomb_stops_at_the_body_cap(testweb: TestWeb) -> None:
+    """510 kB of gzip inflating to 512 MiB: refused at the decompressed 5 MiB cap, with
+    the reason; the process's peak memory grows by a few MiB, not by the 512."""
+    bomb = gzip_bomb(512 << 20)
+    app = web.Application()
+
+    async def serve(request: web.Request) -> web.Response:
+        return web.Response(body=bomb, headers={"Content-Encoding": "gzip",
+                                                "Content-Type": "text/html"})
+
+    app.router.add_get("/bomb", serve)
+    runner = web.AppRunner(app, access_log=None)
+    await runner.setup()
+    await web.TCPSite(runner, "127.0.0.1", 0).start()
+    port = int(runner.addresses[0][1])
+    try:
+        async with SafeClient(LOOPBACK) as client:
+            rss_peak_reset()
+            before = rss_kib("VmRSS")
+            result, _ = await client.get(f"http://bomb.test:{port}/bomb")
+            grown_mib = (rss_kib("VmHWM") - before) / 1024
+    finally:
+        await runner.cleanup()
+    print(f"gzip bomb ({len(bomb)} B -> 512 MiB): {result.error}; peak RSS +{grown_mib:.1f} MiB")
+    assert result.error == f"body larger than {FetchLimits().max_body_bytes} bytes"
+    assert result.digest is None
+    assert grown_mib < 64
+
+
+async def test_redirect_targets_are_checked_against_their_robots_txt(
+    settings: Settings, testweb: TestWeb
+) -> None:
+    """A page that redirects into a path robots.txt disallows is not followed there: to
+    another host (its robots.txt), an error; within its own host, a disallowed outcome
+    naming the host's copy.  An allowed redirect target is fetched."""
+    h0, h1, h2 = "h0.test", "h1.test", "h2.test"
+    private = next(u for u in testweb.urls() if f"//{h1}:" in u)
+    public = next(u for u in testweb.urls() if f"//{h1}:" in u and u != private)
+    own = next(u for u in testweb.urls() if f"//{h2}:" in u)
+    path = private.split(str(testweb.port), 1)[1]
+    testweb.robots[h1] = f"User-agent: *\nDisallow: {path}$\n"
+    testweb.robots[h2] = f"User-agent: *\nDisallow: {own.split(str(testweb.port), 1)[1]}$\n"
+
+    def via(host: str, target: str) -> str:
+        return f"{testweb.base(host)}/redirect/to?url={target}"
+
+    service = FetcherService(settings, LOOPBACK, FetchLimits(total_timeout_s=5))
+    task = asyncio.create_task(service.run())
+    try:
+        await asyncio.wait_for(service.ready.wait(), 30)
+        await produce(settings, "orders", [_order(1, via(h0, private)), _order(2, via(h0, public)),
+                                           _order(3, via(h2, own))])
+        got = {v["order_id"]: v for _, v in await read_topic(settings, "outcomes", 3)}
+    finally:
+        service.stop()
+        with contextlib.suppress(asyncio.CancelledError):
+            await asyncio.wait_for(task, 15)
+    assert got["o1"]["error"] == f"robots.txt disallows the redirect target {private}"
+    assert not got["o1"].get("disallowed")  # another host's rules: the page stays a candidate
+    assert got["o2"]["status"] == 200 and got["o2"]["error"] is None
+    assert got["o3"]["disallowed"] is True
+    assert got["o3"]["robots_digest"] == hashlib.sha256(testweb.robots[h2].encode()).hexdigest()
+    assert testweb.truth.pages[private].fetches == 0 and testweb.truth.pages[own].fetches == 0
+    assert testweb.truth.pages[public].fetches == 1

@@ -20,13 +20,14 @@ from collections.abc import Awaitable, Callable
 from pathlib import Path
 
 import pytest
-from edges_helpers import produce
+from aiohttp import web
+from edges_helpers import gzip_bomb, produce, rss_kib
 from test_politeness import Tap
 from worker_process import REPO, settings_env
 
 from infra.proc import spawn
 from streams.events.records import host_of
-from streams.integrations.scrapy import ROBOTS_ERROR, outcome
+from streams.integrations.scrapy import MAX_BODY_BYTES, ROBOTS_ERROR, outcome
 from streams.settings import Settings
 from streams.store.redis_conn import connect as connect_redis
 from streams.store.redis_store import PageState, page_field
@@ -170,3 +171,73 @@ async def test_scrapy_fetches_orders_and_the_worker_applies_outcomes(
     assert stats["recrawl/outcomes/first_seen"] >= len(allowed)
     # one robots.txt per host (h0's digest, the other hosts' "unavailable-404")
     assert stats["recrawl/robots_announced"] == len(testweb.world.hosts)
+
+
+async def test_scrapy_caps_bodies_and_keeps_a_redirected_robots_txt_for_its_host(
+    settings: Settings, tmp_path: Path
+) -> None:
+    """One loopback server: ``a.test``'s robots.txt redirects to ``b.test``'s (Disallow
+    /private, Crawl-delay 2); a page of ``a.test`` is 510 kB of gzip inflating to 512 MiB.
+    The disallowed page's outcome carries ``disallowed`` and the digest of the robots.txt
+    read; the robots.txt is announced for ``a.test`` (Crawl-delay 2: 0.5/s), not ``b.test``;
+    the bomb's outcome names the cap and Scrapy's memory stays far below the 512 MiB."""
+    bomb = gzip_bomb(512 << 20)
+    rules = "User-agent: *\nDisallow: /private\nCrawl-delay: 2\n"
+
+    async def robots(request: web.Request) -> web.Response:
+        if request.host.startswith("a.test"):
+            raise web.HTTPMovedPermanently(f"http://b.test:{port}/robots.txt")
+        return web.Response(text=rules)
+
+    async def page(request: web.Request) -> web.Response:
+        if request.path == "/bomb":
+            return web.Response(body=bomb, headers={"Content-Encoding": "gzip",
+                                                    "Content-Type": "text/html"})
+        return web.Response(text=f"page {request.path}", content_type="text/html")
+
+    app = web.Application()
+    app.router.add_get("/robots.txt", robots)
+    app.router.add_get("/{name}", page)
+    runner = web.AppRunner(app, access_log=None)
+    await runner.setup()
+    await web.TCPSite(runner, "127.0.0.1", 0).start()
+    port = int(runner.addresses[0][1])
+    base = f"http://a.test:{port}"
+    orders = {name: f"{base}/{name}" for name in ("private", "public", "bomb")}
+    log = tmp_path / "scrapy.log"
+    outcomes, hosts = Tap(settings, "outcomes"), Tap(settings, "hosts")
+    await outcomes.start()
+    await hosts.start()
+    proc = _scrapy(settings, log)
+    peak_mib = 0.0
+    try:
+        await produce(settings, "orders", [
+            (b"a.test", {"order_id": name, "url": url, "host": "a.test", "issued_at": 0.0})
+            for name, url in orders.items()])
+
+        def got(name: str) -> dict[str, object] | None:
+            return next((v for v in outcomes.items if v["order_id"] == name), None)
+
+        while proc.poll() is None and not all(got(n) for n in orders):
+            peak_mib = max(peak_mib, rss_kib("VmHWM", proc.pid) / 1024)
+            await asyncio.sleep(0.2)
+        await _until("an outcome of every order", lambda: all(got(n) for n in orders), log)
+        peak_mib = max(peak_mib, rss_kib("VmHWM", proc.pid) / 1024)
+        await _until("the robots.txt announced", lambda: bool(hosts.items), log)
+    finally:
+        await _stop(proc)
+        await outcomes.stop()
+        await hosts.stop()
+        await runner.cleanup()
+    print(f"Scrapy peak RSS {peak_mib:.0f} MiB; bomb outcome: {got('bomb')}")
+    digest = hashlib.sha256(rules.encode()).hexdigest()
+    private, public, bombed = got("private"), got("public"), got("bomb")
+    assert private is not None and public is not None and bombed is not None
+    assert (private["error"], private["disallowed"], private["robots_digest"]) == (
+        ROBOTS_ERROR, True, digest)
+    assert public["status"] == 200 and public["error"] is None
+    assert bombed["error"] == f"body larger than {MAX_BODY_BYTES} bytes (Scrapy DOWNLOAD_MAXSIZE)"
+    assert bombed["digest"] is None
+    assert [(h["host"], h["robots_digest"], h["max_crawls_per_s"]) for h in hosts.items] == [
+        ("a.test", digest, 0.5)]
+    assert peak_mib < 400, log.read_text()[-2000:]

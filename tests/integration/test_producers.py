@@ -88,7 +88,7 @@ async def test_indexnow_status_codes_and_registered_keys(
     settings: Settings, rclient: aioredis.Redis, testweb: TestWeb
 ) -> None:
     receiver, endpoint, close = await _receiver(settings, rclient, verify=False, rate_per_s=0.001,
-                                                burst=5)  # fmt: skip
+                                                burst=5, dedup_window_s=0.0)  # fmt: skip
     host = "h2.test"
     key = testweb.key(host)
     await KeyRegistry(rclient, settings.key_prefix).add(host, key)
@@ -178,7 +178,8 @@ async def test_indexnow_holds_a_bounded_number_of_urls_awaiting_verification(
 async def test_indexnow_key_file_verification(
     settings: Settings, rclient: aioredis.Redis, testweb: TestWeb
 ) -> None:
-    _receiver_obj, endpoint, close = await _receiver(settings, rclient, verify=True)
+    _receiver_obj, endpoint, close = await _receiver(settings, rclient, verify=True,
+                                                     dedup_window_s=0.0)
     good, bad = "h1.test", "h3.test"
     good_urls = [testweb.url(6), testweb.url(7)]
     bad_urls = [testweb.url(18)]
@@ -317,13 +318,15 @@ async def test_indexnow_rate_limit_is_shared_by_receivers(
             # per host: another host has its own bucket, on either receiver
             assert await post(b, other, [testweb.url(18)]) == 200
             assert await post(a, host, urls) == 429
-        got = await read_topic(settings, "pings", 5, settle_s=1.0)
+        got = await read_topic(settings, "pings", 2, settle_s=1.0)
     finally:
         await close_a()
         await close_b()
         for c in clients:
             await c.aclose()
-    assert len(got) == 5
+    # the 4 accepted submissions of one URL are one ping: the repeat window is shared too
+    assert sorted(v["url"] for _, v in got) == [testweb.url(12), testweb.url(18)]
+    assert ra.stats["repeats_merged"] + rb.stats["repeats_merged"] == 3
     assert (ra.stats["200"], ra.stats["429"]) == (2, 2)
     assert (rb.stats["200"], rb.stats["429"]) == (3, 1)
     key = f"{settings.key_prefix}:indexnow:{{{host}}}:rate"
@@ -356,7 +359,8 @@ async def test_redis_token_bucket_follows_the_in_process_bucket(
 async def test_indexnow_answers_400_to_deep_json_and_503_when_kafka_is_gone(
     settings: Settings, rclient: aioredis.Redis, testweb: TestWeb
 ) -> None:
-    receiver, endpoint, close = await _receiver(settings, rclient, verify=False)
+    receiver, endpoint, close = await _receiver(settings, rclient, verify=False,
+                                                dedup_window_s=0.0)  # the same body twice
     host = "h2.test"
     key = testweb.key(host)
     await KeyRegistry(rclient, settings.key_prefix).add(host, key)
@@ -382,7 +386,7 @@ async def test_indexnow_rechecks_a_key_file_once_its_check_is_old(
     than ``key_recheck_s``: a site that still serves it keeps it, one that no longer does
     (here: the registry holds a key the file never had) loses it."""
     receiver, endpoint, close = await _receiver(settings, rclient, verify=True,
-                                                key_recheck_s=3600.0)
+                                                key_recheck_s=3600.0, dedup_window_s=0.0)
     registry = KeyRegistry(rclient, settings.key_prefix)
     good, gone = "h1.test", "h3.test"
     revoked = "0123456789abcdef0123456789abcdef"
@@ -469,3 +473,64 @@ async def test_sitemap_location_rule_and_bounded_memory(
         await runner.cleanup()
     b = f"http://site.test:{ports[1]}"
     assert {v["url"] for _, v in got[:3]} == {f"{b}/~bob/1", f"{b}/~bob/2", f"{b}/~bob/4"}
+
+
+async def test_a_sitemap_index_rotating_a_50k_url_sitemap_leaves_no_hash_behind(
+    settings: Settings, rclient: aioredis.Redis
+) -> None:
+    """An index that names its 50,000-URL sitemap anew at every poll (and lists one sitemap
+    that always fails): after each poll Redis holds one URL hash, the memory of the
+    poller's keys stays that of the first poll, and every key expires."""
+    state = {"poll": 0}
+    n = 50_000
+
+    async def index(request: web.Request) -> web.Response:
+        state["poll"] += 1
+        base = f"http://site.test:{port}"
+        items = "".join(f"<sitemap><loc>{base}{path}</loc><lastmod>2026-01-0{state['poll']}"
+                        f"</lastmod></sitemap>"
+                        for path in (f"/maps/{state['poll']}.xml", "/maps/broken.xml"))
+        return web.Response(body=(f'<?xml version="1.0"?><sitemapindex xmlns="http://www.'
+                                  f'sitemaps.org/schemas/sitemap/0.9">{items}</sitemapindex>'
+                                  ).encode(), content_type="application/xml")
+
+    async def child(request: web.Request) -> web.Response:
+        k = request.match_info["k"]
+        base = f"http://site.test:{port}"
+        items = "".join(f"<url><loc>{base}/p/{k}/{i}</loc><lastmod>2026-01-01</lastmod></url>"
+                        for i in range(n))
+        return web.Response(body=(f'<?xml version="1.0"?><urlset xmlns="http://www.sitemaps'
+                                  f'.org/schemas/sitemap/0.9">{items}</urlset>').encode(),
+                            content_type="application/xml")
+
+    app = web.Application()
+    app.router.add_get("/index.xml", index)
+    app.router.add_get("/maps/{k:[0-9]+}.xml", child)
+    runner = web.AppRunner(app, access_log=None)
+    await runner.setup()
+    await web.TCPSite(runner, "127.0.0.1", 0).start()
+    port = int(runner.addresses[0][1])
+    pattern = f"{settings.key_prefix}:sitemaps:*"
+
+    async def footprint() -> tuple[int, int, list[int]]:
+        keys = [k async for k in rclient.scan_iter(pattern)]
+        hashes = [k for k in keys if ":lastmod:" in str(k)]
+        used = sum([await rclient.memory_usage(k, samples=0) or 0 for k in keys])
+        return len(hashes), used, [await rclient.pttl(k) for k in keys]
+
+    seen = []
+    try:
+        async with PingProducer(settings) as producer, SafeClient(LOOPBACK) as http:
+            poller = SitemapPoller(http, rclient, settings.key_prefix, producer)
+            for _ in range(4):
+                r = await poller.poll(f"http://site.test:{port}/index.xml")
+                assert r.status == "changed" and "broken.xml" in (r.error or "")
+                seen.append(await footprint())
+    finally:
+        await runner.cleanup()
+    print("lastmod hashes, bytes per poll:", [(h, used) for h, used, _ in seen])
+    assert [h for h, _, _ in seen] == [1, 1, 1, 1]
+    first = seen[0][1]
+    assert all(used < 1.2 * first for _, used, _ in seen)
+    assert all(0 < t <= 30 * 86_400_000 for _, _, ttls in seen for t in ttls)
+    assert poller.stats["sitemaps_forgotten"] == 3

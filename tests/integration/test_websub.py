@@ -25,7 +25,7 @@ import aiohttp
 import pytest
 import redis.asyncio as aioredis
 from aiohttp import web
-from edges_helpers import read_topic
+from edges_helpers import read_topic, rss_kib, rss_peak_reset
 from worker_process import settings_env
 
 from streams.edges.pings import PingProducer
@@ -36,6 +36,7 @@ from streams.edges.websub import (
     sign,
     signature_problem,
     start_subscriber,
+    subscribe,
 )
 from streams.settings import Settings
 
@@ -458,3 +459,41 @@ async def test_odd_and_huge_leases(stack: Stack) -> None:
     assert got is not None and got.state == "active" and got.lease_until is not None
     assert got.lease_until == pytest.approx(time.time() + MAX_LEASE_S, abs=60)
     assert sub.stats["subscribe.no-lease"] == 5
+
+
+async def test_a_hub_s_huge_answer_is_not_read_and_expired_leases_are_forgotten(
+    stack: Stack
+) -> None:
+    """A hub answering a subscription request with 200 MB: the first 8 KiB are read (the
+    test process's peak memory grows by far less than the answer).  A lease whose
+    subscription hash expired leaves the leases set when it is read."""
+    async def huge(request: web.Request) -> web.StreamResponse:
+        resp = web.StreamResponse(status=202)
+        resp.content_length = 200 << 20
+        await resp.prepare(request)
+        piece = b"x" * (1 << 20)
+        with contextlib.suppress(ConnectionError):
+            for _ in range(200):
+                await resp.write(piece)
+        return resp
+
+    app = web.Application()
+    app.router.add_post("/hub", huge)
+    runner = web.AppRunner(app, access_log=None)
+    await runner.setup()
+    await web.TCPSite(runner, "127.0.0.1", 0).start()
+    hub = f"http://127.0.0.1:{runner.addresses[0][1]}/hub"
+    try:
+        rss_peak_reset()
+        before = rss_kib("VmRSS")
+        status, text = await subscribe(hub, TOPIC, "http://127.0.0.1:1/cb", None, 60)
+        grown_mib = (rss_kib("VmHWM") - before) / 1024
+    finally:
+        await runner.cleanup()
+    print(f"a hub's 200 MB answer: peak RSS +{grown_mib:.1f} MiB")
+    assert status == 202 and text == "x" * 2000
+    assert grown_mib < 64
+    sub = stack.subscriber
+    await stack.redis.zadd(sub.leases_key, {"gone.test/" + "A" * 32: time.time() + 60})
+    assert await sub.active() == []
+    assert await stack.redis.zcard(sub.leases_key) == 0
