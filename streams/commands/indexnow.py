@@ -23,6 +23,9 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
         help="verify unknown keys by fetching the key file (answers 202 meanwhile)",
     )  # fmt: skip
     s.add_argument("--rate", type=float, default=20.0, help="requests per second per host")
+    s.add_argument("--dedup-window", type=float, default=60.0, metavar="S",
+                   help="a URL is published at most once per host in this many seconds "
+                        "(0: every submission)")
     add_egress_args(s)
     s.set_defaults(func=serve)
     for name in ("add-key", "remove-key"):
@@ -81,7 +84,7 @@ def serve(args: argparse.Namespace) -> int:
             receiver = IndexNowReceiver(
                 producer, KeyRegistry(client, s.key_prefix),
                 verifier=verifier if args.verify_keys else None,
-                rate_per_s=args.rate, burst=2 * args.rate,
+                rate_per_s=args.rate, burst=2 * args.rate, dedup_window_s=args.dedup_window,
             )  # fmt: skip
             runner, port = await start_receiver(receiver, args.bind, args.port)
             print(f"IndexNow receiver on http://{args.bind}:{port}/indexnow", flush=True)

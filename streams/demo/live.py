@@ -143,6 +143,9 @@ async def run_loop(
         receiver = IndexNowReceiver(
             producer, KeyRegistry(rclient, settings.key_prefix), verifier=http,
             rate_per_s=50, burst=100,
+            # the test web's pages change within seconds of each other and the simulator
+            # counts every change's ping: no repeat window
+            dedup_window_s=0.0,
         )  # fmt: skip
         runner, rport = await start_receiver(receiver)
         web = TestWeb(world, indexnow_endpoint=f"http://127.0.0.1:{rport}/indexnow")
