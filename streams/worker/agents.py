@@ -383,7 +383,9 @@ class Agents:
         home = shard_of(host, self.settings.partitions)
 
         async def refused(exc: BaseException) -> None:
-            self.metrics.tally[f"{_logical(msg.topic)}.rerouted-failed"] += 1
+            # (not "<topic>.*": those counters are the events' ends, and this one ends
+            # as a reject)
+            self.metrics.tally[f"reroutes-failed.{_logical(msg.topic)}"] += 1
             await self.reject(ev, f"on partition {msg.partition}, but host {host!r} belongs "
                                   f"on {home}, and it could not be sent there: "
                                   f"{kafka_cause(exc)!r}")
@@ -580,14 +582,14 @@ class Agents:
 
     async def _forward(self, host: str, url: str) -> None:
         """A pinged page not in the catalogue, sent to the pages topic as a discovery; one
-        the producer refuses for good is logged and counted (``pings.forward-failed``),
+        the producer refuses for good is logged and counted (``forwards.failed``),
         the ping itself is applied (counted ``unknown``)."""
         forward = self.forward
         assert forward is not None
         body = json.dumps({"url": url}).encode()
 
         async def failed(exc: BaseException) -> None:
-            self.metrics.tally["pings.forward-failed"] += 1
+            self.metrics.tally["forwards.failed"] += 1
             log.error("discovery of %s not forwarded to the pages topic: %r", url,
                       kafka_cause(exc))
 

@@ -21,7 +21,7 @@ import shutil
 import signal
 import threading
 import time
-from collections import defaultdict
+from collections import Counter, defaultdict
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -152,6 +152,9 @@ class Traffic:
     ping_rate_per_s: float = 40.0
     pings: dict[str, set[str]] = field(default_factory=lambda: defaultdict(set))
     orders: list[tuple[float, dict[str, Any]]] = field(default_factory=list)  # (received, order)
+    #: where each order was read: (partition, offset, order_id), to tell an order written
+    #: twice to the topic from one record this fetcher read twice
+    order_positions: list[tuple[int, int, str]] = field(default_factory=list)
     outcomes: dict[str, Outcome] = field(default_factory=dict)  # order_id -> outcome
     send_errors: int = 0
 
@@ -235,6 +238,7 @@ class Traffic:
                     for r in records:
                         order = json.loads(r.value)
                         self.orders.append((time.time(), order))
+                        self.order_positions.append((r.partition, r.offset, order["order_id"]))
                         if order["host"] in CRAWL_HOSTS and self._answer.is_set():
                             await self._answer_order(producer, order)
         finally:
@@ -476,6 +480,14 @@ def account(t: Traffic, s: Settings, rep: Report, fault_at: float, recovered_at:
             if out is None or out.sent_at > o["issued_at"]:
                 rep.orders_duplicated += 1
         prev[o["url"]] = o
+    if rep.orders_duplicated:  # which: written twice, or one record read twice?
+        at: dict[str, set[tuple[int, int]]] = defaultdict(set)
+        reads: Counter[tuple[int, int]] = Counter()
+        for p, off, oid in t.order_positions:
+            at[oid].add((p, off))
+            reads[p, off] += 1
+        rep.notes["orders_at_two_offsets"] = sorted(o for o, w in at.items() if len(w) > 1)
+        rep.notes["records_read_twice"] = sorted(k for k, n in reads.items() if n > 1)
     # an order marked in flight in Redis that never reached the orders topic (the page
     # waits for the order time-out, 600 s by default)
     on_topic = {o["order_id"] for o in read_all(s, "orders")}

@@ -5,7 +5,10 @@ A record is drawn in two steps: a *payload* (a dict close to the topic's schema,
 at and just past the bounds of ``streams/events/records.py``), then a *wrapping* (serialised as is,
 or broken: a field dropped, a type changed, NaN, truncated or non-UTF-8 bytes, not a JSON
 object, no value at all) and a *key* (the URL's host as a producer should send it, no key,
-another host's, upper case, non-UTF-8).  :func:`generate` collects ``n`` records per topic
+an empty one, another host's, upper case, non-UTF-8, or over 1 KiB up to about a megabyte),
+*headers* (none, the rerouting header, or any names and bytes), and a *size* (a few records
+padded with JSON whitespace up to the broker's ``message.max.bytes``, key and headers
+included: :func:`fit`).  :func:`generate` collects ``n`` records per topic
 by running a ``@given`` function repeatedly (one example is a list of records plus a few of
 them repeated: duplicates), so every record comes from the strategies, seeded.
 """
@@ -16,6 +19,7 @@ import json
 import math
 from typing import Any
 
+from aiokafka.record.default_records import DefaultRecordBatchBuilder
 from hypothesis import HealthCheck, Phase, given, seed, settings
 from hypothesis import strategies as st
 
@@ -30,11 +34,13 @@ from streams.events.records import (
     host_of,
 )
 from streams.events.urls import MAX_URL_BYTES
+from streams.settings import KAFKA_MAX_MESSAGE_BYTES
+from streams.worker.agents import REROUTED_HEADER
 
-#: ``(key, value, partition, rerouted)``: ``partition`` None lets the producer's partitioner
-#: choose (murmur2 of the key, random without one); ``rerouted`` sets the header a worker
+#: ``(key, value, partition, headers)``: ``partition`` None lets the producer's partitioner
+#: choose (murmur2 of the key, random without one); ``headers`` may hold the header a worker
 #: puts on an event it moved (one still on a wrong partition is a setup error: rejected)
-Record = tuple[bytes | None, bytes | None, int | None, bool]
+Record = tuple[bytes | None, bytes | None, int | None, list[tuple[str, bytes]] | None]
 
 #: Hosts most events use, so that pings and outcomes meet the pages they name.
 POOL_HOSTS = ("fz-a.example", "b.fz.test", "xn--bcher-kva.example", "127.0.0.1", "[::1]",
@@ -272,13 +278,24 @@ def _key_host(payload: dict[str, Any]) -> str:
 
 
 _control_key = st.one_of(st.none(), st.just(b"control"), st.binary(max_size=5))
-_key_how = st.integers(0, 19)
+_key_how = st.integers(0, 20)
 _other_key = st.sampled_from(POOL_HOSTS).map(str.encode)
 _binary_key = st.binary(min_size=1, max_size=8)
+#: 1 record in 250 with a key over the 1 KiB a reject copies, up to about a megabyte
+_huge_key = weighted((249, st.none()), (1, st.tuples(
+    st.sampled_from([1025, 4096, 65_537, 400_000, 1_000_000]),
+    st.sampled_from([b"k", b"\xff", b"\x00", "\u00e9".encode(), b"a.example."]))))
+
+
+def _huge(size: int, unit: bytes) -> bytes:
+    return (unit * (size // len(unit) + 1))[:size]
 
 
 @st.composite
 def keys(draw: st.DrawFn, topic: str, payload: dict[str, Any]) -> bytes | None:
+    huge = draw(_huge_key)
+    if huge is not None:
+        return _huge(*huge)
     if topic == "control":
         return draw(_control_key)
     host = _key_host(payload)
@@ -291,15 +308,52 @@ def keys(draw: st.DrawFn, topic: str, payload: dict[str, Any]) -> bytes | None:
         return host.upper().encode("utf-8", "surrogatepass")
     if how == 18:
         return draw(_other_key)  # another host's key
+    if how == 19:
+        return b""  # an empty key (not the same as none)
     return draw(_binary_key)  # non-UTF-8 keys among them
+
+
+#: headers: 1 in 50 the rerouting header (a worker's), 1 in 25 any names and values
+#: (the worker reads only the rerouting one), with odd values of it among them
+_headers = weighted(
+    (47, st.none()),
+    (1, st.just([(REROUTED_HEADER, b"1")])),
+    (2, st.lists(st.tuples(
+        st.one_of(st.text(max_size=20), st.just(REROUTED_HEADER)),
+        st.one_of(st.binary(max_size=64), st.just(b""), st.just(b"\xff" * 4096))),
+        min_size=1, max_size=6)))
+#: 1 record in 400 padded to a size: past the reject's 64 KiB copy, half a megabyte, or
+#: the most the broker takes with its key and headers
+_size = weighted((399, st.none()), (1, st.sampled_from([65_537, 500_000, -1])))
+
+
+def fit(key: bytes | None, value: bytes | None, headers: list[tuple[str, bytes]] | None,
+        size: int | None) -> tuple[bytes | None, bytes | None]:
+    """``value`` padded with JSON whitespace to ``size`` bytes (-1: the largest record the
+    broker takes), and any record cut to fit ``message.max.bytes``: the value first, then
+    the key."""
+    def total(k: bytes | None, v: bytes | None) -> int:
+        return int(DefaultRecordBatchBuilder.estimate_size_in_bytes(k, v, headers or []))
+
+    if size is not None and value is not None:
+        limit = KAFKA_MAX_MESSAGE_BYTES - total(key, value) + len(value)
+        value += b" " * max(0, (limit if size < 0 else min(size, limit)) - len(value))
+    while total(key, value) > KAFKA_MAX_MESSAGE_BYTES:
+        over = total(key, value) - KAFKA_MAX_MESSAGE_BYTES
+        if value is not None and len(value) > over:
+            value = value[: len(value) - over]
+        elif key is not None and len(key) > over:
+            key = key[: len(key) - over]
+        else:
+            value, key = (value or b"")[:16], (key or b"")[:16]
+    return key, value
 
 
 def records(topic: str, now_s: float, partitions: int = 2) -> st.SearchStrategy[list[Record]]:
     payload_of = payloads(now_s)[topic]
     # 1 in 20 on a partition of the producer's choosing (librdkafka's default partitioner,
-    # a hand-picked one), 1 in 50 with the rerouted header
+    # a hand-picked one)
     placement = weighted((19, st.none()), (1, st.integers(0, partitions - 1)))
-    rerouted = st.integers(0, 49).map(lambda n: n == 0)
 
     @st.composite
     def one(draw: st.DrawFn) -> Record:
@@ -307,7 +361,9 @@ def records(topic: str, now_s: float, partitions: int = 2) -> st.SearchStrategy[
         key, value = draw(keys(topic, payload)), draw(encoded(payload))
         if key is None and value is None:  # Kafka needs one of them
             key = _key_host(payload).encode("utf-8", "surrogatepass")
-        return key, value, draw(placement), draw(rerouted)
+        headers = draw(_headers)
+        key, value = fit(key, value, headers, draw(_size))
+        return key, value, draw(placement), headers
 
     one_list = st.lists(one(), min_size=10, max_size=30)
 

@@ -35,10 +35,9 @@ from fuzz_events import Record, generate
 from worker_process import IN_CI, Worker
 
 from infra.proc import free_port
-from streams.events.records import Order
-from streams.settings import INPUT_TOPICS, Settings
+from streams.events.records import MAX_REJECT_KEY_BYTES, MAX_REJECT_RECORD_BYTES, Order
+from streams.settings import INPUT_TOPICS, KAFKA_MAX_MESSAGE_BYTES, Settings
 from streams.store.redis_conn import connect_sync as connect_redis_sync
-from streams.worker.agents import REROUTED_HEADER
 
 pytestmark = pytest.mark.integration
 
@@ -63,12 +62,13 @@ def _seed() -> int:
 async def _publish(s: Settings, topic: str, items: list[Record]) -> int:
     """Send every record (batched); returns how many the broker acknowledged."""
     producer = AIOKafkaProducer(bootstrap_servers=s.kafka_bootstrap, linger_ms=20,
-                                max_batch_size=256 * 1024, acks=1)
+                                max_batch_size=256 * 1024, acks=1,
+                                max_request_size=KAFKA_MAX_MESSAGE_BYTES)
     await producer.start()
     try:
         futs = [await producer.send(s.topic(topic), value, key=key, partition=partition,
-                                    headers=[(REROUTED_HEADER, b"1")] if rerouted else None)
-                for key, value, partition, rerouted in items]
+                                    headers=headers)
+                for key, value, partition, headers in items]
         done = await asyncio.gather(*futs, return_exceptions=True)
     finally:
         await producer.stop()
@@ -103,21 +103,30 @@ def _wait_processed(port: int, published: dict[str, int], timeout_s: float) -> d
                          f"counters {counters}")
 
 
-async def _rejects(s: Settings, want: int, timeout_s: float) -> list[dict[str, Any]]:
-    consumer = AIOKafkaConsumer(s.topic("rejects"), bootstrap_servers=s.kafka_bootstrap,
+async def _rejects(s: Settings, want: int, timeout_s: float,
+                   topic: str = "rejects") -> list[dict[str, Any]]:
+    """The records of ``topic``: their JSON values, with ``_record_bytes`` (the value's
+    length) and ``_key_bytes`` (the record's own key's) added."""
+    consumer = AIOKafkaConsumer(s.topic(topic), bootstrap_servers=s.kafka_bootstrap,
                                 auto_offset_reset="earliest", enable_auto_commit=False)
     await consumer.start()
     out: list[dict[str, Any]] = []
+
+    def add(records: list[Any]) -> None:
+        for r in records:
+            out.append({**json.loads(r.value), "_record_bytes": len(r.value),
+                        "_key_bytes": len(r.key) if r.key is not None else None})
+
     try:
         deadline = time.monotonic() + timeout_s
         while len(out) < want and time.monotonic() < deadline:
             batch = await consumer.getmany(timeout_ms=500, max_records=5000)
             for records in batch.values():
-                out.extend(json.loads(r.value) for r in records)
+                add(records)
         # anything beyond what the counters say would be a reject counted nowhere
         batch = await consumer.getmany(timeout_ms=1000)
         for records in batch.values():
-            out.extend(json.loads(r.value) for r in records)
+            add(records)
     finally:
         await consumer.stop()
     return out
@@ -132,6 +141,18 @@ async def _orders_sent(s: Settings) -> int:
     finally:
         await consumer.stop()
     return sum(ends.values())
+
+
+def _shapes(items: list[Record]) -> dict[str, int]:
+    """How many records of a topic have a key over the 1 KiB a reject copies, headers, a
+    value over 64 KiB, and the largest record's key + value bytes."""
+    return {
+        "key_over_1k": sum(len(k or b"") > MAX_REJECT_KEY_BYTES for k, _v, _p, _h in items),
+        "with_headers": sum(bool(h) for _k, _v, _p, h in items),
+        "value_over_64k": sum(len(v or b"") > 64 * 1024 for _k, v, _p, _h in items),
+        "largest_bytes": max((len(k or b"") + len(v or b"") for k, v, _p, _h in items),
+                             default=0),
+    }
 
 
 def _reason_class(reason: str) -> str:
@@ -164,7 +185,7 @@ def _orders_flow(s: Settings, timeout_s: float, tag: str) -> int:
     before = asyncio.run(_orders_sent(s))
     host = f"fresh-{tag}.example"
     asyncio.run(_publish(s, "pages", [(host.encode(), json.dumps(
-        {"url": f"https://{host}/new"}).encode(), None, False)]))
+        {"url": f"https://{host}/new"}).encode(), None, None)]))
     return int(_wait(lambda: asyncio.run(_orders_sent(s)) - before, timeout_s,
                      "new orders on the orders topic"))
 
@@ -218,6 +239,7 @@ def _fuzz(s: Settings, worker: Worker, base_seed: int) -> dict[str, Any]:
     now_s = time.time()
     figures: dict[str, Any] = {"seed": base_seed, "events_per_topic": EVENTS_PER_TOPIC}
     published: dict[str, int] = {}
+    shapes: dict[str, dict[str, int]] = {}
     gen_s: dict[str, float] = {}
     t0 = time.monotonic()
     # two generator processes (hypothesis is CPU-bound); each topic is published as soon as
@@ -229,10 +251,12 @@ def _fuzz(s: Settings, worker: Worker, base_seed: int) -> dict[str, Any]:
         for topic, fut in zip(ORDER, futures, strict=True):
             items, took_s = fut.result()
             gen_s[topic] = round(took_s, 1)
+            shapes[topic] = _shapes(items)
             published[topic] = asyncio.run(_publish(s, topic, items))
     figures["generate_s"] = gen_s
     figures["generate_and_publish_s"] = round(time.monotonic() - t0, 1)
     figures["published"] = published
+    figures["record_shapes"] = shapes
     t_published = time.monotonic()
 
     counters = _wait_processed(s.web_port, published, timeout_s=180)
@@ -255,11 +279,29 @@ def _fuzz(s: Settings, worker: Worker, base_seed: int) -> dict[str, Any]:
     assert all(r["reason"] for r in rejects)
     internal = [r for r in rejects if r["reason"].startswith("internal error")]
     assert not internal, internal[:5]
+    # every reject bounded, whatever its input's key and value; a cut key says so
+    assert all(r["_record_bytes"] <= MAX_REJECT_RECORD_BYTES for r in rejects)
+    assert all((r["_key_bytes"] or 0) <= MAX_REJECT_KEY_BYTES for r in rejects)
+    cut = [r for r in rejects if r.get("key_truncated")]
+    assert all(r["key_bytes"] > MAX_REJECT_KEY_BYTES and len(r["key_sha256"]) == 64
+               for r in cut)
+    # (a key over 1 KiB is never its host: every such record of a keyed topic is rejected)
+    for t in ("pages", "pings", "outcomes", "hosts"):
+        assert sum(r["topic"] == s.topic(t) for r in cut) == shapes[t]["key_over_1k"], t
+    figures["rejects_key_cut"] = len(cut)
+    figures["rejects_largest_bytes"] = max((r["_record_bytes"] for r in rejects), default=0)
+    # nothing needed the dead-letter topic, nothing was lost, no batch failed
+    dead = asyncio.run(_rejects(s, 0, timeout_s=2, topic="deadletter"))
+    assert not dead, dead[:3]
     figures["rejects_key_or_partition"] = {
         t: {"key does not match the host": sum(
                 r["reason"].startswith("key ") for r in rejects if r["topic"] == s.topic(t)),
             "rerouted, still on a wrong partition": sum(
-                "belongs on" in r["reason"] for r in rejects if r["topic"] == s.topic(t))}
+                "another partition count" in r["reason"] for r in rejects
+                if r["topic"] == s.topic(t)),
+            "too large to be moved to its partition": sum(
+                "could not be sent there" in r["reason"] for r in rejects
+                if r["topic"] == s.topic(t))}
         for t in INPUT_TOPICS}
     figures["reject_reasons"] = {
         t: dict(Counter(_reason_class(r["reason"]) for r in rejects
@@ -268,7 +310,7 @@ def _fuzz(s: Settings, worker: Worker, base_seed: int) -> dict[str, Any]:
     # the fuzzed control events may have paused the worker or set absurd delays: set sane
     # ones, then every shard is ready and orders leave
     asyncio.run(_publish(s, "control", [(None, json.dumps(SANE_CONTROL).encode(), None,
-                                         False)]))
+                                         None)]))
     r = connect_redis_sync(s.redis_url, decode_responses=True)
     worker_id = _stats(s.web_port)["worker"]
     _wait(lambda: all(_shards_ready(r, s, worker_id).values()), 30, "every shard ready")
@@ -277,6 +319,8 @@ def _fuzz(s: Settings, worker: Worker, base_seed: int) -> dict[str, Any]:
     stats = _stats(s.web_port)
     figures["retries"] = {k: v for k, v in stats["counters"].items()
                           if k.startswith(("retries.", "orders."))}
+    for bad in ("rejects.lost", "rejects.dead-lettered", "batches.failed"):
+        assert not stats["counters"].get(bad), (bad, stats["counters"])
     figures["worker_warnings"] = _warnings(worker)
     return figures
 
