@@ -56,6 +56,7 @@ from models.sim import (
 )
 from models.sim.policies import Policy, value_params
 from models.sim.trace import (
+    Hedge,
     OnlineRates,
     Trace,
     VectorAlgorithm1,
@@ -73,6 +74,11 @@ PEERS = ("nutch", "stormcrawler", "uniform")
 #: a complete history's changed intervals last this long (days; ``eps`` of
 #: :func:`models.sim.trace.complete_history_intervals`): one second
 EPS_DAYS = 1.0 / 86400.0
+
+#: the largest share of crawls the hedge gives back to the longest-interval floor
+#: (:class:`models.sim.trace.Hedge`) when the learned rates predict no better than one rate
+#: for the whole site
+HEDGE_SHARE = 1.0
 
 _CACHE: dict[str, tuple[Trace, tuple[np.ndarray, np.ndarray] | None]] = {}
 
@@ -113,7 +119,8 @@ def _load(path: str) -> tuple[Trace, tuple[np.ndarray, np.ndarray] | None]:
 
 def _policy(kind: str, trace: Trace, R: float, learn_days: float, ev: Any,
             g: np.random.Generator, *, use_pings: bool,
-            synthesised: tuple[float, float, float] | None = None) -> Policy:
+            synthesised: tuple[float, float, float] | None = None,
+            hedge_share: float = HEDGE_SHARE) -> Policy:
     m, T = trace.m, trace.horizon
     peer_kw: dict[str, Any] = {"initial_interval": m / R, "min_interval": 1.0 / R,
                                "max_interval": T, "rng": g, "use_pings": use_pings}
@@ -134,14 +141,16 @@ def _policy(kind: str, trace: Trace, R: float, learn_days: float, ev: Any,
         a, b, gm, _ = value_params("greedy-ncis", rates, np.full(m, synthesised[0]),
                                    np.full(m, synthesised[1]))
         return VectorAlgorithm1("hindsight", trace.mu, a, b, gm)
-    if kind in ("recrawl", "recrawl-cold"):
+    if kind in ("recrawl", "recrawl-cold", "recrawl-unhedged"):
         learner = OnlineRates(m, use_pings=use_pings)
+        hedge = None if kind == "recrawl-unhedged" or not hedge_share else Hedge(
+            max_share=hedge_share)
         warm = None
         if kind == "recrawl" and learn_days > 0:
             def learn(rates: OnlineRates) -> None:
                 rates.learn_complete(trace, learn_days, EPS_DAYS, ev.ping_page, ev.ping_arrival)
             warm = (learn_days, learn)
-        return VectorAlgorithm1(kind, trace.mu, learner=learner, warm=warm)
+        return VectorAlgorithm1(kind, trace.mu, learner=learner, warm=warm, hedge=hedge)
     raise ValueError(f"unknown policy {kind!r}")
 
 
@@ -165,9 +174,10 @@ def _trace_job(job: Job) -> list[Row]:
     t0 = time.perf_counter()
     R, D = job["budget"], job["learn_days"]
     pol = _policy(job["policy"], trace, R, D, ev, rng(job["seed"], job["rep"], 2),
-                  use_pings=use_pings, synthesised=job["pings"])
+                  use_pings=use_pings, synthesised=job["pings"],
+                  hedge_share=job.get("hedge", HEDGE_SHARE))
     w = trace_world(trace, recall=recall, false_per_day=false)
-    res = run(w, ev, pol, Budget(R, batch=step_crawls(trace.m)))
+    res = run(w, ev, pol, Budget(R, batch=job.get("batch") or step_crawls(trace.m)))
     return [{"budget": R, "policy": job["policy"], "rep": job["rep"],
              "accuracy": accuracy(w, ev, res, start=D), "crawls": int(res.crawl_time.size),
              "seconds": time.perf_counter() - t0}]
@@ -176,7 +186,8 @@ def _trace_job(job: Job) -> list[Row]:
 def trace_rows(trace: Trace, budgets: Sequence[float], *, pings: tuple[float, float, float]
                | None = None, recorded: tuple[np.ndarray, np.ndarray] | None = None,
                learn_days: float = 0.0, reps: int = 1, seed: int = 0, jobs: int = 1,
-               progress: bool = False, policies: Sequence[str] | None = None) -> list[Row]:
+               progress: bool = False, policies: Sequence[str] | None = None,
+               hedge: float = HEDGE_SHARE, batch: int | None = None) -> list[Row]:
     """Accuracy rows ``{budget, policy, rep, accuracy, crawls, seconds}`` of a trace."""
     if not 0 <= learn_days < trace.horizon:
         raise ValueError(f"--learn-days must be in [0, {trace.horizon:.4g}) (the window's "
@@ -188,7 +199,8 @@ def trace_rows(trace: Trace, budgets: Sequence[float], *, pings: tuple[float, fl
     with tempfile.TemporaryDirectory(prefix="recrawl-trace-") as tmp:
         path = str(_save(trace, Path(tmp), recorded))
         job_list = [{"path": path, "budget": float(R), "policy": k, "rep": r, "seed": seed,
-                     "pings": pings, "learn_days": float(learn_days)}
+                     "pings": pings, "learn_days": float(learn_days), "hedge": hedge,
+                     "batch": batch}
                     for R in budgets for r in range(reps) for k in kinds]
         return run_jobs(_trace_job, job_list, processes=jobs, progress=progress,
                         label="trace")
@@ -207,7 +219,7 @@ def summarise(raw: Sequence[Row], budgets: Sequence[float]) -> dict[str, list[fl
 def table(acc: dict[str, list[float]], budgets: Sequence[float]) -> str:
     """Accuracy per policy and budget (percent), the best peer, hindsight's room over it
     (points) and the share of that room each policy captures."""
-    kinds = [k for k in (*POLICIES, "recrawl-cold") if k in acc]
+    kinds = [k for k in (*POLICIES, "recrawl-cold", "recrawl-unhedged") if k in acc]
     learners = [k for k in kinds if k not in PEERS and k != "hindsight"]
     head = ["R/day", *kinds, "best peer", "room", *[f"{k} share" for k in learners]]
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
@@ -225,7 +237,7 @@ def table(acc: dict[str, list[float]], budgets: Sequence[float]) -> str:
 
 def _plot(acc: dict[str, list[float]], budgets: Sequence[float], path: Path, title: str) -> None:
     with figure(path, (6.4, 4.2)) as ax:
-        for k in [k for k in (*POLICIES, "recrawl-cold") if k in acc]:
+        for k in [k for k in (*POLICIES, "recrawl-cold", "recrawl-unhedged") if k in acc]:
             ax.plot(budgets, [100 * a for a in acc[k]], marker="o", ms=3, label=k,
                     ls="--" if k == "hindsight" else "-")
         ax.set_xscale("log")
@@ -251,6 +263,13 @@ def _parser() -> argparse.ArgumentParser:
     g.add_argument("--ping-log", type=Path, default=None,
                    help="recorded pings: change-log lines, one per ping")
     p.add_argument("--learn-days", type=float, default=0.0)
+    p.add_argument("--batch", type=int, default=None,
+                   help="crawls per step, all at the step's time (default: 1 up to 1000 "
+                        "pages, then pages/1000)")
+    p.add_argument("--hedge", type=float, default=HEDGE_SHARE,
+                   help="largest share of crawls recrawl gives back to the longest-interval "
+                        f"floor when its rates do not predict (0: no hedge; default "
+                        f"{HEDGE_SHARE:g})")
     p.add_argument("--reps", type=int, default=1, help="repetitions (ping draws, orders)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--jobs", type=int, default=2, help="worker processes (max 2)")
@@ -286,7 +305,8 @@ def main(argv: Sequence[str]) -> int:
     try:
         raw = trace_rows(tr, args.budget, pings=args.pings, recorded=recorded,
                          learn_days=args.learn_days, reps=args.reps, seed=args.seed,
-                         jobs=args.jobs, progress=not args.no_progress)
+                         jobs=args.jobs, progress=not args.no_progress, hedge=args.hedge,
+                         batch=args.batch)
     except ValueError as exc:
         raise SystemExit(f"recrawl experiments trace: {exc}") from None
     acc = summarise(raw, args.budget)

@@ -35,6 +35,7 @@ from models.sim.events import Events
 from models.sim.world import World
 
 __all__ = [
+    "Hedge",
     "OnlineRates",
     "Trace",
     "VectorAlgorithm1",
@@ -224,18 +225,6 @@ def complete_history_intervals(changes: FloatArray, start: float, stop: float,
 
 
 
-def online_prior(use_pings: bool) -> object:
-    """The prior :class:`~models.sim.policies.EstimatingAlgorithm1` learns from (Grimes-Ford
-    pseudo-intervals in the simulator's time unit, paper 003 Sec. 4.4)."""
-    from models.estimators import PseudoDatapoints, SignalPrior
-
-    return SignalPrior(
-        change=PseudoDatapoints(changed_interval_s=0.05, unchanged_interval_s=2.85),
-        precision_changed=(1.0,) if use_pings else (),
-        precision_unchanged=(1.0,) if use_pings else (),
-    )
-
-
 class OnlineRates:
     """Per-page App. E estimates (paper 004) over all pages, updated in batches.
 
@@ -243,7 +232,10 @@ class OnlineRates:
     crawl interval ``(tau, changed, pings in it)`` to each listed page and returns the pages'
     value parameters ``(alpha, beta, gamma)`` as ``variant`` ranks with
     (:func:`models.sim.policies.value_params` on the believed ``(Delta, lam, nu)``), exactly
-    as :class:`~models.sim.policies.EstimatingAlgorithm1` reads its estimates.
+    as :class:`~models.sim.policies.EstimatingAlgorithm1` reads its estimates.  The
+    estimator is :class:`models.estimators.SignalEstimator` with its default prior, the one
+    a live worker starts from; it works in seconds, so the trace's days are converted on
+    the way in (``tau``) and out (rates per day, ``beta`` in days).
     """
 
     def __init__(self, m: int, *, use_pings: bool, variant: str | None = None) -> None:
@@ -251,7 +243,7 @@ class OnlineRates:
 
         self.use_pings = use_pings
         self.variant = variant or ("greedy-ncis" if use_pings else "greedy")
-        self.est = SignalEstimator(1 if use_pings else 0, prior=online_prior(use_pings))  # type: ignore[arg-type]
+        self.est = SignalEstimator(1 if use_pings else 0)
         self.m = m
         self.state = batch_init(self.est, m)
 
@@ -266,7 +258,8 @@ class OnlineRates:
         from models.estimators import batch_update
 
         sig = n_pings[:, None] if self.use_pings else None
-        batch_update(self.est, self.state, tau, changed, sig, pages=pages, end_s=end)
+        batch_update(self.est, self.state, tau * DAY_S, changed, sig, pages=pages,
+                     end_s=end * DAY_S)
 
     def params(self, pages: IntArray | None = None) -> tuple[FloatArray, FloatArray, FloatArray]:
         """``(alpha, beta, gamma)`` of ``pages`` (default all) as ``variant`` ranks with."""
@@ -277,8 +270,9 @@ class OnlineRates:
         r = batch_result(self.est, self.state, pages=pages)
         if not self.use_pings:
             z = np.zeros_like(r.change_rate_per_s)
-            return r.change_rate_per_s.copy(), z, z.copy()
-        delta, lam, nu = change_params(r.alpha_per_s, r.beta_s[:, 0], r.gamma_per_s[:, 0])
+            return r.change_rate_per_s * DAY_S, z, z.copy()
+        delta, lam, nu = change_params(r.alpha_per_s * DAY_S, r.beta_s[:, 0] / DAY_S,
+                                       r.gamma_per_s[:, 0] * DAY_S)
         a, b, g, _ = value_params(self.variant, np.asarray(delta), np.asarray(lam),
                                   np.asarray(nu))
         return a, b, g
@@ -321,6 +315,73 @@ class OnlineRates:
             self.update(own[k], tau_a[k], chg_a[k], n[k], end[k])
 
 
+class Hedge:
+    """How well the learned rates predict what the crawls find, and the floor share it sets.
+
+    Each crawl of a page after ``tau`` with believed rate ``r`` predicted a change with
+    probability ``p = 1 - exp(-r tau)`` (paper 003 Sec. 3: Poisson changes); a site-wide
+    rate ``r0`` (changes found / time crawled, over all pages) predicted ``p0``.  Both
+    predictions' log losses on the outcome are summed with a discount (half-life
+    ``half_life`` crawls); the *skill* is ``1 - loss / loss0``: above 0 when the per-page
+    rates predict better than one rate for the whole site.  The share of crawls given back
+    to the longest-interval floor (the pages crawled longest ago) is
+    ``max_share * clip(1 - skill / good_skill, 0, 1)``: all of ``max_share`` while the
+    learned rates predict no better than the site's average, none once they are clearly
+    better.  Before ``warmup`` crawls the share is ``max_share``.
+    """
+
+    def __init__(self, *, max_share: float = 0.5, good_skill: float = 0.1,
+                 half_life: float = 2000.0, warmup: int = 200) -> None:
+        if not 0.0 <= max_share <= 1.0:
+            raise ValueError(f"max_share must be in [0, 1], got {max_share!r}")
+        if good_skill <= 0 or half_life <= 0:
+            raise ValueError("good_skill and half_life must be > 0")
+        self.max_share, self.good_skill = float(max_share), float(good_skill)
+        self.keep = 0.5 ** (1.0 / half_life)
+        self.warmup = int(warmup)
+        self.loss = self.loss0 = 0.0
+        self.changed_sum = self.time_sum = 0.0
+        self.n = 0
+        self._debt = 0.0
+
+    @staticmethod
+    def _log_loss(p: FloatArray, y: npt.NDArray[np.bool_]) -> FloatArray:
+        q = np.clip(p, 1e-6, 1.0 - 1e-6)
+        out: FloatArray = -np.where(y, np.log(q), np.log1p(-q))
+        return out
+
+    def observe(self, rate: FloatArray, tau: FloatArray, changed: npt.NDArray[np.bool_]) -> None:
+        """Score the predictions of one batch of crawls (``rate``: believed before them)."""
+        if not tau.size:
+            return
+        r0 = self.changed_sum / self.time_sum if self.time_sum > 0 else 0.0
+        p = -np.expm1(-rate * tau)
+        p0 = -np.expm1(-r0 * tau)
+        k = self.keep ** tau.size
+        self.loss = k * self.loss + float(self._log_loss(p, changed).sum())
+        self.loss0 = k * self.loss0 + float(self._log_loss(p0, changed).sum())
+        self.changed_sum = k * self.changed_sum + float(changed.sum())
+        self.time_sum = k * self.time_sum + float(tau.sum())
+        self.n += int(tau.size)
+
+    @property
+    def skill(self) -> float:
+        return 1.0 - self.loss / self.loss0 if self.loss0 > 0 else 0.0
+
+    @property
+    def share(self) -> float:
+        if self.n < self.warmup:
+            return self.max_share
+        return self.max_share * min(max(1.0 - self.skill / self.good_skill, 0.0), 1.0)
+
+    def floor_crawls(self, k: int) -> int:
+        """How many of the next ``k`` crawls go to the floor (the fractions carried over)."""
+        self._debt += self.share * k
+        n = min(k, int(self._debt))
+        self._debt -= n
+        return n
+
+
 class VectorAlgorithm1:
     """Algorithm 1 of paper 004, every page's crawl value evaluated at once.
 
@@ -336,8 +397,10 @@ class VectorAlgorithm1:
     def __init__(self, name: str, mu: FloatArray, alpha: FloatArray | None = None,
                  beta: FloatArray | None = None, gamma: FloatArray | None = None, *,
                  learner: OnlineRates | None = None, ping_rule: PingRule = "accept",
-                 warm: tuple[float, Callable[[OnlineRates], None]] | None = None) -> None:
+                 warm: tuple[float, Callable[[OnlineRates], None]] | None = None,
+                 hedge: Hedge | None = None) -> None:
         self.name = name
+        self.hedge = hedge
         self.mu = np.asarray(mu, dtype=np.float64)
         m = self.mu.size
         self.learner = learner
@@ -365,6 +428,15 @@ class VectorAlgorithm1:
                                    self.last_crawl - np.where(self.n_pings > 0,
                                                               self.beta * self.n_pings, 0.0))
 
+    def _believed_rate(self, pages: IntArray) -> FloatArray:
+        """The change rate ``Delta`` the parameters of ``pages`` stand for (Sec. 3 of paper
+        004: ``Delta = alpha + gamma (1 - exp(-alpha beta))``; ``alpha`` without pings)."""
+        a, b, g = self.alpha[pages], self.beta[pages], self.gamma[pages]
+        with np.errstate(invalid="ignore", over="ignore"):
+            extra = np.where(g > 0, g * -np.expm1(-a * b), 0.0)
+        out: FloatArray = a + np.nan_to_num(extra, nan=0.0)
+        return out
+
     def values(self, t: float) -> FloatArray:
         from models.values import crawl_value
 
@@ -386,6 +458,8 @@ class VectorAlgorithm1:
 
     def choose(self, t: float, eligible: Callable[[int], bool] | None) -> int | None:
         self._maybe_warm(t)
+        if eligible is None and self.hedge is not None and self.hedge.floor_crawls(1):
+            return int(np.argmin(self.last_crawl))
         v = self.values(t)
         if eligible is None:
             return int(np.argmax(v))
@@ -398,6 +472,16 @@ class VectorAlgorithm1:
         self._maybe_warm(t)
         v = self.values(t)
         k = min(k, v.size)
+        n_floor = self.hedge.floor_crawls(k) if self.hedge is not None else 0
+        if n_floor:
+            old = np.argpartition(self.last_crawl, n_floor - 1)[:n_floor] \
+                if n_floor < v.size else np.arange(v.size)
+            v = v.copy()
+            v[old] = -np.inf
+            rest = k - n_floor
+            top = np.argpartition(-v, rest - 1)[:rest] if rest > 0 else old[:0]
+            both: list[int] = [*old.tolist(), *top.tolist()]
+            return both
         top = np.argpartition(-v, k - 1)[:k] if k < v.size else np.arange(v.size)
         out: list[int] = top[np.argsort(-v[top], kind="stable")].tolist()
         return out
@@ -412,6 +496,8 @@ class VectorAlgorithm1:
             return
         if self.learner is not None:
             tau = t - self.last_crawl[pages]
+            if self.hedge is not None:
+                self.hedge.observe(self._believed_rate(pages), tau, changed)
             self.learner.update(pages, tau, changed, self.n_pings[pages],
                                 np.full(pages.size, t))
             a, b, g = self.learner.params(pages)

@@ -202,3 +202,37 @@ def test_warm_start_replaces_the_estimates_at_the_learn_day() -> None:
     assert seen == [1.0]
     # at the first slot after the learn day every page ranks with the imported estimate
     np.testing.assert_allclose(swapped[0], got)
+
+
+def test_the_hedge_gives_crawls_to_the_floor_only_while_rates_do_not_predict() -> None:
+    from models.sim.trace import Hedge
+
+    rng = np.random.default_rng(9)
+    n = 4000
+    true = np.exp(rng.normal(0.0, 1.5, n))  # rates per day, widely spread
+    tau = rng.uniform(0.1, 2.0, n)
+    changed = rng.uniform(size=n) < -np.expm1(-true * tau)
+    good, bad = Hedge(max_share=0.8), Hedge(max_share=0.8)
+    assert good.share == 0.8  # before the warm-up: all of it
+    for k in range(0, n, 100):
+        s = slice(k, k + 100)
+        good.observe(true[s], tau[s], changed[s])  # the true rates
+        bad.observe(true[s][::-1].copy(), tau[s], changed[s])  # rates of other pages
+    assert good.skill > 0.1 and good.share == 0.0
+    assert bad.skill < 0.0 and bad.share == 0.8
+    # the floor's crawls add up to the share, fractions carried over
+    assert sum(bad.floor_crawls(1) for _ in range(100)) == 80
+
+
+def test_hedged_recrawl_crawls_the_longest_unseen_pages_when_it_cannot_predict() -> None:
+    from models.sim.trace import Hedge
+
+    m = 50
+    tr = trace_from_arrays(np.ones(m), np.arange(m) % m, T0_S + np.linspace(0, 20 * DAY_S, m))
+    w, ev = trace_world(tr), trace_events(tr)
+    pol = VectorAlgorithm1("recrawl", tr.mu, learner=OnlineRates(m, use_pings=False),
+                           hedge=Hedge(max_share=1.0, warmup=10**9))
+    res = run(w, ev, pol, Budget(5.0))
+    # all crawls to the floor: every page once before any page twice (round robin)
+    first = res.crawl_page[:m]
+    assert np.unique(first).size == m
