@@ -2,7 +2,7 @@
 
     recrawl experiments trace --changes FILE --budget R [R ...]
         [--pings RECALL,FALSE_PER_DAY,DELAY_DAYS | --ping-log FILE] [--learn-days D]
-        [--jobs N] [--json PATH] [--out DIR]
+        [--jobs N] [--json PATH] [--out DIR] [--batch K] [--hedge SHARE] [--unhedged]
 
 ``FILE`` is any history :func:`streams.histories.read_history` reads (a change log
 ``.jsonl``, a CDX / WARC capture file, a Kolobov et al. folder).  Conventions: every page
@@ -12,8 +12,12 @@ importance-weighted share of pages whose last crawl is current (:func:`models.si
 the accounting of every simulator experiment).  Policies, each at each budget:
 
 recrawl       Algorithm 1 with everything learned online from its own crawls and pings
-              (:class:`models.sim.EstimatingAlgorithm1`: Greedy without pings,
-              Greedy-NCIS with them), starting from the prior as a live worker starts
+              (:class:`models.sim.trace.VectorAlgorithm1` with
+              :class:`models.sim.trace.OnlineRates`: Greedy without pings, Greedy-NCIS
+              with them), starting from the estimator's default prior as a live worker
+              starts, hedged (:class:`models.sim.trace.Hedge`: crawls go back to the
+              pages crawled longest ago while the learned rates predict the crawls'
+              findings no better than one rate for the whole site)
 nutch         Apache Nutch AdaptiveFetchSchedule (:class:`models.sim.NutchAdaptive`)
 stormcrawler  StormCrawler AdaptiveScheduler (:class:`models.sim.StormCrawlerAdaptive`)
 uniform       round robin in a fixed order
@@ -29,7 +33,10 @@ not scored; ``recrawl`` gets, at ``D``, the estimates of their complete change h
 an import of the history would give it), the peers run through them as they would have,
 and ``recrawl-cold`` (table only) is ``recrawl`` without that history.  ``--json`` writes
 ``{"pages", "changes", "days", "budgets", "accuracy": {policy: [one per budget]}}``;
-``--out`` gets ``trace.md`` (the table) and ``trace.png``.
+``--out`` gets ``trace.md`` (the table) and ``trace.png``.  ``--batch K`` groups ``K``
+consecutive crawls into one step at the time of its last (default 1 up to 1000 pages, then
+pages/1000); ``--hedge`` sets the hedge's largest share (0: none); ``--unhedged`` adds
+``recrawl-unhedged`` to the table.
 """
 
 from __future__ import annotations
@@ -187,7 +194,8 @@ def trace_rows(trace: Trace, budgets: Sequence[float], *, pings: tuple[float, fl
                | None = None, recorded: tuple[np.ndarray, np.ndarray] | None = None,
                learn_days: float = 0.0, reps: int = 1, seed: int = 0, jobs: int = 1,
                progress: bool = False, policies: Sequence[str] | None = None,
-               hedge: float = HEDGE_SHARE, batch: int | None = None) -> list[Row]:
+               hedge: float = HEDGE_SHARE, batch: int | None = None,
+               unhedged: bool = False) -> list[Row]:
     """Accuracy rows ``{budget, policy, rep, accuracy, crawls, seconds}`` of a trace."""
     if not 0 <= learn_days < trace.horizon:
         raise ValueError(f"--learn-days must be in [0, {trace.horizon:.4g}) (the window's "
@@ -195,7 +203,8 @@ def trace_rows(trace: Trace, budgets: Sequence[float], *, pings: tuple[float, fl
     if any(not (r > 0 and math.isfinite(r)) for r in budgets):
         raise ValueError(f"budgets must be finite crawls per day > 0, got {list(budgets)}")
     kinds = list(policies) if policies is not None else [
-        *POLICIES, *(["recrawl-cold"] if learn_days > 0 else [])]
+        *POLICIES, *(["recrawl-cold"] if learn_days > 0 else []),
+        *(["recrawl-unhedged"] if unhedged else [])]
     with tempfile.TemporaryDirectory(prefix="recrawl-trace-") as tmp:
         path = str(_save(trace, Path(tmp), recorded))
         job_list = [{"path": path, "budget": float(R), "policy": k, "rep": r, "seed": seed,
@@ -270,6 +279,8 @@ def _parser() -> argparse.ArgumentParser:
                    help="largest share of crawls recrawl gives back to the longest-interval "
                         f"floor when its rates do not predict (0: no hedge; default "
                         f"{HEDGE_SHARE:g})")
+    p.add_argument("--unhedged", action="store_true",
+                   help="also run recrawl without the hedge (table only: recrawl-unhedged)")
     p.add_argument("--reps", type=int, default=1, help="repetitions (ping draws, orders)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--jobs", type=int, default=2, help="worker processes (max 2)")
@@ -306,7 +317,7 @@ def main(argv: Sequence[str]) -> int:
         raw = trace_rows(tr, args.budget, pings=args.pings, recorded=recorded,
                          learn_days=args.learn_days, reps=args.reps, seed=args.seed,
                          jobs=args.jobs, progress=not args.no_progress, hedge=args.hedge,
-                         batch=args.batch)
+                         batch=args.batch, unhedged=args.unhedged)
     except ValueError as exc:
         raise SystemExit(f"recrawl experiments trace: {exc}") from None
     acc = summarise(raw, args.budget)

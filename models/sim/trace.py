@@ -253,13 +253,15 @@ class OnlineRates:
         self.state = batch_init(self.est, self.m)
 
     def update(self, pages: IntArray, tau: FloatArray, changed: npt.NDArray[np.bool_],
-               n_pings: FloatArray, end: FloatArray) -> None:
-        """Add one interval to each of ``pages`` (distinct)."""
+               n_pings: FloatArray, end: FloatArray | None = None) -> None:
+        """Add one interval to each of ``pages`` (distinct), ending at ``end`` (default: the
+        page's previous end plus ``tau``)."""
         from models.estimators import batch_update
 
         sig = n_pings[:, None] if self.use_pings else None
-        batch_update(self.est, self.state, tau * DAY_S, changed, sig, pages=pages,
-                     end_s=end * DAY_S)
+        # an imported history may end a hair after a crawl time (sums of many intervals)
+        end_s = None if end is None else np.maximum(end * DAY_S, self.state.end_s[pages])
+        batch_update(self.est, self.state, tau * DAY_S, changed, sig, pages=pages, end_s=end_s)
 
     def params(self, pages: IntArray | None = None) -> tuple[FloatArray, FloatArray, FloatArray]:
         """``(alpha, beta, gamma)`` of ``pages`` (default all) as ``variant`` ranks with."""
@@ -312,7 +314,7 @@ class OnlineRates:
                  - np.searchsorted(pk, ek + end - tau_a, side="right")).astype(np.float64)
         for r in range(int(rank.max()) + 1):
             k = np.flatnonzero(rank == r)
-            self.update(own[k], tau_a[k], chg_a[k], n[k], end[k])
+            self.update(own[k], tau_a[k], chg_a[k], n[k])  # ends: previous end + tau
 
 
 class Hedge:

@@ -6,6 +6,7 @@ import gzip
 import json
 import tracemalloc
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -253,3 +254,27 @@ def test_digest_memory_is_one_entry_per_url() -> None:
         got = mem.observe(f"https://a/{k % 10}", float(k), "d" * 200 + str(k % 20 // 10))
         assert got is (None if k < 10 else True), k
     assert len(mem) == 10
+
+
+def test_captures_in_any_format_make_the_same_trace(tmp_path: Path) -> None:
+    """A change is placed at the capture that found it, whatever the archive format."""
+    from streams.histories.trace import load_trace
+
+    obs, _ = simulated_history(m=12, days=20.0)
+    write_cdx(tmp_path / "a.cdx", obs)
+    write_warc(tmp_path / "a.warc.gz", obs)
+    write_kolobov(tmp_path / "k", obs)
+    traces = [load_trace(p) for p in (tmp_path / "a.cdx", tmp_path / "a.warc.gz")]
+    kol = load_trace(tmp_path / "k")
+    found = sum(bool(c) for o in obs.values() for _, c in o[1:])
+
+    def by_url(lt: Any) -> dict[str, list[float]]:
+        tr = lt.trace
+        return {u: (tr.start_s / 86400 + tr.changes_of(k)).round(6).tolist()
+                for k, u in enumerate(lt.urls)}
+
+    want = by_url(traces[0])
+    assert set(want) == set(obs)
+    for lt in (*traces, kol):
+        assert lt.changes_read == found
+        assert by_url(lt) == want

@@ -10,7 +10,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from experiments.trace import POLICIES, main, step_crawls, trace_rows
+from experiments.trace import HEDGE_SHARE, POLICIES, main, step_crawls, trace_rows
 from models.estimators import CrawlInterval, SignalEstimator
 from models.sim import (
     Budget,
@@ -25,6 +25,7 @@ from models.sim import (
 )
 from models.sim.trace import (
     DAY_S,
+    Hedge,
     OnlineRates,
     VectorAlgorithm1,
     average_rates,
@@ -97,8 +98,9 @@ def _poisson_policy(kind: str, w: World, R: float, T: float, g: np.random.Genera
     m = w.m
     kw = {"initial_interval": m / R, "min_interval": 1.0 / R, "max_interval": T, "rng": g,
           "use_pings": True}
-    if kind == "recrawl":
-        return VectorAlgorithm1(kind, w.mu, learner=OnlineRates(m, use_pings=True))
+    if kind == "recrawl":  # as experiments.trace builds it, hedge included
+        return VectorAlgorithm1(kind, w.mu, learner=OnlineRates(m, use_pings=True),
+                                hedge=Hedge(max_share=HEDGE_SHARE))
     if kind == "nutch":
         return NutchAdaptive(m, **kw)
     if kind == "stormcrawler":
@@ -205,8 +207,6 @@ def test_warm_start_replaces_the_estimates_at_the_learn_day() -> None:
 
 
 def test_the_hedge_gives_crawls_to_the_floor_only_while_rates_do_not_predict() -> None:
-    from models.sim.trace import Hedge
-
     rng = np.random.default_rng(9)
     n = 4000
     true = np.exp(rng.normal(0.0, 1.5, n))  # rates per day, widely spread
@@ -225,8 +225,6 @@ def test_the_hedge_gives_crawls_to_the_floor_only_while_rates_do_not_predict() -
 
 
 def test_hedged_recrawl_crawls_the_longest_unseen_pages_when_it_cannot_predict() -> None:
-    from models.sim.trace import Hedge
-
     m = 50
     tr = trace_from_arrays(np.ones(m), np.arange(m) % m, T0_S + np.linspace(0, 20 * DAY_S, m))
     w, ev = trace_world(tr), trace_events(tr)
