@@ -22,7 +22,8 @@ nutch         Apache Nutch AdaptiveFetchSchedule (:class:`models.sim.NutchAdapti
 stormcrawler  StormCrawler AdaptiveScheduler (:class:`models.sim.StormCrawlerAdaptive`)
 uniform       round robin in a fixed order
 hindsight     Greedy given each page's average rate over the scored window (its changes
-              there / the window's length): a bound for any policy that must learn (with
+              there / the window's length; with --learn-days, over the unscored days
+              until they end): a bound for any policy that must learn (with
               synthesised pings: Greedy-NCIS given those rates and the pings' recall and
               false-ping rate)
 
@@ -140,22 +141,35 @@ def _policy(kind: str, trace: Trace, R: float, learn_days: float, ev: Any,
         p.name = "uniform"
         return p
     if kind == "hindsight":
-        rates = average_rates(trace, learn_days, T)
-        if synthesised is None:
-            z = np.zeros(m)
-            return VectorAlgorithm1("hindsight", trace.mu, rates, z, z)
-        # with synthesised pings: Greedy-NCIS given the rates and the pings' true noise
-        a, b, gm, _ = value_params("greedy-ncis", rates, np.full(m, synthesised[0]),
-                                   np.full(m, synthesised[1]))
-        return VectorAlgorithm1("hindsight", trace.mu, a, b, gm)
+        def params(start: float, stop: float) -> tuple[Any, Any, Any]:
+            rates = average_rates(trace, start, stop)
+            if synthesised is None:
+                return rates, np.zeros(m), np.zeros(m)
+            # with synthesised pings: Greedy-NCIS given the rates and the pings' true noise
+            a, b, gm, _ = value_params("greedy-ncis", rates, np.full(m, synthesised[0]),
+                                       np.full(m, synthesised[1]))
+            return a, b, gm
+
+        if learn_days <= 0:
+            return VectorAlgorithm1("hindsight", trace.mu, *params(0.0, T))
+        # the unscored days with their own average rates, the scored ones with theirs
+        later = params(learn_days, T)
+
+        def switch(pol: VectorAlgorithm1) -> None:
+            pol.alpha, pol.beta, pol.gamma = (np.array(x, dtype=np.float64) for x in later)
+
+        return VectorAlgorithm1("hindsight", trace.mu, *params(0.0, learn_days),
+                                warm=(learn_days, switch))
     if kind in ("recrawl", "recrawl-cold", "recrawl-unhedged"):
         learner = OnlineRates(m, use_pings=use_pings)
         hedge = None if kind == "recrawl-unhedged" or not hedge_share else Hedge(
             max_share=hedge_share)
         warm = None
         if kind == "recrawl" and learn_days > 0:
-            def learn(rates: OnlineRates) -> None:
-                rates.learn_complete(trace, learn_days, EPS_DAYS, ev.ping_page, ev.ping_arrival)
+            def learn(pol: VectorAlgorithm1) -> None:
+                assert pol.learner is not None
+                pol.learner.learn_complete(trace, learn_days, EPS_DAYS, ev.ping_page,
+                                           ev.ping_arrival)
             warm = (learn_days, learn)
         return VectorAlgorithm1(kind, trace.mu, learner=learner, warm=warm, hedge=hedge)
     raise ValueError(f"unknown policy {kind!r}")

@@ -392,14 +392,15 @@ class VectorAlgorithm1:
     accepted ping (Sec. 3; ``-inf`` for ``beta = inf``), as :class:`~models.sim.Algorithm1`
     keeps it.  A slot crawls the page of largest value, a step of ``k`` crawls the ``k``
     largest (:func:`models.sim.run`'s batched budget).  With ``learner`` the parameters are
-    re-estimated after each crawl (``recrawl``); ``warm`` = ``(at, fn)`` calls ``fn(learner)``
-    before the first slot at or after ``at`` and re-reads every page's parameters.
+    re-estimated after each crawl (``recrawl``); ``warm`` = ``(at, fn)`` calls ``fn(policy)``
+    before the first slot at or after ``at`` (e.g. to import a history into the learner, or
+    to set new fixed parameters) and re-reads every page's parameters.
     """
 
     def __init__(self, name: str, mu: FloatArray, alpha: FloatArray | None = None,
                  beta: FloatArray | None = None, gamma: FloatArray | None = None, *,
                  learner: OnlineRates | None = None, ping_rule: PingRule = "accept",
-                 warm: tuple[float, Callable[[OnlineRates], None]] | None = None,
+                 warm: tuple[float, Callable[[VectorAlgorithm1], None]] | None = None,
                  hedge: Hedge | None = None) -> None:
         self.name = name
         self.hedge = hedge
@@ -420,11 +421,12 @@ class VectorAlgorithm1:
         self._warm = warm
 
     def _maybe_warm(self, t: float) -> None:
-        if self._warm is not None and t >= self._warm[0] and self.learner is not None:
+        if self._warm is not None and t >= self._warm[0]:
             fn = self._warm[1]
             self._warm = None
-            fn(self.learner)
-            self.alpha, self.beta, self.gamma = self.learner.params()
+            fn(self)
+            if self.learner is not None:
+                self.alpha, self.beta, self.gamma = self.learner.params()
             # pings since each page's last crawl still count, on the new beta
             self.origin = np.where(np.isinf(self.beta) & (self.n_pings > 0), -np.inf,
                                    self.last_crawl - np.where(self.n_pings > 0,

@@ -187,9 +187,10 @@ def test_warm_start_replaces_the_estimates_at_the_learn_day() -> None:
     ev = trace_events(tr)
     seen: list[float] = []
 
-    def learn(r: OnlineRates) -> None:
+    def learn(pol: VectorAlgorithm1) -> None:
         seen.append(1.0)
-        r.learn_complete(tr, 20.0, 1e-5, ev.ping_page, ev.ping_arrival)
+        assert pol.learner is not None
+        pol.learner.learn_complete(tr, 20.0, 1e-5, ev.ping_page, ev.ping_arrival)
 
     class Spy(VectorAlgorithm1):
         def choose(self, t: float, eligible: object) -> int | None:
