@@ -1,6 +1,6 @@
 # recrawl: the two commands are `make demo` (the main job) and `make test` (the tests).
 # Both install what they need: a venv with the pinned dependencies, Kafka's jars from Maven
-# Central (once, into .cache/), Debian's redis-server (apt-get, when missing and root) and
+# Central (once, into ~/.cache/recrawl), Debian's redis-server (apt-get, when missing and root) and
 # Debian's chromium for the dashboard's browser test (the same way; a failure there is reported,
 # not fatal).
 

@@ -62,10 +62,15 @@ def ensure_jars(cache_dir: Path) -> Path:
             + (proc.stdout + proc.stderr)[-3000:]
         )
     (staging / ".complete").write_text(KAFKA_VERSION + "\n")
-    if lib.exists():
-        shutil.rmtree(lib)
+    if lib.exists() and not (lib / ".complete").exists():
+        shutil.rmtree(lib)  # an interrupted fetch of an older launcher
     lib.parent.mkdir(parents=True, exist_ok=True)
-    staging.rename(lib)
+    try:
+        staging.rename(lib)
+    except OSError:  # another process (the cache is per user) finished first: use its copy
+        shutil.rmtree(staging, ignore_errors=True)
+        if not (lib / ".complete").exists():
+            raise
     return lib
 
 

@@ -18,21 +18,30 @@ import subprocess
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
+from platformdirs import user_cache_path, user_state_path
+
 from infra import kafka, redis
 from infra.errors import ServiceStartError
 from infra.proc import pid_alive, port_open, stop_group
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
+#: the folder name under the per-user folders (platformdirs: XDG on Linux)
+APP_NAME = "recrawl"
 
 
 def default_home() -> Path:
-    """Where data and logs go: ``$RECRAWL_HOME`` or ``<repo>/var`` (git-ignored)."""
-    return Path(os.environ.get("RECRAWL_HOME", REPO_ROOT / "var"))
+    """Where the stack's data and logs and the worker's data go: ``$RECRAWL_HOME``, else the
+    per-user state folder (``$XDG_STATE_HOME/recrawl``, ``~/.local/state/recrawl`` on Linux).
+    Never a folder of the installed package: the same for every current folder."""
+    env = os.environ.get("RECRAWL_HOME")
+    return Path(env).expanduser().absolute() if env else user_state_path(APP_NAME)
 
 
 def default_cache() -> Path:
-    """Where fetched jars go: ``$RECRAWL_CACHE`` or ``<repo>/.cache`` (git-ignored)."""
-    return Path(os.environ.get("RECRAWL_CACHE", REPO_ROOT / ".cache"))
+    """Where fetched jars go (Kafka's, ~46 MB): ``$RECRAWL_CACHE``, else the per-user cache
+    folder (``$XDG_CACHE_HOME/recrawl``, ``~/.cache/recrawl`` on Linux)."""
+    env = os.environ.get("RECRAWL_CACHE")
+    return Path(env).expanduser().absolute() if env else user_cache_path(APP_NAME)
 
 
 @dataclass

@@ -2,6 +2,10 @@
 
 Each command group lives in its own module with a ``register(subparsers)`` function that
 adds its parser and sets ``func`` (``args -> int``); :data:`COMMAND_MODULES` lists them.
+
+Exit status: 0 done, 1 done but something failed (the output says what), 2 bad arguments or
+settings (one line naming the setting), 3 Kafka or Redis not reachable within
+``connect_timeout_s`` (one line naming the address), 130 interrupted.
 """
 
 from __future__ import annotations
@@ -10,7 +14,7 @@ import argparse
 import importlib
 import sys
 
-__all__ = ["COMMAND_MODULES", "build_parser", "main"]
+__all__ = ["COMMAND_MODULES", "build_parser", "main", "version"]
 
 COMMAND_MODULES = [
     "streams.commands.infra",
@@ -30,10 +34,22 @@ COMMAND_MODULES = [
 ]
 
 
+def version() -> str:
+    """The installed distribution's version."""
+    from importlib.metadata import PackageNotFoundError
+    from importlib.metadata import version as dist_version
+
+    try:
+        return dist_version("recrawl")
+    except PackageNotFoundError:  # run from a source tree that was never installed
+        return "unknown (not installed)"
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="recrawl", description="Re-crawl scheduler: which page to fetch next, and why."
     )
+    parser.add_argument("--version", action="version", version=f"recrawl {version()}")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     for name in COMMAND_MODULES:
         importlib.import_module(name).register(sub)
@@ -41,9 +57,18 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
+    from streams.reach import Unreachable
+    from streams.settings import SettingsError
+
     args = build_parser().parse_args(argv)
     try:
         return int(args.func(args) or 0)
+    except SettingsError as exc:
+        print(f"recrawl {args.command}: {exc}", file=sys.stderr)
+        return 2
+    except Unreachable as exc:
+        print(f"recrawl {args.command}: {exc}", file=sys.stderr)
+        return 3
     except KeyboardInterrupt:
         return 130
 

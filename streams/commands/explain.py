@@ -11,30 +11,43 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import sys
 import time
 import urllib.request
 from typing import Any
 from urllib.parse import urlencode
+
+from streams.commands._settings import CLIENT_SETTINGS, add_settings_args, settings_from_args
 
 __all__ = ["register", "run"]
 
 
 def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     p = sub.add_parser("explain", help="explain a page: state, value, threshold, decisions")
-    p.add_argument("url")
+    p.add_argument("url", help="the page's full URL (http:// or https://)")
+    add_settings_args(p, CLIENT_SETTINGS)
     p.set_defaults(func=run)
 
 
 def run(args: argparse.Namespace) -> int:
+    from streams.events.records import check_url
+    from streams.reach import check_redis
     from streams.scheduler import SHARD_ALIVE_S
-    from streams.settings import load_settings
     from streams.store.redis_store import Store
     from streams.worker.explain import explain
     from streams.worker.plan import steady_threshold
 
-    settings = load_settings()
+    try:
+        check_url(args.url)
+    except ValueError as exc:
+        hint = (f" (did you mean https://{args.url} ?)" if "://" not in args.url else "")
+        print(f"recrawl explain: {args.url!r} is not a page URL recrawl schedules: {exc}{hint}",
+              file=sys.stderr)
+        return 2
+    settings = settings_from_args(args)
 
     async def go() -> dict[str, Any]:
+        await check_redis(settings.redis_url, settings.connect_timeout_s)
         store = Store.from_url(settings.redis_url, settings.key_prefix)
         try:
             out = await explain(store, settings, args.url, time.time(),

@@ -6,6 +6,7 @@ import argparse
 import asyncio
 import sys
 
+from streams.commands._settings import CLIENT_SETTINGS, add_settings_args, settings_from_args
 from streams.commands._signals import on_stop_signals
 
 __all__ = ["add_egress_args", "policy_from_args", "register", "run"]
@@ -58,6 +59,7 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
                    help="push-back recovery: + this fraction of the rate before it per step")
     p.add_argument("--pushback-interval", type=float, default=1.0, metavar="S",
                    help="push-back recovery: one step every S seconds")
+    add_settings_args(p, CLIENT_SETTINGS)
     p.set_defaults(func=run)
 
 
@@ -66,7 +68,6 @@ def run(args: argparse.Namespace) -> int:
     from streams.fetcher.pushback import PushbackPolicy
     from streams.fetcher.robots import RobotsPolicy
     from streams.fetcher.service import FetcherService
-    from streams.settings import load_settings
 
     try:
         policy = policy_from_args(args)
@@ -84,7 +85,8 @@ def run(args: argparse.Namespace) -> int:
         max_in_flight=args.max_in_flight,
     )
     service = FetcherService(
-        load_settings(), policy, limits, group_id=args.group, obey_robots=not args.ignore_robots,
+        settings_from_args(args), policy, limits, group_id=args.group,
+        obey_robots=not args.ignore_robots,
         robots=RobotsPolicy(min_ttl_s=args.robots_min_ttl, error_ttl_s=args.robots_error_ttl),
         pushback=pushback,
     )

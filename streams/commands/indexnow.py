@@ -6,6 +6,7 @@ import argparse
 import asyncio
 import sys
 
+from streams.commands._settings import CLIENT_SETTINGS, add_settings_args, settings_from_args
 from streams.commands._signals import stop_event
 from streams.commands.fetch import add_egress_args, policy_from_args
 
@@ -27,6 +28,7 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
                    help="a URL is published at most once per host in this many seconds "
                         "(0: every submission)")
     add_egress_args(s)
+    add_settings_args(s, CLIENT_SETTINGS)
     s.set_defaults(func=serve)
     for name in ("add-key", "remove-key"):
         k = acts.add_parser(name, help=f"{name.split('-')[0]} a verified key for a host")
@@ -34,15 +36,15 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
         k.add_argument("key")
         if name == "add-key":
             k.add_argument("--scope", default="", help="URL prefix the key may submit")
+        add_settings_args(k, CLIENT_SETTINGS)
         k.set_defaults(func=keys)
 
 
 def keys(args: argparse.Namespace) -> int:
     from streams.edges.indexnow import KeyRegistry
-    from streams.settings import load_settings
     from streams.store.redis_conn import connect as connect_redis
 
-    s = load_settings()
+    s = settings_from_args(args)
 
     async def main() -> int:
         client = connect_redis(s.redis_url)
@@ -69,10 +71,9 @@ def serve(args: argparse.Namespace) -> int:
     from streams.edges.indexnow import IndexNowReceiver, KeyRegistry, start_receiver
     from streams.edges.pings import PingProducer
     from streams.fetcher.client import FetchLimits, SafeClient
-    from streams.settings import load_settings
     from streams.store.redis_conn import connect as connect_redis
 
-    s = load_settings()
+    s = settings_from_args(args)
     policy = policy_from_args(args)
 
     async def main() -> None:

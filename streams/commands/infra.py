@@ -1,4 +1,9 @@
-"""``recrawl infra up|status|down``: the local Kafka and Redis."""
+"""``recrawl infra up|status|down``: the local Kafka and Redis.
+
+``up`` prints the addresses and the ``export`` lines that point other shells (or other
+machines' users of this one) at them; commands run by the same user find a running stack
+without them, through ``<home>/stack.json``.
+"""
 
 from __future__ import annotations
 
@@ -7,6 +12,7 @@ import json
 from pathlib import Path
 
 from infra import InfraError, stack
+from streams.commands._settings import add_settings_args, settings_from_args
 
 __all__ = ["register", "run"]
 
@@ -14,7 +20,10 @@ __all__ = ["register", "run"]
 def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     p = sub.add_parser("infra", help="start, check or stop the local Kafka and Redis")
     p.add_argument("action", choices=["up", "status", "down"])
-    p.add_argument("--home", type=Path, help="data and logs (default $RECRAWL_HOME or ./var)")
+    p.add_argument("--home", type=Path,
+                   help="data and logs (default $RECRAWL_HOME, else the per-user state folder: "
+                        f"{stack.default_home()}); Kafka's jars are cached in $RECRAWL_CACHE "
+                        f"or {stack.default_cache()}")
     p.add_argument("--kafka-port", type=int, help="broker port (default: a free port)")
     p.add_argument("--redis-port", type=int,
                    help="redis port (default: a free port); with --redis-cluster the first "
@@ -22,6 +31,7 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     p.add_argument("--redis-cluster", type=_masters, default=None, metavar="N",
                    help="run Redis as a local Redis Cluster of N masters (default: one node, "
                         "or whatever the running stack has)")
+    add_settings_args(p, ("topic_prefix", "partitions"), title="topics")
     p.set_defaults(func=run)
 
 
@@ -33,12 +43,10 @@ def _masters(text: str) -> int:
 
 
 def run(args: argparse.Namespace) -> int:
-    from streams.settings import Settings
-
-    home = args.home or stack.default_home()
+    home = (args.home or stack.default_home()).absolute()
     try:
         if args.action == "up":
-            settings = Settings()
+            settings = settings_from_args(args)
             info = stack.up(
                 settings.topic_names(),
                 settings.partitions,
@@ -55,6 +63,14 @@ def run(args: argparse.Namespace) -> int:
             else:
                 print(f"redis  {info.redis_url}  (pid {info.redis_pid}, logs {home}/redis)")
             print(f"topics {', '.join(info.topics)} ({info.partitions} partitions each)")
+            print(f"home   {home}")
+            print("# commands of this user find this stack through "
+                  f"{home / 'stack.json'}; elsewhere:")
+            print(f"export RECRAWL_KAFKA_BOOTSTRAP={info.kafka_bootstrap}")
+            print(f"export RECRAWL_REDIS_URL={info.redis_url}")
+            print(f"export RECRAWL_PARTITIONS={info.partitions}")
+            if args.home is not None:
+                print(f"export RECRAWL_HOME={home}")
             return 0
         if args.action == "status":
             st = stack.status(home)

@@ -1,7 +1,10 @@
 """``recrawl pages load FILE``: publish a page catalogue (CSV or JSONL) to ``recrawl.pages``.
 
-CSV needs a ``url`` column; ``importance``, ``change_rate_per_s`` and ``deleted`` are
-optional.  Each line is validated like the worker does; bad lines are reported and skipped.
+CSV (a file ending ``.csv``) has a header line; ``url`` is required, ``importance``,
+``change_rate_per_s`` and ``deleted`` (1/true/yes) are optional, other columns ignored.
+Any other file is JSONL: one page event per line (``docs/schemas/``).  Each line is
+validated with the worker's model; bad lines are reported with their line number and
+skipped, the rest is sent (exit 1 when any was skipped).  Format: ``docs/operating.md``.
 """
 
 from __future__ import annotations
@@ -10,9 +13,12 @@ import argparse
 import asyncio
 import csv
 import json
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
+
+from streams.commands._settings import CLIENT_SETTINGS, add_settings_args, settings_from_args
 
 __all__ = ["register", "run"]
 
@@ -21,6 +27,7 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     p = sub.add_parser("pages", help="load a page catalogue into recrawl.pages")
     p.add_argument("action", choices=["load"])
     p.add_argument("file", type=Path, help="CSV (header with url) or JSONL")
+    add_settings_args(p, CLIENT_SETTINGS)
     p.set_defaults(func=run)
 
 
@@ -48,27 +55,24 @@ def _rows(path: Path) -> Iterator[tuple[int, Any]]:
 
 
 def run(args: argparse.Namespace) -> int:
-    from streams.settings import load_settings
-
-    settings = load_settings()
+    settings = settings_from_args(args)
     if not args.file.exists():
-        print(f"recrawl pages load: no such file {args.file}")
+        print(f"recrawl pages load: no such file {args.file}", file=sys.stderr)
         return 2
     return asyncio.run(_load(settings, args.file))
 
 
 async def _load(settings: Any, path: Path) -> int:
-    from aiokafka import AIOKafkaProducer
     from pydantic import ValidationError
     from rich.progress import Progress
 
     from streams.events.records import PageEvent, validation_reason
+    from streams.reach import started_producer
 
     total = sum(1 for _ in _rows(path))
-    producer = AIOKafkaProducer(bootstrap_servers=settings.kafka_bootstrap, linger_ms=20)
-    await producer.start()
     sent = bad = 0
-    try:
+    async with started_producer(settings.kafka_bootstrap, settings.connect_timeout_s,
+                                linger_ms=20) as producer:
         with Progress() as progress:
             task = progress.add_task(f"loading {path.name}", total=total)
             pending = []
@@ -91,7 +95,5 @@ async def _load(settings: Any, path: Path) -> int:
                     await asyncio.gather(*pending)
                     pending.clear()
             await asyncio.gather(*pending)
-    finally:
-        await producer.stop()
     print(f"{sent} pages sent to {settings.topic('pages')}, {bad} skipped")
     return 0 if bad == 0 else 1

@@ -6,8 +6,11 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import sys
 from pathlib import Path
 from typing import Any
+
+from streams.commands._settings import CLIENT_SETTINGS, add_settings_args, settings_from_args
 
 __all__ = ["DEFAULT_BUDGETS", "plot", "print_table", "register", "run"]
 
@@ -25,22 +28,24 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
                    + " ".join(f"{b:g}" for b in DEFAULT_BUDGETS) + ")")
     p.add_argument("--png", type=Path, help="plot accuracy against budget to this PNG")
     p.add_argument("--json", type=Path, help="write the plan as JSON here")
+    add_settings_args(p, CLIENT_SETTINGS)
     p.set_defaults(func=run)
 
 
 def run(args: argparse.Namespace) -> int:
-    from streams.settings import load_settings
+    from streams.reach import check_redis
     from streams.store.redis_store import Store
     from streams.worker.plan import plan_from_store
 
     budgets = args.budget or list(DEFAULT_BUDGETS)
     bad = [b for b in budgets if not b > 0]
     if bad:
-        print(f"recrawl plan: budgets must be > 0 orders/s, got {bad}")
+        print(f"recrawl plan: budgets must be > 0 orders/s, got {bad}", file=sys.stderr)
         return 2
-    settings = load_settings()
+    settings = settings_from_args(args)
 
     async def go() -> dict[str, Any]:
+        await check_redis(settings.redis_url, settings.connect_timeout_s)
         store = Store.from_url(settings.redis_url, settings.key_prefix)
         try:
             return await plan_from_store(store, settings, budgets)
@@ -51,10 +56,14 @@ def run(args: argparse.Namespace) -> int:
     print_table(out)
     if args.json:
         args.json.write_text(json.dumps(out, indent=2, sort_keys=True) + "\n")
+    if not out["pages"]:
+        if args.png:
+            print(f"no plot written to {args.png}: nothing to plot")
+        return 1
     if args.png:
         plot(out, args.png)
         print(f"plot written to {args.png}")
-    return 0 if out["pages"] else 1
+    return 0
 
 
 def print_table(out: dict[str, Any]) -> None:

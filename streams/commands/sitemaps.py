@@ -6,6 +6,7 @@ import argparse
 import asyncio
 import json
 
+from streams.commands._settings import CLIENT_SETTINGS, add_settings_args, settings_from_args
 from streams.commands._signals import stop_event
 from streams.commands.fetch import add_egress_args, policy_from_args
 
@@ -19,6 +20,7 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     p.add_argument("--once", action="store_true", help="one round, then exit")
     p.add_argument("--ping-new", action="store_true", help="ping URLs seen for the first time")
     add_egress_args(p)
+    add_settings_args(p, CLIENT_SETTINGS)
     p.set_defaults(func=run)
 
 
@@ -26,10 +28,9 @@ def run(args: argparse.Namespace) -> int:
     from streams.edges.pings import PingProducer
     from streams.edges.sitemaps import MAX_BYTES, SitemapPoller
     from streams.fetcher.client import FetchLimits, SafeClient
-    from streams.settings import load_settings
     from streams.store.redis_conn import connect as connect_redis
 
-    s = load_settings()
+    s = settings_from_args(args)
     policy = policy_from_args(args)
 
     async def main() -> int:

@@ -12,6 +12,7 @@ import asyncio
 import json
 import sys
 
+from streams.commands._settings import CLIENT_SETTINGS, add_settings_args, settings_from_args
 from streams.commands._signals import stop_event
 
 __all__ = ["manage", "register", "serve"]
@@ -28,6 +29,7 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     s.add_argument("--renew-margin", type=float, default=3600.0,
                    help="renew a lease this many seconds (at most half the lease) before "
                    "it ends")  # fmt: skip
+    add_settings_args(s, CLIENT_SETTINGS)
     s.set_defaults(func=serve)
     a = acts.add_parser("subscribe", help="ask a hub for a topic's updates")
     a.add_argument("hub")
@@ -37,20 +39,22 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     g = a.add_mutually_exclusive_group()
     g.add_argument("--secret", help="hub.secret (default: a random one)")
     g.add_argument("--no-secret", action="store_true", help="send no hub.secret (unsigned)")
+    add_settings_args(a, CLIENT_SETTINGS)
     a.set_defaults(func=manage)
     u = acts.add_parser("unsubscribe", help="ask the hub to end a subscription")
     u.add_argument("ref", help="HOST/TOKEN as printed by subscribe and list")
+    add_settings_args(u, CLIENT_SETTINGS)
     u.set_defaults(func=manage)
     ls = acts.add_parser("list", help="active subscriptions")
+    add_settings_args(ls, CLIENT_SETTINGS)
     ls.set_defaults(func=manage)
 
 
 def manage(args: argparse.Namespace) -> int:
     from streams.edges.websub import WebSubError, WebSubSubscriber
-    from streams.settings import load_settings
     from streams.store.redis_conn import connect as connect_redis
 
-    s = load_settings()
+    s = settings_from_args(args)
 
     async def main() -> int:
         client = connect_redis(s.redis_url)
@@ -81,10 +85,9 @@ def manage(args: argparse.Namespace) -> int:
 def serve(args: argparse.Namespace) -> int:
     from streams.edges.pings import PingProducer
     from streams.edges.websub import WebSubSubscriber, renew_loop, start_subscriber
-    from streams.settings import load_settings
     from streams.store.redis_conn import connect as connect_redis
 
-    s = load_settings()
+    s = settings_from_args(args)
 
     async def main() -> None:
         stop = stop_event()

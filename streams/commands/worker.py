@@ -1,10 +1,20 @@
-"""``recrawl worker``: the Faust worker (agents, scheduler, HTTP views)."""
+"""``recrawl worker``: the Faust worker (agents, scheduler, HTTP views).
+
+Every setting is a flag here (``recrawl worker --help`` lists them with their environment
+names and defaults).  Before Faust starts, Kafka and Redis are checked within
+``connect_timeout_s``: a worker that cannot reach either exits with one line naming the
+address (status 3) instead of starting and retrying; once started, an outage is retried
+and reported every ``outage_report_s``.
+"""
 
 from __future__ import annotations
 
 import argparse
+import asyncio
 import ctypes
 import logging
+
+from streams.commands._settings import add_settings_args, settings_from_args
 
 __all__ = ["fix_malloc_thresholds", "register", "run"]
 
@@ -12,9 +22,13 @@ log = logging.getLogger(__name__)
 
 
 def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
-    p = sub.add_parser("worker", help="run a Faust worker against the configured Kafka and Redis")
-    p.add_argument("--web-port", type=int, help="HTTP port of the worker (0 = disabled)")
-    p.add_argument("--loglevel", default=None)
+    p = sub.add_parser(
+        "worker", help="run a Faust worker against the configured Kafka and Redis",
+        description="Run a worker: consume pages, pings, outcomes, hosts and control; issue "
+        "orders; serve the dashboard, probes and metrics on the web port.")
+    p.add_argument("--loglevel", dest="setting_log_level", default=None, metavar="LEVEL",
+                   help="the same as --log-level")
+    add_settings_args(p)
     p.set_defaults(func=run)
 
 
@@ -34,17 +48,24 @@ def fix_malloc_thresholds(mmap_threshold: int) -> bool:
 
 
 def run(args: argparse.Namespace) -> int:
-    import faust
+    from streams.reach import check_kafka, check_redis
 
-    from streams.settings import load_settings
+    settings = settings_from_args(args)
+    if settings.web_port == 0:
+        settings = settings.model_copy(update={"web_enabled": False})
+
+    async def reachable() -> None:
+        await asyncio.gather(check_kafka(settings.kafka_bootstrap, settings.connect_timeout_s),
+                             check_redis(settings.redis_url, settings.connect_timeout_s))
+
+    asyncio.run(reachable())  # Unreachable: one line, exit 3 (streams.cli)
+    import faust  # (after the check: its imports take seconds)
+
     from streams.worker.app import create_app
 
-    overrides = {}
-    if args.web_port is not None:
-        overrides = {"web_port": args.web_port, "web_enabled": args.web_port != 0}
-    settings = load_settings(**overrides)
+    settings.data_dir.mkdir(parents=True, exist_ok=True)
     fix_malloc_thresholds(settings.malloc_mmap_threshold)
     app = create_app(settings)
-    worker = faust.Worker(app, loglevel=args.loglevel or settings.log_level)
+    worker = faust.Worker(app, loglevel=settings.log_level)
     worker.execute_from_commandline()
     return 0

@@ -21,8 +21,10 @@ __all__ = ["WorkerProcess", "settings_env", "worker_log", "worker_settings"]
 
 def settings_env(s: Settings) -> dict[str, str]:
     """The environment that makes a ``recrawl`` subprocess use ``s``."""
+    from streams.settings import UNUSED_SETTINGS
+
     env = {k: v for k, v in os.environ.items() if not k.startswith("RECRAWL_")}
-    for name, value in s.model_dump().items():
+    for name, value in s.model_dump(exclude=set(UNUSED_SETTINGS)).items():
         env[f"RECRAWL_{name.upper()}"] = (
             str(value).lower() if isinstance(value, bool) else str(value)
         )

@@ -15,12 +15,15 @@ from collections import deque
 from collections.abc import Callable
 from typing import Any
 
+from redis.exceptions import RedisError
+
 from models.decision.core import ShardBook, choose, level_of
 from models.decision.hosts import HostBuckets
 from models.decision.pacer import CreditPacer
 from models.decision.table import PageTable
 from streams.estimates.estimation import Estimates
 from streams.events.records import SOURCES
+from streams.reach import OutageReport, redis_address
 from streams.scheduler import budget
 from streams.scheduler.confirm import OrderLog, confirm_flights
 from streams.scheduler.heartbeat import (
@@ -125,6 +128,9 @@ class Scheduler(OrderIssuing):
         self._rate_samples: deque[tuple[float, int]] = deque()
         #: writes the shard entries while :meth:`run` runs (None: resplit writes them)
         self.heartbeat: Heartbeat | None = None
+        #: Redis outages of the loop, reported with the address every outage_report_s
+        self.outage = OutageReport("redis", redis_address(settings.redis_url),
+                                   settings.outage_report_s, log)
         #: local shards published as ready at the last resplit (they may spend)
         self._announced: set[int] = set()
         #: partitions whose state is being rebuilt (:meth:`hold`): no shard, no order
@@ -367,7 +373,7 @@ class Scheduler(OrderIssuing):
                 await self.store.load_scripts()
                 break
             except Exception as exc:
-                log.warning("redis unavailable (%r); retrying", exc)
+                self.outage.failed(exc, "loading its scripts")
                 await asyncio.sleep(0.5)
         if self.heartbeat is None and hasattr(self.store, "shards_key"):
             self.heartbeat = Heartbeat(self.settings.redis_url, self.store.shards_key)
@@ -410,8 +416,13 @@ class Scheduler(OrderIssuing):
                 raise
             except Exception as exc:
                 self.metrics.retry("scheduler")
-                log.warning("scheduler tick failed: %r", exc)
+                if isinstance(exc, ConnectionError | TimeoutError | RedisError):
+                    self.outage.failed(exc, "scheduling")  # reported every outage_report_s
+                else:
+                    log.warning("scheduler tick failed: %r", exc)
                 await asyncio.sleep(0.2)
+            else:
+                self.outage.ok()
             busy = time.monotonic() - mono
             self.busy_total_s += busy
             self.loop_stats["iterations"] += 1

@@ -13,10 +13,12 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
+from redis.exceptions import RedisError
 
 from models.decision.table import PageTable
 from streams.estimates.estimation import Estimates, estimates_of
 from streams.estimates.params import PageParams, ParamsMany, page_params, page_params_many
+from streams.reach import OutageReport
 from streams.scheduler.shard import KEEP, NOT_IN_FLIGHT, Control, Shard
 from streams.settings import Settings
 from streams.store import StateStore
@@ -60,6 +62,8 @@ class ShardLoading:
     shards: dict[int, Shard]
     #: refreeze the garbage collector once no shard is loading (the worker; not tests)
     manage_gc: bool
+    #: Redis outages, reported with the address every ``outage_report_s``
+    outage: OutageReport
 
     def on_blocked(self, partition: int, host: str, url: str,
                    epoch: int | None = None) -> None:
@@ -297,7 +301,10 @@ class ShardLoading:
                 raise
             except Exception as exc:
                 self.metrics.retry("redis")
-                log.warning("loading shard %d failed (%r); retrying", shard.partition, exc)
+                if isinstance(exc, ConnectionError | TimeoutError | RedisError):
+                    self.outage.failed(exc, f"loading shard {shard.partition}")
+                else:
+                    log.warning("loading shard %d failed (%r); retrying", shard.partition, exc)
                 await asyncio.sleep(0.5)
         shard.ready = True
         log.info("shard %d ready: %d pages, %d in flight (%.2fs)", shard.partition,

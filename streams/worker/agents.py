@@ -57,6 +57,7 @@ from streams.events.records import (
     validation_reason,
 )
 from streams.events.urls import canonical_host
+from streams.reach import OutageReport, redis_address
 from streams.settings import Settings
 from streams.store import (
     ControlOp,
@@ -227,6 +228,12 @@ class Agents:
         #: what to do when Redis lost the state of partitions (streams.worker.recovery);
         #: None: the batch fails (and is rejected as an internal error)
         self.recover: Callable[[CatalogueLost], Awaitable[None]] | None = None
+        #: outages retried, reported with the address every ``outage_report_s``
+        self.outages = {
+            "redis": OutageReport("redis", redis_address(settings.redis_url),
+                                  settings.outage_report_s, log),
+            "kafka": OutageReport("kafka", settings.kafka_bootstrap,
+                                  settings.outage_report_s, log)}
         half_life = settings.estimator_half_life_s or math.inf
         self.estimation = Estimation(half_life,
                                      record_version=settings.estimator_record_version)
@@ -334,18 +341,21 @@ class Agents:
     async def _retry(self, where: str, fn: Callable[[], Awaitable[Any]]) -> Any:
         """Run ``fn`` until it succeeds; transient failures (outages) back off and retry."""
         delay = 0.05
+        outage = self.outages[where]
         while True:
             try:
-                return await fn()
+                result = await fn()
+                outage.ok()
+                return result
             except TRANSIENT as exc:
                 self.metrics.retry(where)
-                log.warning("%s unavailable (%r); retrying in %.1fs", where, exc, delay)
+                outage.failed(exc)
                 await asyncio.sleep(delay)
                 delay = min(delay * 2, 2.0)
             except Exception as exc:
                 if where == "kafka" and kafka_transient(exc):
                     self.metrics.retry(where)
-                    log.warning("kafka error (%r); retrying in %.1fs", exc, delay)
+                    outage.failed(exc)
                     await asyncio.sleep(delay)
                     delay = min(delay * 2, 2.0)
                     continue

@@ -1,4 +1,12 @@
-"""Prometheus metrics of one worker (own registry, so tests can build many apps)."""
+"""Prometheus metrics of one worker (own registry, so tests can build many apps).
+
+Counts are counters (``*_total``, ``*_seconds_total``): rates are Prometheus's to compute
+(``rate(recrawl_orders_total[1m])``).  Gauges are kept for values that are set, not counted:
+the budget R (``recrawl_budget_per_s``) and each shard's share of it
+(``recrawl_shard_rate_per_s``, an allocation), each shard's threshold, pages and orders in
+flight.  The registry also carries prometheus-client's process (``process_*``: CPU,
+memory, open files), platform and garbage-collector (``python_*``) collectors.
+"""
 
 from __future__ import annotations
 
@@ -8,7 +16,15 @@ import time
 from collections import Counter as _Tally
 from typing import Any
 
-from prometheus_client import CollectorRegistry, Counter, Gauge, generate_latest
+from prometheus_client import (
+    CollectorRegistry,
+    Counter,
+    Gauge,
+    GCCollector,
+    PlatformCollector,
+    ProcessCollector,
+    generate_latest,
+)
 
 __all__ = ["FREEZE_AFTER_S", "GC_PAUSES", "GcPauses", "Metrics"]
 
@@ -106,6 +122,9 @@ class Metrics:
     def __init__(self) -> None:
         self.registry = CollectorRegistry()
         r = self.registry
+        ProcessCollector(registry=r)
+        PlatformCollector(registry=r)
+        GCCollector(registry=r)
         self.events = Counter(
             "recrawl_events_total", "Input events by topic and result", ["topic", "result"],
             registry=r,

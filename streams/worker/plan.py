@@ -40,7 +40,14 @@ from streams.store.redis_store import PageState, Store
 #: a shard entry younger than this is a live worker's (as the scheduler's resplit reads them)
 LIVE_S = 3.0
 
-__all__ = ["PlanInputs", "load_inputs", "plan", "plan_from_store", "steady_threshold"]
+__all__ = ["MAX_PLAN_BUDGETS", "PLAN_CACHE_S", "PlanInputs", "SingleFlight", "load_inputs",
+           "plan", "plan_from_store", "steady_threshold"]
+
+#: the most budgets one ``GET /plan`` may ask for (each is a solve over every page: ~0.6 s
+#: of CPU at 5x10^4 pages)
+MAX_PLAN_BUDGETS = 20
+#: how long ``GET /plan`` answers a plan again from its cache
+PLAN_CACHE_S = 30.0
 
 
 @dataclass(frozen=True)
@@ -161,6 +168,58 @@ async def plan_from_store(
 
     inputs = await load_inputs(store, settings)
     return await asyncio.to_thread(plan, inputs, budgets_per_s)
+
+
+class SingleFlight:
+    """At most one computation at a time, answers cached for ``ttl_s`` (``GET /plan``).
+
+    :meth:`get` returns the cached answer for ``key`` when fresh; else, when no computation
+    runs, starts ``compute()`` and returns its answer (callers asking for the same key
+    meanwhile share it); when another key's computation runs, returns None at once (the
+    caller answers 503: busy), so requests never pile up behind the solver."""
+
+    def __init__(self, ttl_s: float = PLAN_CACHE_S, max_entries: int = 64,
+                 clock: Any = None) -> None:
+        import time
+
+        self.ttl_s = ttl_s
+        self.max_entries = max_entries
+        self.clock = clock or time.monotonic
+        self.cache: dict[Any, tuple[float, Any]] = {}
+        self._running: tuple[Any, Any] | None = None  # (key, future)
+        self.computations = 0
+
+    async def get(self, key: Any, compute: Any) -> Any:
+        import asyncio
+
+        now = self.clock()
+        hit = self.cache.get(key)
+        if hit is not None and now - hit[0] < self.ttl_s:
+            return hit[1]
+        if self._running is not None:
+            running_key, fut = self._running
+            if running_key != key:
+                return None
+            return await asyncio.shield(fut)
+        fut = asyncio.get_running_loop().create_future()
+        self._running = (key, fut)
+        self.computations += 1
+        try:
+            value = await compute()
+        except asyncio.CancelledError:
+            fut.cancel()
+            raise
+        except Exception as exc:
+            fut.set_exception(exc)
+            fut.exception()  # (retrieved: no "never retrieved" warning without waiters)
+            raise
+        finally:
+            self._running = None
+        fut.set_result(value)
+        if len(self.cache) >= self.max_entries:
+            self.cache.clear()
+        self.cache[key] = (self.clock(), value)
+        return value
 
 
 async def steady_threshold(store: Store, settings: Settings) -> float | None:

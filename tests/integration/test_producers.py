@@ -44,7 +44,7 @@ def test_ping_command_single_and_batch(settings: Settings, tmp_path: Path) -> No
     two = subprocess.run([*cmd, "--file", str(batch), "--source", "sitemap"], env=env,
                          cwd=REPO, capture_output=True, text=True, timeout=60)  # fmt: skip
     assert two.returncode == 0, two.stderr
-    assert "published 2 pings" in two.stdout
+    assert "sent 2 pings" in two.stdout
     bad = tmp_path / "bad.txt"
     bad.write_text("https://b.org/3\nftp://nope/\n")
     three = subprocess.run([*cmd, "--file", str(bad)], env=env, cwd=REPO,

@@ -13,8 +13,8 @@ def test_config_file_named_after_import_is_read(tmp_path: Path,
                                                 monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv("RECRAWL_BUDGET_PER_S", raising=False)
     monkeypatch.delenv("RECRAWL_TICK_S", raising=False)
-    cfg = tmp_path / "recrawl.env"
-    cfg.write_text("RECRAWL_BUDGET_PER_S=7.5\nRECRAWL_TICK_S=0.3\n")
+    cfg = tmp_path / "recrawl.toml"
+    cfg.write_text("budget_per_s = 7.5\ntick_s = 0.3\n")
     monkeypatch.setenv("RECRAWL_CONFIG", str(cfg))
     s = Settings()
     assert (s.budget_per_s, s.tick_s) == (7.5, 0.3)
