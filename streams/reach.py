@@ -25,6 +25,8 @@ import time
 from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
+from streams.errors import RecrawlError
+
 __all__ = [
     "OutageReport",
     "Unreachable",
@@ -35,7 +37,7 @@ __all__ = [
 ]
 
 
-class Unreachable(ConnectionError):
+class Unreachable(RecrawlError, ConnectionError):
     """Kafka or Redis could not be reached within the bound; the message says where and
     what was tried.  Start the service (``recrawl infra up``) or give its address
     (``--kafka-bootstrap``, ``--redis-url``, or ``RECRAWL_KAFKA_BOOTSTRAP``,

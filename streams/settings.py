@@ -29,6 +29,7 @@ from pydantic_settings import (
 )
 
 from infra.kafka import MESSAGE_MAX_BYTES
+from streams.errors import RecrawlError
 
 __all__ = ["ALL_TOPICS", "INPUT_TOPICS", "KAFKA_MAX_MESSAGE_BYTES", "NOT_SETTINGS",
            "OUTPUT_TOPICS", "UNUSED_SETTINGS", "Settings", "SettingsError", "env_name",
@@ -60,7 +61,7 @@ KAFKA_MAX_MESSAGE_BYTES = MESSAGE_MAX_BYTES
 log = logging.getLogger(__name__)
 
 
-class SettingsError(ValueError):
+class SettingsError(RecrawlError, ValueError):
     """The settings cannot be built; the message (one line) names the setting or the file
     and says what is wrong.  Fix the flag, the environment variable or the config file."""
 

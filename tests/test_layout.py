@@ -89,7 +89,8 @@ def test_public_streams_modules_declare_all_and_errors_share_a_root() -> None:
     for dotted in ("streams.worker.agents.RedisUnavailable", "streams.edges.indexnow.Rejection",
                    "streams.edges.sitemaps.SitemapRefused", "streams.edges.websub.WebSubError",
                    "streams.fetcher.client.BodyTooLarge",
-                   "streams.fetcher.egress.RefusedTarget"):
+                   "streams.fetcher.egress.RefusedTarget", "streams.reach.Unreachable",
+                   "streams.settings.SettingsError"):
         mod_name, _, cls = dotted.rpartition(".")
         assert issubclass(getattr(importlib.import_module(mod_name), cls), RecrawlError)
 

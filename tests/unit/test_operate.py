@@ -12,7 +12,6 @@ from pathlib import Path
 import pytest
 
 import streams
-from infra import stack
 from streams.cli import build_parser, main
 from streams.settings import Settings, SettingsError, load_settings, settings_table
 
@@ -38,16 +37,12 @@ def clean_env(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Path:
 def test_home_cache_and_data_default_to_per_user_folders(clean_env: Path,
                                                          monkeypatch: pytest.MonkeyPatch
                                                          ) -> None:
-    assert stack.default_home() == clean_env / "state" / "recrawl"
-    assert stack.default_cache() == clean_env / "cache" / "recrawl"
-    data = Settings().data_dir
+    data = Settings().data_dir  # <home>/worker (the home and cache: the infra help below)
     assert data == clean_env / "state" / "recrawl" / "worker" and data.is_absolute()
-    for p in (stack.default_home(), stack.default_cache(), data):
-        assert not p.is_relative_to(PACKAGE_DIR), p
+    assert not data.is_relative_to(PACKAGE_DIR), data
     monkeypatch.chdir(clean_env)  # the same from any current folder
     assert Settings().data_dir == data
     monkeypatch.setenv("RECRAWL_HOME", str(clean_env / "h"))
-    assert stack.default_home() == clean_env / "h"
     assert Settings().data_dir == clean_env / "h" / "worker"
     monkeypatch.setenv("RECRAWL_DATA_DIR", "rel")
     assert Settings().data_dir == Path("rel")
@@ -59,7 +54,8 @@ def test_infra_help_names_the_per_user_home(clean_env: Path,
         main(["infra", "--help"])
     out = "".join(capsys.readouterr().out.split())  # (help wraps long paths at hyphens)
     assert "./var" not in out
-    assert str(clean_env / "state" / "recrawl") in out
+    assert f"statefolder:{clean_env / 'state' / 'recrawl'}" in out  # the home
+    assert f"$RECRAWL_CACHEor{clean_env / 'cache' / 'recrawl'}" in out
 
 
 # -- version and flags ------------------------------------------------------------------------
