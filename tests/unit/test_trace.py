@@ -235,3 +235,26 @@ def test_hedged_recrawl_crawls_the_longest_unseen_pages_when_it_cannot_predict()
     # all crawls to the floor: every page once before any page twice (round robin)
     first = res.crawl_page[:m]
     assert np.unique(first).size == m
+
+
+def test_recorded_pings_are_read_onto_the_traces_clock(tmp_path: Path) -> None:
+    from streams.histories.trace import load_pings
+
+    changes = {"https://a/": [T0_S + 86400.0, T0_S + 3 * 86400.0], "https://b/": [T0_S]}
+    path = tmp_path / "c.jsonl"
+    write_changes(path, changes)
+    pings = tmp_path / "p.jsonl"
+    pings.write_text(f'{{"url": "https://a/", "time": {T0_S + 86400.0 + 60}}}\n'
+                     f'{{"url": "https://zzz/", "time": {T0_S}}}\n'
+                     f'{{"url": "https://b/", "time": {T0_S + 2 * 86400.0}}}\n')
+    loaded = load_trace(path)
+    page, day, rep = load_pings(pings, loaded)
+    assert page.tolist() == [0, 1] and rep.skipped == 1
+    np.testing.assert_allclose(day, [1.0 + 60 / 86400.0, 2.0])
+    ev = trace_events(loaded.trace, pings=(page, day))
+    assert ev.ping_page.tolist() == [0, 1]
+    out = tmp_path / "out"
+    assert main(["trace", "--changes", str(path), "--ping-log", str(pings), "--budget", "2",
+                 "--json", str(tmp_path / "t.json"), "--out", str(out), "--no-progress",
+                 "--jobs", "1"]) == 0
+    assert json.loads((tmp_path / "t.json").read_text())["pages"] == 2
