@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import re
 from collections.abc import Iterable
 from typing import Any
 
@@ -37,7 +38,8 @@ def add_settings_args(p: argparse.ArgumentParser, names: Iterable[str] | None = 
         if name in UNUSED_SETTINGS:
             continue
         field = fields[name]
-        doc = " ".join((field.description or "").split())
+        doc = " ".join((field.description or "").split()).replace("``", "")
+        doc = re.sub(r":[a-z]+:`~?([^`]+)`", r"\1", doc)  # reST roles: their text
         first = doc.split(". ")[0].rstrip(".")
         help_text = (f"{first} [{env_name(name)}; default {_default_text(name)}]"
                      .replace("%", "%%"))

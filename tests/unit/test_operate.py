@@ -80,6 +80,7 @@ def test_worker_help_lists_the_settings_with_env_names_and_defaults(
             ("--web-port", "RECRAWL_WEB_PORT", "6066"),
             ("--connect-timeout-s", "RECRAWL_CONNECT_TIMEOUT_S", "10")):
         assert flag in out and f"{env}; default {default}]" in out, flag
+    assert "``" not in out and ":class:" not in out  # plain text, no reST markup
     for name in Settings.model_fields:  # every setting in use has its flag
         if name not in ("ping_dedup_window_s", "ping_dedup_max_per_host"):
             assert f"--{name.replace('_', '-')}" in out, name
