@@ -15,6 +15,14 @@ from typing import Any
 
 import faust
 from aiokafka import AIOKafkaProducer
+from aiokafka.errors import (
+    InvalidProducerEpoch,
+    LeaderNotAvailableError,
+    NotLeaderForPartitionError,
+    OutOfOrderSequenceNumber,
+    ProducerFenced,
+    UnknownProducerId,
+)
 from aiokafka.partitioner import DefaultPartitioner
 
 from streams.settings import Settings
@@ -37,6 +45,16 @@ class OrdersProducer:
     #: keys whose partition is remembered (one per host: cleared when full)
     MAX_KEYS = 100_000
 
+    #: delivery errors of an idempotent producer after which its batch was not written
+    #: (the broker refused it, or had no leader for it) and its later batches, numbered
+    #: after it, would be refused for their sequence (as seen after a broker restart:
+    #: LeaderNotAvailable on the batches in flight, then OutOfOrderSequenceNumber on every
+    #: later one): the producer is replaced and the batch sent again, same order ids
+    REPLACE_ON = (OutOfOrderSequenceNumber, UnknownProducerId, InvalidProducerEpoch,
+                  ProducerFenced, LeaderNotAvailableError, NotLeaderForPartitionError)
+    #: seconds a replaced producer gets to stop
+    STOP_S = 5.0
+
     def __init__(self, bootstrap: str, max_request_bytes: int = 1_048_576) -> None:
         self.bootstrap = bootstrap
         self.max_request_bytes = max_request_bytes
@@ -45,6 +63,70 @@ class OrdersProducer:
         self.stopped = False
         self._partitioner = DefaultPartitioner()
         self._partition_of: dict[tuple[bytes, int], int] = {}
+        #: the tasks awaiting the deliveries (:meth:`_watch`)
+        self._watchers: set[asyncio.Task[None]] = set()
+        #: orders sent again on a new producer, and orders whose delivery failed otherwise
+        self.resent = 0
+        self.undelivered = 0
+
+    def _watch(self, fut: Any, topic: str, partition: int | None,
+               records: list[tuple[bytes, bytes]], p: AIOKafkaProducer) -> None:
+        """Await a batch's delivery in the background: one the broker refused for a reason
+        in :data:`REPLACE_ON` (not written) is sent again on a new producer; any other
+        failure is logged and counted (``undelivered``).  Without this, an idempotent
+        producer whose sequence the broker stopped taking after a broker restart accepted
+        every later order into its buffer and delivered none, while their pages stayed
+        marked in flight (``tests/integration/test_faults.py``, "Kafka broker restart")."""
+        task = asyncio.ensure_future(self._delivered(fut, topic, partition, records, p))
+        self._watchers.add(task)
+        task.add_done_callback(self._watchers.discard)
+
+    async def _delivered(self, fut: Any, topic: str, partition: int | None,
+                         records: list[tuple[bytes, bytes]], p: AIOKafkaProducer) -> None:
+        try:
+            await fut
+            return
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:
+            error: Exception = exc
+        if not isinstance(error, self.REPLACE_ON):
+            self.undelivered += len(records)
+            log.error("%d orders not delivered (%r); their pages wait for the order "
+                      "time-out", len(records), error)
+            return
+        log.warning("orders producer refused by the broker (%r): a new producer sends %d "
+                    "orders again", error, len(records))
+        await self._replace(p)
+        delay = 0.2
+        while not self.stopped:
+            try:
+                q = await self._started()
+                for key, value in records:
+                    sent = await q.send(topic, value, key=key, partition=partition)
+                    self._watch(sent, topic, partition, [(key, value)], q)
+                self.resent += len(records)
+                return
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:
+                log.warning("sending orders again failed (%r); retrying", exc)
+                await asyncio.sleep(delay)
+                delay = min(2 * delay, 5.0)
+
+    async def _replace(self, p: AIOKafkaProducer) -> None:
+        """Drop ``p`` (if still the current producer): the next send starts a new one."""
+        old = p
+        async with self._lock:
+            if self._producer is not p:
+                return
+            self._producer = None
+        try:
+            await asyncio.wait_for(old.stop(), self.STOP_S)
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:  # (its buffered batches fail and are sent again)
+            log.warning("replaced orders producer did not stop cleanly (%r)", exc)
 
     async def _started(self) -> AIOKafkaProducer:
         async with self._lock:
@@ -68,7 +150,8 @@ class OrdersProducer:
     async def send(self, topic: str, key: bytes, value: bytes) -> None:
         """Returns once the record is in the producer's batch (delivery not awaited)."""
         p = self._producer if self._producer is not None else await self._started()
-        await p.send(topic, value, key=key)
+        sent = await p.send(topic, value, key=key)
+        self._watch(sent, topic, None, [(key, value)], p)
 
     def _partition(self, key: bytes, partitions: list[int]) -> int:
         """aiokafka's default partitioner (murmur2 of the key, as Kafka's Java clients),
@@ -121,13 +204,24 @@ class OrdersProducer:
                     continue
                 batch.close()
                 try:
-                    await p.send_batch(batch, topic, partition=partition)
+                    sent = await p.send_batch(batch, topic, partition=partition)
                 except Exception as exc:  # e.g. the producer stopping
                     error = exc
                     yield indices[start:end], exc
                 else:
+                    self._watch(sent, topic, partition,
+                                [records[i] for i in indices[start:end]], p)
                     yield indices[start:end], None
                 start = end
+
+    def pending(self) -> int:
+        """Batches whose delivery is not settled yet (sent again ones included)."""
+        return len(self._watchers)
+
+    async def flush(self) -> None:
+        """Wait until every order handed over so far is delivered (or failed)."""
+        if self._producer is not None:
+            await self._producer.flush()
 
     async def stop(self) -> None:
         async with self._lock:
@@ -135,6 +229,8 @@ class OrdersProducer:
             if self._producer is not None:
                 await self._producer.stop()  # flushes first
                 self._producer = None
+        for task in list(self._watchers):  # every delivery is settled by the flush
+            task.cancel()
 
 
 def app_options(settings: Settings) -> dict[str, Any]:

@@ -10,6 +10,7 @@ import uuid
 from collections import defaultdict
 
 import pytest
+from aiokafka import TopicPartition
 
 from infra.kafka import create_topics
 from streams.worker.app import OrdersProducer
@@ -88,3 +89,40 @@ def test_send_many_after_stop_answers_every_order_with_the_error(kafka_bootstrap
     answers = asyncio.run(run())
     assert sorted(i for idx, _err in answers for i in idx) == list(range(10))
     assert all(isinstance(err, RuntimeError) for _idx, err in answers)
+
+
+def test_orders_refused_for_their_sequence_are_sent_again_on_a_new_producer(
+        kafka_bootstrap: str) -> None:
+    """After a broker restart the broker may refuse an idempotent producer's batches with
+    OutOfOrderSequenceNumber (its sequence no longer follows what the broker holds), and
+    every later batch of that producer too.  Made here at will by opening a gap in the
+    producer's sequence for one partition: the orders handed over after it must still all
+    reach the topic, each once (the refused batches were not written)."""
+    tag = uuid.uuid4().hex[:8]
+    topic = f"orders-{tag}"
+    asyncio.run(create_topics(kafka_bootstrap, [topic], 1))
+    producer = OrdersProducer(kafka_bootstrap)
+    first = [(f"h{i}".encode(), f"first {i}".encode()) for i in range(5)]
+    after = [(f"h{i}".encode(), f"after {i}".encode()) for i in range(20)]
+
+    async def run() -> None:
+        assert all(err is None for _i, err in await _send(producer, topic, first))
+        await producer.flush()
+        p = producer._producer
+        assert p is not None and p._txn_manager is not None
+        tp = TopicPartition(topic, 0)
+        p._txn_manager.increment_sequence_number(tp, 7)  # the broker expects another
+        for k in range(0, len(after), 5):  # several batches, each refused
+            assert all(err is None for _i, err in await _send(producer, topic,
+                                                              after[k:k + 5]))
+            await asyncio.sleep(0.05)
+        # every delivery settled: the refused batches' orders sent again and delivered
+        deadline = asyncio.get_running_loop().time() + 60
+        while producer.pending() and asyncio.get_running_loop().time() < deadline:
+            await asyncio.sleep(0.1)
+        await producer.stop()
+
+    asyncio.run(run())
+    got = sorted(v for _p, _k, v in _read(kafka_bootstrap, topic, len(first) + len(after)))
+    assert got == sorted(v.decode() for _k, v in first + after)
+    assert producer.resent > 0 and producer.undelivered == 0
