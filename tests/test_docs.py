@@ -187,6 +187,8 @@ def _program(argv: list[str]) -> tuple[str, list[str]] | None:
     """``("recrawl", args)``, ``("make", args)``, ``("script:<path>", args)`` or
     ``("module:<name>", args)`` for a command of this project, else None."""
     head = argv[0]
+    if head.endswith(":") or argv[1:2] and argv[1].endswith(":"):
+        return None  # a message a command printed ("recrawl ping: cannot reach ..."): output
     if head.endswith("/recrawl") or head == "recrawl":
         return "recrawl", argv[1:]
     if head == "make":
@@ -351,11 +353,12 @@ def test_the_word_check_tells_the_writing_apart_from_the_software(
 def test_the_command_extraction_sees_commands_and_leaves_out_output() -> None:
     block = ["$ OMP_NUM_THREADS=1 taskset -c 0 .venv/bin/python benchmarks/bench_sim.py \\",
              "    --whole", "recrawl infra up --home /tmp/x  # then the worker", "make demo &&"
-             " recrawl plan --budget 1", "   recrawl demo: summary", "what  count  seconds"]
+             " recrawl plan --budget 1", "   recrawl demo: summary", "what  count  seconds",
+             "recrawl ping: cannot reach Kafka at 127.0.0.1:9093 (tried for 10 s)"]
     got = [_program(a) for a in commands(block)]
     assert got == [("script:benchmarks/bench_sim.py", ["--whole"]),
                    ("recrawl", ["infra", "up", "--home", "/tmp/x"]), ("make", ["demo"]),
-                   ("recrawl", ["plan", "--budget", "1"]), None]
+                   ("recrawl", ["plan", "--budget", "1"]), None, None]
     assert _recrawl_parses(["plan", "--budget", "1"]) is None
     assert _recrawl_parses(["plan", "--no-such-flag"]) is not None
 
