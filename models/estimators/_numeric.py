@@ -266,3 +266,55 @@ def derived_standard_errors(
             var = np.einsum("nsp,npq,nsq->ns", jm, full_cov, jm)
         out[k] = np.sqrt(np.maximum(var, 0.0))
     return out
+
+
+def merge_representative(
+    alpha: FloatArray, w0: FloatArray, t0: FloatArray, w1: FloatArray, t1: FloatArray
+) -> tuple[FloatArray, FloatArray]:
+    """One changed interval ``(w, T)`` standing for two, ``(w0, t0)`` and ``(w1, t1)``.
+
+    The log-likelihood of changed intervals without signals is ``w log(1 - exp(-alpha T))``
+    (paper 003 eq. 1).  The merged term has the same first and second derivative in
+    ``alpha`` at ``alpha`` as the sum of the two: with ``G = sum w t c1(alpha t)`` and
+    ``H = sum w t^2 c2(alpha t)`` (``c1``, ``c2`` of :func:`grad_coefficients`), the merged
+    ``x = alpha T`` solves ``x/(1 - exp(-x)) = alpha H/G`` (each term's ratio is that
+    function of its own ``x``, so the sum's lies between them and the root exists) and
+    ``w = G/(T c1(x))``.  Hence: intervals of one length merge exactly (``w0 + w1`` at that
+    length); intervals with ``alpha t << 1``, whose log-likelihood is ``log(alpha) +
+    log(t)``, merge with the exact count ``w0 + w1`` whatever their lengths; the term is
+    exact at ``alpha`` to second order and keeps the right shape elsewhere.  ``w0 = 0``
+    (nothing merged yet) gives ``(w1, t1)``.
+    """
+    a = np.asarray(alpha, dtype=np.float64)
+    c1a, c2a = grad_coefficients(a * t0)
+    c1b, c2b = grad_coefficients(a * t1)
+    g = w0 * t0 * c1a + w1 * t1 * c1b
+    h = w0 * t0 * t0 * c2a + w1 * t1 * t1 * c2b
+    with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
+        r = np.where(g > 0.0, a * h / g, np.inf)
+        # phi(x) = x/(1 - e^-x) lies in [max(1, x), 1 + x]: the root is in [r - 1, r]
+        lo = np.maximum(r - 1.0, 0.0)
+        hi = np.maximum(r, 1e-300)
+        ok = np.isfinite(r) & (r < _X_MAX) & (a > 0.0)
+        lo = np.where(ok, lo, 0.0)
+        hi = np.where(ok, hi, 1.0)
+        for _ in range(64):
+            mid = 0.5 * (lo + hi)
+            phi = np.where(mid > 0.0, mid / -np.expm1(-np.maximum(mid, 1e-300)), 1.0)
+            up = phi < r
+            lo = np.where(up, mid, lo)
+            hi = np.where(up, hi, mid)
+        x = np.maximum(0.5 * (lo + hi), _X_MIN)
+        t_new = x / np.where(a > 0.0, a, 1.0)
+        w_new = g / (t_new * grad_coefficients(x)[0])
+    # both terms past float64's reach (alpha t > 700: changed for certain, no information),
+    # or no rate yet: the count and the weighted geometric mean of the lengths
+    wt = w0 + w1
+    safe = np.where(wt > 0.0, wt, 1.0)
+    geo = np.exp((w0 * np.log(np.maximum(t0, 1e-300)) + w1 * np.log(np.maximum(t1, 1e-300)))
+                 / safe)
+    fallback = ~ok | ~np.isfinite(w_new) | ~np.isfinite(t_new)
+    w_out: FloatArray = np.where(w0 > 0.0, np.where(fallback, wt, w_new), w1)
+    t_out: FloatArray = np.where(w0 > 0.0, np.where(fallback, geo, t_new), t1)
+    return w_out, t_out
+

@@ -10,6 +10,24 @@ References
 .. [1] Paper 003 Sec. 4.4: "a prior sample of two pseudo-datapoints, a change observed after
    1 hour and no change observed after 57 hours" (after Grimes and Ford, 2008).
 .. [2] Paper 004 App. E: ``P(no change) = exp(-alpha*tau_elap - kappa*n)``.
+
+Scale-free pseudo-intervals
+---------------------------
+Paper 003's two points are lengths in absolute time, fitted to a corpus of pages crawled
+about daily (Cho and Garcia-Molina's daily crawl, paper 003 Sec. 2).  Read literally they
+outweigh hundreds of real intervals of a page crawled every minute: 200 intervals of 35 s,
+every second one changed (true rate ``ln 2/35 s``), give an estimate 40x too slow.
+:data:`GRIMES_FORD` therefore states the points *relative to the page's own crawl
+interval*: ``t_c = 1 h x T/1 day`` and ``t_u = 57 h x T/1 day``, with ``T`` the page's mean
+observed crawl interval (observed time / intervals; one day before the first interval).
+Justification: (a) at a daily crawl interval they are paper 003's points exactly; (b) a
+scheduler crawls a page at an interval that follows its expected change period (paper 003
+Sec. 5 picks the next interval from the current estimate), so the crawl interval is the
+natural unit of a page's rate, and the prior keeps its shape in that unit: about one change
+per ``57.5/24 = 2.4`` crawl intervals, worth two intervals of evidence; (c) the estimate is
+then invariant under a change of time unit (all intervals times ``k`` gives the rate over
+``k``), so the same data at 35 s, 1 h or 1 day gives the same relative error
+(``docs/estimators.md``, "Scale-free prior").
 """
 
 from __future__ import annotations
@@ -17,9 +35,13 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-__all__ = ["PseudoDatapoints", "SignalPrior"]
+__all__ = ["GRIMES_FORD", "PseudoDatapoints", "SignalPrior"]
 
 _HOUR_S = 3600.0
+_DAY_S = 86400.0
+#: the range of a page's mean crawl interval the scale-free points follow (s)
+MIN_MEAN_INTERVAL_S = 1.0
+MAX_MEAN_INTERVAL_S = 3650.0 * _DAY_S
 
 
 def _check_positive(name: str, value: float) -> None:
@@ -44,6 +66,10 @@ class PseudoDatapoints:
         Length of the pseudo-interval in which no change was seen (default 57 h).
     weight
         Weight of each of the two pseudo-intervals (1 = one real observation each).
+    reference_interval_s
+        ``None``: the lengths are absolute.  Otherwise they scale with the page's mean crawl
+        interval ``T``: each length is multiplied by ``T/reference_interval_s`` (module
+        docstring, "Scale-free pseudo-intervals"; :meth:`scale_for`).
 
     Notes
     -----
@@ -57,11 +83,28 @@ class PseudoDatapoints:
     changed_interval_s: float = 1.0 * _HOUR_S
     unchanged_interval_s: float = 57.0 * _HOUR_S
     weight: float = 1.0
+    reference_interval_s: float | None = None
 
     def __post_init__(self) -> None:
         _check_positive("changed_interval_s", self.changed_interval_s)
         _check_positive("unchanged_interval_s", self.unchanged_interval_s)
         _check_nonneg("weight", self.weight)
+        if self.reference_interval_s is not None:
+            _check_positive("reference_interval_s", self.reference_interval_s)
+
+    def scale_for(self, observed_time_s: float, n_intervals: float) -> float:
+        """Factor on both lengths for a page with that history: ``(observed/n)/reference``.
+
+        ``1`` for absolute points and for a page without an observed interval; the mean
+        interval is clipped to [:data:`MIN_MEAN_INTERVAL_S`, :data:`MAX_MEAN_INTERVAL_S`]
+        (1 s to 10 years: no page is crawled outside it, and a subnormal interval would
+        otherwise shrink the points to nothing).
+        """
+        ref = self.reference_interval_s
+        if ref is None or not (n_intervals > 0 and observed_time_s > 0.0):
+            return 1.0
+        mean = min(max(observed_time_s / n_intervals, MIN_MEAN_INTERVAL_S), MAX_MEAN_INTERVAL_S)
+        return mean / ref
 
     @property
     def prior_rate_per_s(self) -> float:
@@ -71,6 +114,11 @@ class PseudoDatapoints:
         )
 
 
+#: Paper 003's points (1 h changed, 57 h unchanged) at a daily crawl interval, scaled with
+#: the page's own mean crawl interval (module docstring).
+GRIMES_FORD = PseudoDatapoints(1.0 * _HOUR_S, 57.0 * _HOUR_S, 1.0, _DAY_S)
+
+
 @dataclass(frozen=True, slots=True)
 class SignalPrior:
     """Pseudo-observations for the App. E model ``(alpha, kappa_1..kappa_S)``.
@@ -78,7 +126,7 @@ class SignalPrior:
     Parameters
     ----------
     change : PseudoDatapoints
-        Pseudo-intervals without signals; they inform ``alpha`` (the rate of changes no source
+        Pseudo-intervals without signals (default :data:`GRIMES_FORD`, scale-free); they inform ``alpha`` (the rate of changes no source
         signals; equal to the change rate ``Delta`` when there are no sources).
     precision_changed : tuple of float
         Per source, the weight of a zero-length pseudo-interval holding one signal of that
@@ -94,7 +142,7 @@ class SignalPrior:
     precision, mode ``c/(c + u)``.  The defaults (1, 1) centre it on 0.5.
     """
 
-    change: PseudoDatapoints = PseudoDatapoints()
+    change: PseudoDatapoints = GRIMES_FORD
     precision_changed: tuple[float, ...] = ()
     precision_unchanged: tuple[float, ...] = ()
 

@@ -33,7 +33,7 @@ import numpy as np
 import numpy.typing as npt
 
 from . import _numeric as nm
-from ._prior import SignalPrior
+from ._prior import MAX_MEAN_INTERVAL_S, MIN_MEAN_INTERVAL_S, SignalPrior
 from .signals import (
     _VERSION,
     FIRST_EVICTION_STEPS,
@@ -67,7 +67,8 @@ class BatchSignalState:
 
     ``end_s (N,)`` (``-inf`` before the first interval), ``n_intervals (N,)``,
     ``theta (N,d)``, ``unchanged (N,d)``, ``totals (N,d)``, ``ring (N,K,d+1)``,
-    ``ring_len (N,)``, ``ring_pos (N,)``, ``quad_b (N,d)``, ``quad_a (N,d,d)``.
+    ``ring_len (N,)``, ``ring_pos (N,)``, ``quad_b (N,d)``, ``quad_a (N,d,d)``, ``rep (N,2)``
+    (the representative changed interval without signals: weight, length).
     """
 
     end_s: nm.FloatArray
@@ -80,6 +81,7 @@ class BatchSignalState:
     ring_pos: IntArray
     quad_b: nm.FloatArray
     quad_a: nm.FloatArray
+    rep: nm.FloatArray
 
     @property
     def n_pages(self) -> int:
@@ -105,6 +107,7 @@ class BatchSignalState:
             tuple(float(x) for x in self.quad_b[page]),
             quad_a,
             ring_capacity,
+            (float(self.rep[page, 0]), float(self.rep[page, 1])),
         )
 
 
@@ -146,11 +149,28 @@ def batch_init(estimator: SignalEstimator, n_pages: int) -> BatchSignalState:
         ring_pos=np.zeros(n_pages, dtype=np.int64),
         quad_b=np.zeros((n_pages, d)),
         quad_a=np.zeros((n_pages, d, d)),
+        rep=np.zeros((n_pages, 2)),
     )
 
 
+def prior_scales(estimator: SignalEstimator, observed_time_s: nm.FloatArray,
+                 n_intervals: IntArray, prior: SignalPrior | None = None) -> nm.FloatArray:
+    """:meth:`SignalEstimator.prior_scale` of many pages (the pseudo-intervals' factor)."""
+    p = estimator.prior if prior is None else prior
+    ref = p.change.reference_interval_s
+    if ref is None or estimator.half_life_s != math.inf:
+        return np.ones(np.shape(observed_time_s))
+    t = np.asarray(observed_time_s, dtype=np.float64)
+    n = np.asarray(n_intervals, dtype=np.float64)
+    ok = (n > 0) & (t > 0.0)
+    mean = np.clip(t / np.where(ok, n, 1.0), MIN_MEAN_INTERVAL_S, MAX_MEAN_INTERVAL_S)
+    out: nm.FloatArray = np.where(ok, mean / ref, 1.0)
+    return out
+
+
 def _prior_arrays(
-    estimator: SignalEstimator, n: int, prior: SignalPrior | None = None
+    estimator: SignalEstimator, n: int, prior: SignalPrior | None = None,
+    scale: nm.FloatArray | None = None,
 ) -> tuple[nm.FloatArray, nm.FloatArray, nm.FloatArray]:
     d = 1 + estimator.n_sources
     if prior is None:
@@ -163,7 +183,17 @@ def _prior_arrays(
         w = np.tile(np.array([e[d] for e in pent])[None], (n, 1))
     else:
         v, w = np.zeros((n, 0, d)), np.zeros((n, 0))
+    if scale is not None:
+        lin[:, 0] *= scale
+        v[:, :, 0] *= scale[:, None]
     return lin, v, w
+
+
+def _rep_entries(reps: nm.FloatArray, d: int) -> nm.FloatArray:
+    """The representative intervals ``(N,2)`` as entries ``(N,1,d)`` ``(T, 0, .., 0)``."""
+    out = np.zeros((reps.shape[0], 1, d))
+    out[:, 0, 0] = reps[:, 1]
+    return out
 
 
 def _ring_weights(ring: nm.FloatArray, ring_len: IntArray, ring_pos: IntArray) -> nm.FloatArray:
@@ -226,6 +256,7 @@ def batch_update(
     ring = state.ring[idx]
     quad_b = state.quad_b[idx]
     quad_a = state.quad_a[idx]
+    reps = state.rep[idx]
     if estimator.half_life_s < math.inf:
         lapse = np.where(has_prev & (end > prev), end - prev, 0.0)
         decay = np.exp2(-lapse / estimator.half_life_s)
@@ -234,6 +265,7 @@ def batch_update(
         ring[:, :, d] *= decay[:, None]
         quad_b *= decay[:, None]
         quad_a *= decay[:, None, None]
+        reps[:, 0] *= decay
     totals += np.where(informative[:, None], v, 0.0)
     unchanged += np.where((informative & ~ch)[:, None], v, 0.0)
     state.n_intervals[idx] += informative
@@ -246,13 +278,15 @@ def batch_update(
         f = np.flatnonzero(full)
         rows = f if pages is None else np.asarray(idx)[f]
         th = state.theta[rows]
-        lin_p, v_p, w_p = _prior_arrays(estimator, f.size)
+        lin_p, v_p, w_p = _prior_arrays(
+            estimator, f.size, None,
+            prior_scales(estimator, totals[f, 0], state.n_intervals[rows]))
         rw = _ring_weights(ring[f], ring_len[f], ring_pos[f])
-        vv = np.concatenate([ring[f, :, :d], v_p], axis=1)
-        ww = np.concatenate([rw, w_p], axis=1)
+        vv = np.concatenate([ring[f, :, :d], _rep_entries(reps[f], d), v_p], axis=1)
+        ww = np.concatenate([rw, reps[f, :1], w_p], axis=1)
         lin = unchanged[f] + lin_p
         qb, qa = quad_b[f], quad_a[f]
-        first = ~(qa[:, 0, 0] > 0.0)
+        first = ~((qa[:, 0, 0] > 0.0) | (reps[f, 0] > 0.0))
         th = nm.newton_step(th, lin, vv, ww, qb, qa)
         if first.any():
             fi = np.flatnonzero(first)
@@ -260,10 +294,19 @@ def batch_update(
                 th[fi] = nm.newton_step(th[fi], lin[fi], vv[fi], ww[fi], qb[fi], qa[fi])
         old = ring[f, ring_pos[f]]
         ov, ow = old[:, :d], old[:, d]
+        # without signals: into the representative interval; with: the quadratic summary
+        plain = ~np.any(ov[:, 1:] != 0.0, axis=1)
+        ow_q = np.where(plain, 0.0, ow)
         x = np.einsum("nd,nd->n", th, ov)
         _, c1, c2 = nm.entry_coefficients(x)
-        quad_b[f] += ((ow * (c1 + c2 * x))[:, None]) * ov
-        quad_a[f] += (ow * c2)[:, None, None] * ov[:, :, None] * ov[:, None, :]
+        quad_b[f] += ((ow_q * (c1 + c2 * x))[:, None]) * ov
+        quad_a[f] += (ow_q * c2)[:, None, None] * ov[:, :, None] * ov[:, None, :]
+        if plain.any():
+            pf = f[plain]
+            nw, nt = nm.merge_representative(th[plain, 0], reps[pf, 0], reps[pf, 1],
+                                             ow[plain], ov[plain, 0])
+            reps[pf, 0] = nw
+            reps[pf, 1] = nt
         ring[f, ring_pos[f]] = np.concatenate([v[f], np.ones((f.size, 1))], axis=1)
         ring_pos[f] = (ring_pos[f] + 1) % k
         state.theta[rows] = th
@@ -279,6 +322,7 @@ def batch_update(
         state.ring[idx] = ring
         state.quad_b[idx] = quad_b
         state.quad_a[idx] = quad_a
+        state.rep[idx] = reps
         state.ring_len[idx] = ring_len
         state.ring_pos[idx] = ring_pos
 
@@ -319,11 +363,14 @@ def _solve(estimator: SignalEstimator, state: BatchSignalState, idx: IntArray,
     """The posterior mode ``theta = (alpha, kappa)`` of the pages ``idx`` and its Hessian
     (one vectorised Newton solve)."""
     d = 1 + estimator.n_sources
-    lin_p, v_p, w_p = _prior_arrays(estimator, idx.size, prior)
+    lin_p, v_p, w_p = _prior_arrays(
+        estimator, idx.size, prior,
+        prior_scales(estimator, state.totals[idx, 0], state.n_intervals[idx], prior))
     ring = state.ring[idx]
     rw = _ring_weights(ring, state.ring_len[idx], state.ring_pos[idx])
-    vv = np.concatenate([ring[:, :, :d], v_p], axis=1)
-    ww = np.concatenate([rw, w_p], axis=1)
+    reps = state.rep[idx]
+    vv = np.concatenate([ring[:, :, :d], _rep_entries(reps, d), v_p], axis=1)
+    ww = np.concatenate([rw, reps[:, :1], w_p], axis=1)
     return nm.newton_solve(
         state.theta[idx], state.unchanged[idx] + lin_p, vv, ww, state.quad_b[idx],
         state.quad_a[idx],
@@ -393,6 +440,7 @@ def states_to_batch(
         ring_pos=np.zeros(n, dtype=np.int64),
         quad_b=rows_of("quad_b"),
         quad_a=quad_a,
+        rep=np.array([st.rep for st in states], dtype=np.float64).reshape(n, 2),
     )
 
 
@@ -412,12 +460,13 @@ def batch_to_states(state: BatchSignalState, ring_capacity: int) -> list[SignalS
     unchanged = state.unchanged.tolist()
     totals = state.totals.tolist()
     quad_b = state.quad_b.tolist()
+    reps = state.rep.tolist()
     s = d - 1
     return [
         SignalState(
             s, end_s[i], n_int[i], tuple(theta[i]), tuple(unchanged[i]), tuple(totals[i]),
             tuple(map(tuple, ring[i][: lens[i]])), tuple(quad_b[i]), tuple(quad_a[i]),
-            ring_capacity,
+            ring_capacity, (reps[i][0], reps[i][1]),
         )
         for i in range(n)
     ]
@@ -475,7 +524,8 @@ def _record_dtype(d: int, ring_len: int) -> np.dtype[np.void]:
     ]
     if ring_len:
         fields.append(("ring", "<f4", (ring_len, d + 1)))
-    fields += [("quad_b", "<f4", (d,)), ("quad_a", "<f4", (d * (d + 1) // 2,))]
+    fields += [("quad_b", "<f4", (d,)), ("quad_a", "<f4", (d * (d + 1) // 2,)),
+               ("rep", "<f4", (2,))]
     return np.dtype(fields)
 
 
@@ -527,6 +577,7 @@ def batch_from_bytes(
         qa[:, iu[0], iu[1]] = upper
         qa[:, iu[1], iu[0]] = upper
         state.quad_a[rows] = qa
+        state.rep[rows] = arr["rep"]
         ok[rows] = True
     return state, ok
 
@@ -559,6 +610,7 @@ def batch_to_bytes(state: BatchSignalState, ring_capacity: int) -> list[bytes]:
             arr["ring"] = np.take_along_axis(state.ring[rows], order[:, :, None], axis=1)
         arr["quad_b"] = state.quad_b[rows]
         arr["quad_a"] = state.quad_a[rows][:, iu[0], iu[1]]
+        arr["rep"] = state.rep[rows]
         buf = arr.tobytes()
         size = arr.dtype.itemsize
         for j, r in enumerate(rows.tolist()):

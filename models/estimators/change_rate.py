@@ -20,7 +20,7 @@ import numpy as np
 from scipy import optimize, special
 
 from . import _numeric as nm
-from ._prior import PseudoDatapoints, SignalPrior
+from ._prior import GRIMES_FORD, PseudoDatapoints, SignalPrior
 from .signals import CrawlInterval, SignalEstimator, SignalState
 
 __all__ = [
@@ -33,10 +33,6 @@ __all__ = [
     "naive_change_rate",
     "pseudo_datapoint_log_density",
 ]
-
-#: Paper 003's pseudo-datapoints: a change seen after 1 h, no change after 57 h.
-GRIMES_FORD = PseudoDatapoints()
-
 
 def _clean(name: str, values: nm.FloatArray | list[float] | tuple[float, ...]) -> nm.FloatArray:
     arr = np.asarray(values, dtype=np.float64).ravel()
@@ -54,7 +50,9 @@ def cho_garcia_molina_mle(
     """Change rate (per second) solving eq. (2) of paper 003 (Cho and Garcia-Molina).
 
     Solves ``sum_l t_c(l)/(exp(rate*t_c(l)) - 1) = sum_k t_u(k)`` for ``rate`` with the
-    pseudo-datapoints (paper 003 Sec. 4.4) added to the two sides.
+    pseudo-datapoints (paper 003 Sec. 4.4) added to the two sides; scale-free points
+    (:data:`GRIMES_FORD`, the default) are scaled by the mean of the given intervals
+    (:meth:`PseudoDatapoints.scale_for`), as the streaming estimator scales them.
 
     Degenerate data (``pseudo=None`` only), as paper 003 Sec. 4.3 recommends: no change seen
     gives ``1/sum(all intervals)`` (period = the total time observed); changes in every
@@ -62,13 +60,15 @@ def cho_garcia_molina_mle(
     """
     tc = _clean("changed_interval_s", changed_interval_s)
     tu = _clean("unchanged_interval_s", unchanged_interval_s)
+    n_obs = int(np.count_nonzero(tc > 0.0) + np.count_nonzero(tu > 0.0))
+    scale = 1.0 if pseudo is None else pseudo.scale_for(float(tc.sum() + tu.sum()), n_obs)
     tc = tc[tc > 0.0]
     wc = np.ones(tc.size)
     su = float(tu.sum())
     if pseudo is not None and pseudo.weight > 0.0:
-        tc = np.append(tc, pseudo.changed_interval_s)
+        tc = np.append(tc, scale * pseudo.changed_interval_s)
         wc = np.append(wc, pseudo.weight)
-        su += pseudo.weight * pseudo.unchanged_interval_s
+        su += pseudo.weight * scale * pseudo.unchanged_interval_s
     if tc.size == 0:
         return 1.0 / su if su > 0.0 else 0.0
     if su <= 0.0:
@@ -217,7 +217,8 @@ class ChangeRateEstimator:
     Parameters
     ----------
     pseudo
-        The two pseudo-datapoints (default 1 h changed, 57 h unchanged).
+        The two pseudo-datapoints (default :data:`GRIMES_FORD`: 1 h changed, 57 h unchanged
+        at a daily crawl interval, scaled with the page's mean interval).
     half_life_s
         Exponential forgetting half-life in crawl time (``inf``: none).
     ring_capacity
@@ -231,7 +232,7 @@ class ChangeRateEstimator:
         half_life_s: float = math.inf,
         ring_capacity: int | None = None,
     ) -> None:
-        self.pseudo = pseudo if pseudo is not None else PseudoDatapoints()
+        self.pseudo = pseudo if pseudo is not None else GRIMES_FORD
         self._inner = SignalEstimator(
             0,
             prior=SignalPrior(self.pseudo),

@@ -207,9 +207,9 @@ STREAM_RING = 2
 RECORD_VERSION = 6
 #: versions 1 and 2: first byte, n_intervals, alpha, alpha_se, kappa, theta, unchanged,
 #: totals, quad_b, quad_a (the ring follows)
-RECORD_HEAD = struct.Struct(f"<BI{2 + N_GROUPS}f{4 * _D + _NQ}f")
+RECORD_HEAD = struct.Struct(f"<BI{2 + N_GROUPS}f{4 * _D + _NQ + 2}f")
 #: version 3: first byte, n_intervals, alpha, alpha_se, kappa, theta, lin, totals, quad_a
-RECORD_HEAD3 = struct.Struct(f"<BI{2 + N_GROUPS}f{3 * _D + _NQ}f")
+RECORD_HEAD3 = struct.Struct(f"<BI{2 + N_GROUPS}f{3 * _D + _NQ + 2}f")
 #: version 4: version 3 without ``quad_a`` (no changed interval has left the ring yet)
 RECORD_HEAD4 = struct.Struct(f"<BI{2 + N_GROUPS}f{3 * _D}f")
 #: the bytes every version starts with, the same fields at the same offsets (tag through
@@ -243,7 +243,7 @@ _LAYOUTS = {1: (_TAG, RECORD_HEAD.size, _RING_ENTRY),
             3: (_TAG3, RECORD_HEAD3.size, _RING_ENTRY3),
             4: (_TAG4, RECORD_HEAD4.size, _RING_ENTRY3)}
 #: ``quad_a`` as float32 bytes when no interval has left the ring (version 4: not stored)
-_NO_QUAD = bytes(4 * _NQ)
+_NO_QUAD = bytes(4 * _NQ + 8)
 #: the most a version 2 ring count holds (an interval with more signals of one group is
 #: written as version 1)
 _COUNT_MAX = 0xFFFF
@@ -563,12 +563,13 @@ def _record_dtype(ring_len: int, version: int = 3) -> np.dtype:
             ("totals", "<f4", (d,)),
         ]
         if version == 3:
-            fields.append(("quad_a", "<f4", (_NQ,)))
+            fields += [("quad_a", "<f4", (_NQ,)), ("rep", "<f4", (2,))]
     else:
         fields = [
             ("tag", "u1"), ("n_intervals", "<u4"), ("alpha", "<f4"), ("alpha_se", "<f4"),
             ("kappa", "<f4", (g,)), ("theta", "<f4", (d,)), ("unchanged", "<f4", (d,)),
             ("totals", "<f4", (d,)), ("quad_b", "<f4", (d,)), ("quad_a", "<f4", (_NQ,)),
+            ("rep", "<f4", (2,)),
         ]
     if ring_len and version == 1:
         fields.append(("ring", "<f4", (ring_len, d + 1)))
@@ -594,7 +595,7 @@ def _versions(batch: BatchSignalState, newest: int = RECORD_VERSION) -> npt.NDAr
     ones = (one | ~used).all(axis=1)
     iu = np.triu_indices(batch.quad_a.shape[1])
     no_quad = ((batch.quad_a[:, iu[0], iu[1]].astype("<f4").view("<u4") == 0).all(axis=1)
-               & (newest >= 4))
+               & (batch.rep.astype("<f4").view("<u4") == 0).all(axis=1) & (newest >= 4))
     out: npt.NDArray[np.int64] = np.where(fit, np.where(ones, np.where(no_quad, 4, 3), 2), 1)
     return out
 
@@ -693,7 +694,8 @@ class EstimatorRecord:
             # lin in float64, then float32 by the packing: the bytes records_of writes
             lin = (u - b for u, b in zip(st.unchanged, st.quad_b, strict=True))
             head = RECORD_HEAD3.pack(_TAG3 + len(ring), n_int, e.alpha_per_s, e.alpha_se_per_s,
-                                     *e.kappa, *st.theta, *lin, *st.totals, *st.quad_a)
+                                     *e.kappa, *st.theta, *lin, *st.totals, *st.quad_a,
+                                     *st.rep)
             version = 3
             if newest >= 4 and head[RECORD_HEAD4.size :] == _NO_QUAD:  # version 4: no quad_a
                 head = bytes((_TAG4 + len(ring),)) + head[1 : RECORD_HEAD4.size]
@@ -704,7 +706,7 @@ class EstimatorRecord:
             return raw
         head = RECORD_HEAD.pack(
             (_TAG2 if fit else _TAG) + len(ring), n_int, e.alpha_per_s, e.alpha_se_per_s,
-            *e.kappa, *st.theta, *st.unchanged, *st.totals, *st.quad_b, *st.quad_a,
+            *e.kappa, *st.theta, *st.unchanged, *st.totals, *st.quad_b, *st.quad_a, *st.rep,
         )
         if fit:
             return head + b"".join(
@@ -747,6 +749,8 @@ def _decode_binary(raw: bytes, end_s: float, ring_capacity: int) -> EstimatorRec
         theta, unchanged, totals = v[i : i + d], v[i + d : i + 2 * d], v[i + 2 * d : i + 3 * d]
         quad_b = (0.0,) * d
         quad_a = v[i + 3 * d : i + 3 * d + _NQ] if version == 3 else (0.0,) * _NQ
+        rep_wt = ((v[i + 3 * d + _NQ], v[i + 3 * d + _NQ + 1]) if version == 3
+                  else (0.0, 0.0))
         ring = tuple((*(float(x) for x in _RING3.unpack_from(raw, head + j * entry)), 1.0)
                      for j in range(n_ring))
     else:
@@ -754,6 +758,7 @@ def _decode_binary(raw: bytes, end_s: float, ring_capacity: int) -> EstimatorRec
         i = 4 + g
         theta, unchanged, totals = v[i : i + d], v[i + d : i + 2 * d], v[i + 2 * d : i + 3 * d]
         quad_b, quad_a = v[i + 3 * d : i + 4 * d], v[i + 4 * d : i + 4 * d + _NQ]
+        rep_wt = (v[i + 4 * d + _NQ], v[i + 4 * d + _NQ + 1])
         if version == 2:
             ring = tuple(tuple(float(x) for x in _RING2.unpack_from(raw, head + j * entry))
                          for j in range(n_ring))
@@ -763,7 +768,7 @@ def _decode_binary(raw: bytes, end_s: float, ring_capacity: int) -> EstimatorRec
     alpha, alpha_se, kappa = v[2], v[3], v[4 : 4 + g]
     state = SignalState(g, end_s if math.isfinite(end_s) else -math.inf, v[1], theta,
                         unchanged, totals, ring, quad_b, quad_a,
-                        max(ring_capacity, n_ring))
+                        max(ring_capacity, n_ring), (float(rep_wt[0]), float(rep_wt[1])))
     return EstimatorRecord(_derived(alpha, alpha_se, kappa, totals, v[1]), state)
 
 
@@ -962,6 +967,7 @@ class Estimation:
                 qa[:, iu[0], iu[1]] = upper
                 qa[:, iu[1], iu[0]] = upper
             batch.quad_a[rows] = qa
+            batch.rep[rows] = 0.0 if version == 4 else arr["rep"]
             batch.end_s[rows] = -math.inf if end_s is None else end_s[rows]
         return batch
 
@@ -996,6 +1002,7 @@ class Estimation:
             arr["totals"] = batch.totals[rows]
             if version != 4:
                 arr["quad_a"] = batch.quad_a[rows][:, iu[0], iu[1]]
+                arr["rep"] = batch.rep[rows]
             if ring_len:
                 order = (batch.ring_pos[rows, None] + np.arange(ring_len)[None, :]) % k
                 ring = np.take_along_axis(batch.ring[rows], order[:, :, None], axis=1)
