@@ -126,8 +126,9 @@ class SignalPrior:
     Parameters
     ----------
     change : PseudoDatapoints
-        Pseudo-intervals without signals (default :data:`GRIMES_FORD`, scale-free); they inform ``alpha`` (the rate of changes no source
-        signals; equal to the change rate ``Delta`` when there are no sources).
+        Pseudo-intervals without signals (default :data:`GRIMES_FORD`, scale-free); they
+        inform ``alpha`` (the rate of changes no source signals; equal to the change rate
+        ``Delta`` when there are no sources).
     precision_changed : tuple of float
         Per source, the weight of a zero-length pseudo-interval holding one signal of that
         source and a change (default 1 for each source).

@@ -38,7 +38,7 @@ A :class:`SignalState` keeps, with exponential forgetting (weights halve every
   exact at its expansion point and its error is second order in the estimate's drift since
   then.
 
-The state serialises to at most 256 bytes (``SignalState.to_bytes``) whatever the page's age.
+The state serialises to at most 264 bytes (``SignalState.to_bytes``) whatever the page's age.
 
 Over 600 lines on purpose: the state, its update (ring, eviction into the quadratic
 summary, the Newton step) and the estimate read from it are one derivation over one state
@@ -68,7 +68,7 @@ __all__ = [
 #: The default weak prior (Grimes-Ford points, precision prior centred on 0.5).
 DEFAULT_PRIOR = SignalPrior()
 #: Upper bound on ``len(SignalState.to_bytes())`` for every configuration we accept.
-MAX_STATE_BYTES = 256
+MAX_STATE_BYTES = 264
 _VERSION = 2
 _HEADER = struct.Struct("<BBBBdI")
 _X_MAX = 700.0
@@ -322,7 +322,7 @@ class SignalEstimator:
         time after it ended (``inf`` = no forgetting).
     ring_capacity
         Changed intervals kept exactly (default: the largest ``K <= 8`` such that the state
-        fits in 256 bytes: 8 for ``S <= 2``, 5 for ``S = 3``).
+        fits in 264 bytes: 8 for ``S <= 2``, 5 for ``S = 3``).
 
     Notes
     -----

@@ -10,9 +10,10 @@ takes 24-55 s here, ``docs/benchmarks.md "Design decisions"``).
 Estimator record (version 3, little-endian, :data:`RECORD_HEAD3` + ring): a first byte
 ``0x80 + ring length`` (``0x80``-``0x8F``, never the first byte of a text record nor of a page
 record, nor of a UTF-8 character); ``n_intervals`` uint32; float32 ``alpha``, ``alpha_se``,
-``kappa[3]`` (the estimates), ``theta[4]``, ``lin[4]``, ``totals[4]``, ``quad_a[10]`` (the
-state), then the ring, per interval ``tau`` float32 and its signal count per group uint16:
-113 + 10 x ring length bytes.  ``lin = unchanged - quad_b``: the state's sums over unchanged
+``kappa[3]`` (the estimates), ``theta[4]``, ``lin[4]``, ``totals[4]``, ``quad_a[10]``,
+``rep[2]`` (the state), then the ring, per interval ``tau`` float32 and its signal count per
+group uint16:
+121 + 10 x ring length bytes.  ``lin = unchanged - quad_b``: the state's sums over unchanged
 intervals and the linear term of its quadratic expansion enter the negative log-posterior
 only as that difference (``models.estimators._numeric.objective``: ``(lin - b) . theta``;
 ``SignalEstimator``'s scalar path the same), and both decay by the same factor, so one sum
@@ -32,8 +33,8 @@ signal counts, so all zero until the page's first signal of that group (a page p
 one kind of source only, or never pinged, keeps one group or none).  ``kept`` has bit g set
 when group g's slots are stored (never all three: that record is version 3 or 4 as it is).
 A group left out saves 8 + 2 x ring bytes, and in a version 3 the ``quad_a`` entries of its
-row and column (a sitemap-only page after its third change: 133 -> 81 bytes; the bench's
-pages, pinged by sitemaps and push sources: 133 -> 105).  The bytes kept are the version 3 or
+row and column (a sitemap-only page after its third change: 141 -> 89 bytes; the bench's
+pages, pinged by sitemaps and push sources: 141 -> 113).  The bytes kept are the version 3 or
 4 record's at those positions, so it reads back as that record, byte for byte
 (:func:`_unpack5`; on arrays in :meth:`Estimation.states_of` and :func:`record_heads`, what
 the rebuild reads), and nothing is lost.
@@ -61,7 +62,7 @@ a ring of 2: a quadratic summary only exists once a changed interval has left a 
 ring), bits 2-4 ``kept`` (as version 5), bit 5 ``narrow``, bits 6-7 ``low`` (3 is no
 layout: an unreadable record).  A record with another shape, or whose ``theta`` is not its
 estimates (a state not from the stream), is written as version 5.  A three-group page
-with a quadratic summary: 133 -> 104 bytes; one group, 81 -> 60 (:func:`_pack6`,
+with a quadratic summary: 141 -> 112 bytes; one group, 89 -> 68 (:func:`_pack6`,
 :func:`_unpack6`).  A worker reads every version written before its
 own, none written after: a worker older than version 4 takes a version 4, 5 or 6 record for
 an unreadable one and starts that page's estimator again from the prior; one of version 4
@@ -74,10 +75,10 @@ This code does not restart a record of a version it does not know
 takes one of 0xEB-0xFF): it keeps it as it is, and that page's outcomes update only the page
 record until a worker that reads it comes (counted ``estimators.newer``). A record that neither
 version 3 nor 4 can hold exactly is written in the older layouts, read as ever: version 2 (``0x90 +
-ring length``, 129 + 14 x ring length bytes: ``unchanged`` and ``quad_b`` apart, a float32
+ring length``, 137 + 14 x ring length bytes: ``unchanged`` and ``quad_b`` apart, a float32
 weight after each ring entry's counts) when a ring weight is not 1
 (``estimator_half_life_s`` set); version 1 (``0xB0 + ring length``, every ring value
-float32, 129 + 20 x ring length bytes) when a ring count is not a whole number of at most
+float32, 137 + 20 x ring length bytes) when a ring count is not a whole number of at most
 65,535 (more signals of one group in one crawl interval).
 float32 for all:
 these are estimates whose standard errors are far above float32's 6e-8 relative rounding

@@ -120,10 +120,10 @@ def test_records_round_trip_and_bad_ones_restart_from_the_prior() -> None:
     record = simulate(est, 1.0 / HOUR, 12)
     back = EstimatorRecord.decode(record)
     assert back.encode(4) == record
-    # binary: 113 bytes and 10 per interval in the ring (streams/estimates/estimation.py's
+    # binary: 121 bytes and 10 per interval in the ring (streams/estimates/estimation.py's
     # docstring: version 3, whole counts, every ring weight 1)
     assert record[0] == chr(0xDC00 + 0x80 + STREAM_RING)
-    assert len(back.to_bytes(4)) == 113 + 10 * STREAM_RING
+    assert len(back.to_bytes(4)) == 121 + 10 * STREAM_RING
     assert estimates_of(record) == back.estimates
     assert est.state_of("garbage|###") == est.estimator.init()
     assert estimates_of("garbage") is None
@@ -134,9 +134,9 @@ def _packed_version_2(rec: EstimatorRecord) -> str:
     """``rec`` as version 2 was written (unchanged and quad_b apart, a weight per ring
     entry), packed here field by field from the docstring's layout."""
     st, e = rec.state, rec.estimates
-    head = struct.pack("<BI5f4f4f4f4f10f", 0x90 + len(st.ring), st.n_intervals,
+    head = struct.pack("<BI5f4f4f4f4f10f2f", 0x90 + len(st.ring), st.n_intervals,
                        e.alpha_per_s, e.alpha_se_per_s, *e.kappa, *st.theta, *st.unchanged,
-                       *st.totals, *st.quad_b, *st.quad_a)
+                       *st.totals, *st.quad_b, *st.quad_a, *st.rep)
     ring = b"".join(struct.pack("<f3Hf", x[0], *(int(n) for n in x[1:-1]), x[-1])
                     for x in st.ring)
     return (head + ring).decode("utf-8", "surrogateescape")
@@ -146,8 +146,8 @@ def _as_version_1(record: str) -> str:
     """A version 2 record written as version 1 was (every ring value float32)."""
     raw = record.encode("utf-8", "surrogateescape")
     n = raw[0] - 0x90
-    ring = [struct.unpack_from("<f3Hf", raw, 129 + 14 * j) for j in range(n)]
-    v1 = bytes([0xB0 + n]) + raw[1:129] + b"".join(struct.pack("<5f", *e) for e in ring)
+    ring = [struct.unpack_from("<f3Hf", raw, 137 + 14 * j) for j in range(n)]
+    v1 = bytes([0xB0 + n]) + raw[1:137] + b"".join(struct.pack("<5f", *e) for e in ring)
     return v1.decode("utf-8", "surrogateescape")
 
 
@@ -178,7 +178,7 @@ def test_record_versions_3_2_and_1() -> None:
     v2 = _packed_version_2(EstimatorRecord(e, st))
     v1 = _as_version_1(v2)
     sizes = [len(r.encode("utf-8", "surrogateescape")) for r in (v3, v2, v1)]
-    assert sizes == [113 + 10 * STREAM_RING, 129 + 14 * STREAM_RING, 129 + 20 * STREAM_RING]
+    assert sizes == [121 + 10 * STREAM_RING, 137 + 14 * STREAM_RING, 137 + 20 * STREAM_RING]
     assert v3[0] == chr(0xDC00 + 0x80 + STREAM_RING)
     end = st.end_s
     s1, s2, s3 = (EstimatorRecord.decode(r, end).state for r in (v1, v2, v3))
@@ -246,7 +246,7 @@ def _as_version_3(record: str) -> str:
     ``quad_a`` floats after the head (module docstring's layouts, packed here)."""
     raw = record.encode("utf-8", "surrogateescape")
     n = raw[0] - 0xA0
-    v3 = bytes([0x80 + n]) + raw[1:73] + struct.pack("<10f", *([0.0] * 10)) + raw[73:]
+    v3 = bytes([0x80 + n]) + raw[1:73] + struct.pack("<12f", *([0.0] * 12)) + raw[73:]
     return v3.decode("utf-8", "surrogateescape")
 
 
@@ -271,7 +271,7 @@ def test_version_4_until_a_changed_interval_leaves_the_ring() -> None:
             raw = rec.encode("utf-8", "surrogateescape")
             state = EstimatorRecord.decode(rec, end).state
             if any(state.quad_a):  # an interval has left the ring: version 3
-                assert raw[0] == 0x80 + len(state.ring) and len(raw) == 113 + 10 * len(state.ring)
+                assert raw[0] == 0x80 + len(state.ring) and len(raw) == 121 + 10 * len(state.ring)
             else:
                 assert raw[0] == 0xA0 + len(state.ring) and len(raw) == 73 + 10 * len(state.ring)
                 v3 = _as_version_3(rec)
@@ -290,7 +290,7 @@ def test_version_4_until_a_changed_interval_leaves_the_ring() -> None:
     assert sizes[0] == [73] * (STREAM_RING + 2)  # never changed: ring empty, no quadratic
     # changed at every crawl: the ring fills, then the first eviction writes version 3
     assert sizes[1] == [73 + 10 * (i + 1) for i in range(STREAM_RING)] + [
-        113 + 10 * STREAM_RING] * 2
+        121 + 10 * STREAM_RING] * 2
     assert sizes[2][-1] == 73 + 10 * ((STREAM_RING + 2) // 2)
     # a quad_a that float32 rounds to zero is no quadratic either (version 3 would hold zeros)
     st = EstimatorRecord.decode(recs[0] or "", end).state
@@ -438,7 +438,7 @@ def test_old_text_records_are_still_read() -> None:
     assert after is not None and after.n_intervals == 13
     # binary now; the old record's longer ring is kept (the model evicts one interval per
     # update, never folds several at once)
-    assert new[0] == "\udc85" and len(EstimatorRecord.decode(new).to_bytes()) == 113 + 10 * 5
+    assert new[0] == "\udc85" and len(EstimatorRecord.decode(new).to_bytes()) == 121 + 10 * 5
     # that binary record with its ring of 5, in a chunk with a page of the stream's own ring:
     # its history is kept (not restarted from the prior by the array path), the other page
     # updated as by itself
@@ -579,11 +579,11 @@ def _expanded_6(raw: bytes) -> bytes:
     ring = STREAM_RING if quad else layout & 3
     kept, narrow, low = layout >> 2 & 7, bool(layout >> 5 & 1), layout >> 6
     d, nq = 4, 10
-    size = 1 + 4 + 4 * (2 + 3) + 4 * 3 * d + (4 * nq if quad else 0) + ring * (4 + 2 * 3)
+    size = 1 + 4 + 4 * (2 + 3) + 4 * 3 * d + (4 * nq + 8 if quad else 0) + ring * (4 + 2 * 3)
     drop = [False] * size
     lin, totals = 1 + 4 + 20 + 16, 1 + 4 + 20 + 32
     qa = totals + 16
-    ring0 = qa + (4 * nq if quad else 0)
+    ring0 = qa + (4 * nq + 8 if quad else 0)  # quad_a, then the representative interval
     upper = [(r, c) for r in range(d) for c in range(r, d)]
     for g in range(3):
         if kept >> g & 1:

@@ -65,7 +65,7 @@ def test_stream_estimate_is_the_exact_map_within_one_percent(
     """1 to 10^4 intervals of 10 s to 30 days (each within a factor ``exp(spread)`` of the
     page's interval, clipped to that range), any share changed."""
     rng = np.random.default_rng(seed)
-    n = int(round(10.0**log_n))
+    n = round(10.0**log_n)
     intervals = np.exp(log_interval + spread * rng.uniform(-1.0, 1.0, n))
     intervals = np.clip(intervals, 10.0, 30 * DAY)
     changed = rng.uniform(size=n) < share
