@@ -44,8 +44,9 @@ status: $(STAMP)
 down: $(STAMP)
 	$(BIN)/recrawl infra down
 
+# Stop the stack and delete its home (data and logs; RECRAWL_HOME or the per-user state folder).
 clean: down
-	rm -rf var
+	rm -rf "$$($(BIN)/python -c 'from infra.stack import default_home; print(default_home())')"
 
 # The main command: stack, worker, fetcher, test web and producers, live view, summary
 # (live accuracy next to the simulator's); stops everything it started.

@@ -187,7 +187,7 @@ def _program(argv: list[str]) -> tuple[str, list[str]] | None:
     """``("recrawl", args)``, ``("make", args)``, ``("script:<path>", args)`` or
     ``("module:<name>", args)`` for a command of this project, else None."""
     head = argv[0]
-    if head.endswith(":") or argv[1:2] and argv[1].endswith(":"):
+    if head.endswith(":") or (len(argv) > 1 and argv[1].endswith(":")):
         return None  # a message a command printed ("recrawl ping: cannot reach ..."): output
     if head.endswith("/recrawl") or head == "recrawl":
         return "recrawl", argv[1:]

@@ -79,8 +79,7 @@ def demo_settings(
         update={**extra,
             "topic_prefix": tag, "app_id": tag, "key_prefix": tag,
             "web_enabled": True, "web_port": web_port or free_port(),
-            # absolute, under RECRAWL_HOME like the logs (a relative var/ did not exist
-            # when RECRAWL_HOME pointed outside the repository: the worker exited)
+            # absolute, under the home like the logs: the same for every current folder
             "data_dir": Path(default_home()) / "demo" / tag / "worker",
         }
     )  # fmt: skip

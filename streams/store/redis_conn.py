@@ -5,7 +5,8 @@
 Cluster: the listed nodes are seeds, redis-py's cluster client
 (``redis.asyncio.cluster.RedisCluster``) discovers the others and routes every command to
 the master of its key's slot.  ``recrawl infra up --redis-cluster N`` writes such an address
-into ``var/stack.json``; set ``RECRAWL_REDIS_URL`` to one for a cluster of your own.
+into ``<home>/stack.json`` (``recrawl infra status`` shows it); set ``RECRAWL_REDIS_URL``
+to one for a cluster of your own.
 
 What holds on both (and why the state works on a cluster):
 
