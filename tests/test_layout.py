@@ -145,3 +145,12 @@ def test_unit_tests_use_no_kafka_redis_or_subprocess() -> None:
     )
     assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
     assert " collected" in out.stdout or "tests collected" in out.stdout
+
+
+def test_test_modules_have_distinct_names() -> None:
+    # tests/ has no __init__.py: pytest imports each test file by its basename, so two files
+    # of one name in different folders stop the whole run at collection.
+    names: dict[str, list[str]] = {}
+    for path in (REPO / "tests").rglob("test_*.py"):
+        names.setdefault(path.name, []).append(str(path.relative_to(REPO)))
+    assert not {n: p for n, p in names.items() if len(p) > 1}

@@ -1,6 +1,6 @@
 """Operating the installed package: folders, settings, flags, honest commands, the HTTP
 guard and the plan's bounds (logic only: the commands that need Kafka or Redis are in
-tests/integration/test_operate.py)."""
+tests/integration/test_operate_live.py)."""
 
 from __future__ import annotations
 
