@@ -7,7 +7,7 @@ Sizing: :func:`models.sim.scaleout.size` on the measured per-worker and per-page
 (:class:`models.sim.scaleout.Measured`, docs/benchmarks.md "One worker at 10^6 pages") for 10^7,
 10^8, 10^9 pages at 10^3 and 10^4 orders/s with pings at twice the order rate
 (``--ping-ratio``).  Protocol: :func:`models.sim.scaleout.simulate_split` with the real split
-rule (``streams.scheduler.budget.live``, ``ready_weights``, ``split``) and pacer; the rates are
+rule (``models.decision.budget.live``, ``ready_weights``, ``split``) and pacer; the rates are
 counted over the given windows, the worst window of 1/5/60 s against ``R (L + tick) + workers``
 (one order of slack per worker's pacer).  Pure and deterministic: no Redis, no Kafka.
 """
@@ -18,17 +18,15 @@ import argparse
 import json
 from typing import Any
 
-from models.sim.scaleout import SplitRule, Worker, simulate_split, size, worst_window
+from models.sim.scaleout import Worker, simulate_split, size, worst_window
 from streams.scheduler import (
     HEARTBEAT_S,
     LOOP_HUNG_S,
     LOOP_STALL_S,
     RESPLIT_S,
     SHARD_ALIVE_S,
-    budget,
 )
 
-RULE = SplitRule(budget.live, budget.ready_weights, budget.split)
 TICK = 0.1
 
 
@@ -57,7 +55,7 @@ def scenario(name: str, *, workers: int, per: int, rate: float, duration: float,
         ws[w].shards[10_000] = t + d
         # before t the partition does not exist: model it as ready only from t + d and
         # owned from the start (its entry says loading, weight 0 until then)
-    r = simulate_split(RULE, ws, rate, duration, tick_s=TICK, resplit_s=resplit_s,
+    r = simulate_split(ws, rate, duration, tick_s=TICK, resplit_s=resplit_s,
                        heartbeat=heartbeat, heartbeat_s=HEARTBEAT_S,
                        alive_s=alive_s, hung_s=LOOP_HUNG_S, rebuild_s=rebuild_s,
                        announce=announce, stall_s=stall_s)

@@ -151,6 +151,18 @@ class FloorQueue:
             k *= 4
         return out
 
+    def must_start(self, now_s: float, rate_per_s: float) -> bool:
+        """Whether waiting past ``now_s`` would miss a due time, one order every
+        ``1/rate_per_s`` from now in earliest-due order: ``now + j/R > d_(j)`` for some
+        ``j`` (``d_(1) <= d_(2) <= ...`` the due times).  Earliest deadline first, started
+        at the latest moment that still meets every due time (the floor's proactive mode:
+        no interval exceeds the floor whenever that is feasible); sorts every due time."""
+        if not self._n:
+            return False
+        d = np.sort(self._due[self._due != np.inf])
+        j = np.arange(1, d.size + 1, dtype=np.float64)
+        return bool((now_s + j / rate_per_s > d).any())
+
     def earliest(self) -> float | None:
         """The earliest due time of any page (None when empty)."""
         if not self._n:

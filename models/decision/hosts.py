@@ -23,7 +23,38 @@ import math
 from collections.abc import Hashable
 from dataclasses import dataclass
 
-__all__ = ["Bucket", "HostBuckets"]
+__all__ = ["MAX_IN_FLIGHT", "NO_TOKEN", "Bucket", "HostBuckets", "admit", "refill"]
+
+#: :func:`admit`'s refusals (the store's codes, ``streams/store/lua/issue.lua``)
+NO_TOKEN = "no-token"
+MAX_IN_FLIGHT = "max-in-flight"
+
+
+def refill(tokens: float | None, ts: float | None, now_s: float, rate_per_s: float,
+           burst: float) -> float:
+    """A bucket's tokens at ``now_s``: ``tokens`` at ``ts`` plus ``rate_per_s`` a second
+    since, at most ``burst`` (``tokens`` None: full, never used; ``ts`` None or not before
+    ``now_s``: nothing accrues; an infinite rate: always full).  The one refill rule: the
+    scheduler's mirror (:class:`HostBuckets`), the memory store and ``issue.lua`` (Redis's
+    twin, differentially tested against this function)."""
+    if rate_per_s == math.inf:
+        return burst
+    if tokens is None:
+        tokens = burst
+    if ts is not None and now_s > ts:
+        tokens = min(burst, tokens + (now_s - ts) * rate_per_s)
+    return tokens
+
+
+def admit(tokens: float, in_flight: int, max_in_flight: int) -> str | None:
+    """Whether a host may take one more order: None if it may, else why not
+    (:data:`NO_TOKEN`: less than one token; :data:`MAX_IN_FLIGHT`: ``in_flight`` at the
+    limit, 0 meaning none).  A taken order spends one token and adds one in flight."""
+    if tokens < 1:
+        return NO_TOKEN
+    if max_in_flight > 0 and in_flight >= max_in_flight:
+        return MAX_IN_FLIGHT
+    return None
 
 
 @dataclass(slots=True)
@@ -91,8 +122,8 @@ class HostBuckets:
         b = self.buckets.get(host)
         if b is None or b.tokens is None:
             return self.burst
-        rate = b.rate_per_s or self.default_rate_per_s
-        return min(self.burst, b.tokens + max(0.0, now_s - b.ts) * rate)
+        return refill(b.tokens, b.ts, now_s, b.rate_per_s or self.default_rate_per_s,
+                      self.burst)
 
     def max_in_flight(self, host: Hashable) -> int:
         b = self.buckets.get(host)
@@ -137,6 +168,9 @@ class HostBuckets:
         b = self.bucket(host)
         b.in_flight = max(0, b.in_flight + delta)
         if delta < 0:
+            if b.parked_until > -math.inf:  # parked: looked at again at the next unpark
+                # (a host parked at its in-flight cap would otherwise wait a refill time)
+                heapq.heappush(self._parked, (-math.inf, id(host), host))
             b.parked_until = -math.inf
 
     def in_flight(self, host: Hashable) -> int:

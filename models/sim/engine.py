@@ -3,8 +3,9 @@
 :func:`run` feeds pings (by arrival time) and crawl slots to a policy.  Slots follow a
 :class:`Budget` (a crawl rate that may change over time, App. D): the next slot is
 ``1/R(t)`` after the previous one, so every policy spends exactly the same crawls.
-Per-host limits (blog, paper 001) make a page eligible only when its host's last crawl
-is at least ``1/k_host`` ago; a slot with no eligible page is lost.
+Per-host limits (blog, paper 001) make a page eligible only when its host has a token in
+the service's bucket (:class:`models.decision.hosts.HostBuckets`, burst 1: its last crawl
+is at least ``1/k_host`` ago); a slot with no eligible page is lost.
 
 Accuracy (Sec. 6.2) is the request-weighted fraction of time the cached copy is fresh,
 ``sum_i mu_i fresh_time_i / (sum_i mu_i * T)``: the expectation, given the realised
@@ -21,6 +22,7 @@ from dataclasses import dataclass
 import numpy as np
 import numpy.typing as npt
 
+from models.decision.hosts import HostBuckets
 from models.sim.events import ChangeCursor, Events
 from models.sim.policies import Policy
 from models.sim.world import World
@@ -102,9 +104,7 @@ def run(
     n_pings = pa.size
     k = 0
     host = world.host
-    gap = np.where(np.isinf(world.host_rate), 0.0, 1.0 / world.host_rate)
-    host_next = np.full(world.host_rate.size, -np.inf)
-    limited = host_limits and bool(np.isfinite(world.host_rate).any())
+    buckets = host_buckets(world) if host_limits else None
     times = np.empty(n_slots)
     pages = np.empty(n_slots, dtype=np.int64)
     made = 0
@@ -121,28 +121,42 @@ def run(
         while k < n_pings and pa_l[k] <= t:
             policy.on_ping(pp_l[k], pa_l[k], pe_l[k])
             k += 1
-        if limited:
-            now = t
-
-            def eligible(p: int, now: float = now) -> bool:
-                return bool(host_next[host[p]] <= now)
-
-            page = policy.choose(t, eligible)
-        else:
-            page = policy.choose(t, None)
+        page = policy.choose(t, None if buckets is None else _has_room(buckets, host, t))
         if page is None:
             continue
         changed, last_mod = cursor.copy(page, t)
         policy.on_crawl(page, t, changed, last_mod)
-        if limited:
-            h = host[page]
-            host_next[h] = t + gap[h]
+        if buckets is not None:
+            buckets.take(int(host[page]), t)
         times[made] = t
         pages[made] = page
         made += 1
         if progress is not None and (j & 1023) == 0:
             progress(j, n_slots)
     return RunResult(getattr(policy, "name", "policy"), times[:made], pages[:made], n_slots)
+
+
+def host_buckets(world: World) -> HostBuckets | None:
+    """The world's host limits as the service's token buckets
+    (:class:`models.decision.hosts.HostBuckets`, burst 1: a host is available again
+    ``1/k_host`` after its last crawl); None when no host is limited."""
+    limited = np.flatnonzero(np.isfinite(world.host_rate))
+    if not limited.size:
+        return None
+    buckets = HostBuckets(math.inf, burst=1.0)
+    for h, rate in zip(limited.tolist(), world.host_rate[limited].tolist(), strict=True):
+        buckets.set_capacity(h, rate, None)
+    return buckets
+
+
+def _has_room(buckets: HostBuckets, host: IntArray, now: float) -> Callable[[int], bool]:
+    """Whether page ``p``'s host has a token at ``now`` (the service's bucket rule)."""
+    room = buckets.room
+
+    def eligible(p: int) -> bool:
+        return room(int(host[p]), now) >= 1
+
+    return eligible
 
 
 def _run_steps(
@@ -173,9 +187,8 @@ def _run_steps(
     choose_many = getattr(policy, "choose_many", None)
     on_crawls = getattr(policy, "on_crawls", None)
     host = world.host
-    gap = np.where(np.isinf(world.host_rate), 0.0, 1.0 / world.host_rate)
-    host_next = np.full(world.host_rate.size, -np.inf)
-    limited = host_limits and bool(np.isfinite(world.host_rate).any())
+    buckets = host_buckets(world) if host_limits else None
+    limited = buckets is not None
     times: list[FloatArray] = []
     pages_out: list[IntArray] = []
     q0 = 0
@@ -214,20 +227,16 @@ def _run_steps(
                     break
                 page = crawl_now[n]
             else:
-                if limited:
-                    def eligible(p_: int, now: float = t) -> bool:
-                        return bool(host_next[host[p_]] <= now)
-                    got = policy.choose(t, eligible)
-                else:
-                    got = policy.choose(t, None)
+                got = policy.choose(t, None if buckets is None
+                                    else _has_room(buckets, host, t))
                 if got is None:
                     break
                 page = got
                 picked.append(page)
             changed, last_mod = cursor.copy(page, t)
             policy.on_crawl(page, t, changed, last_mod)
-            if limited:
-                host_next[host[page]] = t + gap[host[page]]
+            if buckets is not None:
+                buckets.take(int(host[page]), t)
         times.append(np.full(len(picked), t))
         pages_out.append(np.asarray(picked, dtype=np.int64))
         if progress is not None:

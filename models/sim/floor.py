@@ -1,7 +1,8 @@
 """Longest-interval floor (:class:`FloorPolicy`): a capability beyond paper 004.
 
 A wrapper that spends a slot on any page whose last crawl is older than a floor ``F`` (the
-streaming scheduler's floor, ``streams/scheduler/``), otherwise asks the wrapped policy;
+streaming scheduler's floor: its due times in the service's
+:class:`models.decision.floor.FloorQueue`), otherwise asks the wrapped policy;
 paper 004 Sec. 4 (the remark on abandoned pages after eq. 5) is why a floor is wanted.
 Split out of :mod:`models.sim.variants`, which re-exports every name.
 
@@ -20,6 +21,7 @@ from typing import Literal
 import numpy as np
 import numpy.typing as npt
 
+from models.decision.floor import FloorQueue
 from models.sim.policies import Policy
 
 __all__ = [
@@ -34,15 +36,16 @@ Eligible = Callable[[int], bool] | None
 class FloorPolicy:
     """Wrap a policy with a longest-interval floor ``F``: floor-due pages first.
 
-    ``mode="reactive"`` (the streaming scheduler's floor, ``streams/scheduler/``): at a
-    slot, if some page's last crawl is at least ``F`` ago, crawl the most overdue
-    (eligible) one; otherwise the wrapped policy chooses.  A burst of pages falling due
-    together is served one per slot, so a page can exceed ``F`` by up to the burst's
-    length.  ``mode="proactive"`` (earliest deadline first, started at the latest slot
-    that still meets every deadline): with deadlines ``d_(1) <= d_(2) <= ...`` (last crawl
-    + ``F``), the slot at ``t`` goes to the earliest-deadline page whenever waiting would
-    miss one, i.e. ``t + j/R > d_(j)`` for some ``j``; then no interval exceeds ``F``
-    whenever that is feasible (``F >= m/R`` from a common start).
+    The due times are the service's floor queue's (:class:`models.decision.floor.FloorQueue`:
+    a page is due ``F`` after its last crawl, earliest due first).  ``mode="reactive"``
+    (the streaming scheduler's floor, :func:`models.decision.core.choose`): at a slot, if
+    some page is due, crawl the earliest due (eligible) one; otherwise the wrapped policy
+    chooses.  A burst of pages falling due together is served one per slot, so a page can
+    exceed ``F`` by up to the burst's length.  ``mode="proactive"`` (earliest deadline
+    first, started at the latest slot that still meets every deadline,
+    :meth:`FloorQueue.must_start <models.decision.floor.FloorQueue.must_start>`): the slot
+    at ``t`` goes to the earliest-due page whenever waiting would miss one; then no
+    interval exceeds ``F`` whenever that is feasible (``F >= m/R`` from a common start).
 
     Every slot is spent (one crawl per slot, as the wrapped policy).  Paper 004 (Sec. 4,
     after eq. 5) notes that the optimum abandons pages with low ``mu`` and high
@@ -66,6 +69,8 @@ class FloorPolicy:
         self.mode = mode
         self.name = name if name is not None else f"{inner.name}+floor"
         self.last_crawl = np.zeros(m)
+        self.queue = FloorQueue()
+        self.queue.set_many(range(m), np.full(m, self.floor_interval))  # last crawl 0
         self.forced = 0
 
     def on_ping(self, page: int, arrival: float, emitted: float) -> None:
@@ -85,24 +90,16 @@ class FloorPolicy:
             plan(times)
 
     def _floor_page(self, t: float, eligible: Eligible) -> int | None:
-        f = self.floor_interval
-        last = self.last_crawl
+        # a due time at a slot's time is due at that slot despite rounding
         eps = 1e-9 * max(1.0, abs(t))
         if self.mode == "reactive":
-            if float(last.min()) + f > t + eps:
-                return None
-            due = np.nonzero(last + f <= t + eps)[0]
-            order = due[np.argsort(last[due], kind="stable")]
+            now = t + eps
         else:
-            dl = last + f
-            order = np.argsort(dl, kind="stable")
-            j = np.arange(1, order.size + 1, dtype=np.float64)
-            if not (t + j / self.rate > dl[order] + eps).any():
+            if not self.queue.must_start(t - eps, self.rate):
                 return None
-        for p in order.tolist():
-            if eligible is None or eligible(p):
-                return int(p)
-        return None
+            now = math.inf
+        got = self.queue.due(now, 1, eligible)  # type: ignore[arg-type]
+        return int(got[0][1]) if got else None  # type: ignore[call-overload]
 
     def choose(self, t: float, eligible: Eligible) -> int | None:
         p = self._floor_page(t, eligible)
@@ -113,4 +110,5 @@ class FloorPolicy:
 
     def on_crawl(self, page: int, t: float, changed: bool, last_modified: float) -> None:
         self.last_crawl[page] = t
+        self.queue.set(page, t + self.floor_interval)
         self.inner.on_crawl(page, t, changed, last_modified)

@@ -10,7 +10,12 @@ unlimited fetcher.  A live loop differs in ways that belong to "the same world a
 * :func:`run_timed` - crawl slots at given times (the orders actually emitted), the copy
   taken ``fetch_lag`` after the order and the outcome applied ``outcome_lag`` after it (the
   page is in flight meanwhile and cannot be ordered again), per-host token buckets and a
-  per-host cap on orders in flight.
+  per-host cap on orders in flight (the service's :class:`models.decision.hosts.HostBuckets`).
+  A policy with a book (:class:`EnginePolicy`) is run on the worker's own engine: its
+  orders are :func:`models.decision.core.choose`'s over its
+  :class:`models.decision.core.ShardBook`, which holds the flights and the host buckets.
+* :class:`EngineAlgorithm1` - Algorithm 1 with given parameters on that engine (the worker's
+  host index, floor and buckets), with the worker's ping rule.
 * :class:`LiveRuleAlgorithm1` - Algorithm 1 with the worker's ping rules (a ping is dropped
   if its change time or arrival precedes the last crawl, or if it arrives within
   ``t_delay`` of it; App. C).
@@ -24,16 +29,21 @@ import heapq
 import math
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 import numpy as np
 import numpy.typing as npt
 
-from models.decision.pings import APPLIED, ping_verdict
+from models.decision.core import ShardBook, choose
+from models.decision.hostindex import HostIndex
+from models.decision.hosts import HostBuckets
+from models.decision.pings import APPLIED, PingRule, ping_verdict
 from models.sim.events import ChangeCursor, Events
-from models.sim.policies import Algorithm1
+from models.sim.policies import Algorithm1, PingedPages
 
 __all__ = [
+    "EngineAlgorithm1",
+    "EnginePolicy",
     "LiveRuleAlgorithm1",
     "TimedPolicy",
     "live_ping_ok",
@@ -166,6 +176,74 @@ class TimedPolicy:
     def on_crawl(self, page: int, t: float, changed: bool, last_modified: float) -> None: ...
 
 
+class EnginePolicy(Protocol):
+    """A policy on the worker's engine: :func:`run_timed` picks its orders with
+    :func:`models.decision.core.choose` over ``book`` at ``t + offset`` (the book's clock:
+    ``offset`` is the epoch of the simulator's time 0), records them in flight there and
+    gives the book the run's host buckets; ``on_crawl`` (called when the outcome is
+    applied, after the book ended the page's flight) sets the page in the book again."""
+
+    name: str
+    book: ShardBook
+    offset: float
+
+    def on_ping(self, page: int, arrival: float, emitted: float) -> None: ...
+
+    def on_crawl(self, page: int, t: float, changed: bool, last_modified: float) -> None: ...
+
+
+class EngineAlgorithm1(PingedPages):
+    """Algorithm 1 (paper 004) with given ``(alpha, beta, gamma)`` per page
+    (:class:`models.sim.policies.PingedPages`), on the worker's engine: the pages in a
+    :class:`models.decision.core.ShardBook` (the worker's host index and buckets), a
+    page's origin moved by a ping the worker's rule accepts (``"live"`` by default) and set
+    to the fetch time by a crawl (Sec. 3).  ``last_crawl``: each page's copy time before
+    the run (its origin); ``host``: each page's host."""
+
+    def __init__(self, name: str, mu: FloatArray, alpha: FloatArray, beta: FloatArray,
+                 gamma: FloatArray, *, host: IntArray, last_crawl: FloatArray,
+                 terms: int | None = None, ping_rule: PingRule = "live",
+                 t_delay: float = 0.0) -> None:
+        super().__init__(name, mu, alpha, beta, gamma, ping_rule=ping_rule, t_delay=t_delay)
+        self.offset = 0.0
+        m = self.mu.size
+        self.last_crawl = np.asarray(last_crawl, dtype=np.float64).copy()
+        self.origin = self.last_crawl.copy()
+        self.book = ShardBook(HostBuckets(math.inf), index=HostIndex(terms=terms))
+        self._hosts = np.asarray(host, dtype=np.int64).tolist()
+        delta = self.alpha + np.where(self.gamma > 0.0,
+                                      self.gamma * -np.expm1(-self.alpha * self.beta), 0.0)
+        with np.errstate(divide="ignore", invalid="ignore"):
+            self._max_value = np.where(delta > 0.0, self.mu / delta, 0.0)
+        self.book.set_pages(
+            list(range(m)), self._hosts, crawled=np.ones(m, dtype=bool), origin=self.origin,
+            alpha=self.alpha, beta=self.beta, gamma=self.gamma, mu=self.mu,
+            max_value=self._max_value, first_seen_s=0.0, last_crawl_s=self.last_crawl,
+            delta=delta, estimated=np.zeros(m, dtype=bool), src_beta=self.beta[:, None])
+
+    def on_ping(self, page: int, arrival: float, emitted: float) -> None:
+        o = self.pinged_origin(page, arrival, emitted)
+        if o is None:
+            return
+        self.origin[page] = o
+        b = self.book
+        if page in b.in_flight:  # set in the book when its order ends (on_crawl)
+            b.table.origin[b.table.slot[page]] = o
+        else:
+            b.index.set_origin(page, o)
+
+    def on_crawl(self, page: int, t: float, changed: bool, last_modified: float) -> None:
+        self.last_crawl[page] = t
+        self.origin[page] = t
+        s = self.book.table.slot[page]
+        self.book.set_page(
+            page, self._hosts[page], crawled=True, origin=t, alpha=float(self.alpha[page]),
+            beta=float(self.beta[page]), gamma=float(self.gamma[page]),
+            mu=float(self.mu[page]), max_value=float(self._max_value[page]),
+            last_crawl_s=t, delta=float(self.book.table.delta[s]),
+            first_seen_s=0.0)
+
+
 @dataclass(frozen=True)
 class TimedResult:
     """Every crawl: order time, fetch time, page (fetch time is when the copy was taken)."""
@@ -178,7 +256,7 @@ class TimedResult:
 
 def run_timed(
     events: Events,
-    policy: TimedPolicy,
+    policy: TimedPolicy | EnginePolicy,
     order_times: FloatArray,
     *,
     fetch_lag: FloatArray | float = 0.0,
@@ -194,8 +272,11 @@ def run_timed(
 
     A page is not ordered again while in flight.  With ``host``, a host's token bucket
     (``host_rate`` per unit time, ``host_burst`` tokens) and its in-flight cap (0 = none)
-    must allow the order.  ``last_crawl`` (per page) is each page's copy time before the
-    run (the changes before it are skipped); default ``-inf`` for none.
+    must allow the order: the service's :class:`models.decision.hosts.HostBuckets`.  An
+    :class:`EnginePolicy` (its pages on the hosts ``host``) is run on its book: the buckets
+    become its book's, and each order is :func:`models.decision.core.choose`'s.
+    ``last_crawl`` (per page) is each page's copy time before the run (the changes before
+    it are skipped); default ``-inf`` for none.
     """
     m = events.change_start.size - 1
     n = order_times.size
@@ -207,10 +288,12 @@ def run_timed(
     k = 0
     in_flight = np.zeros(m, dtype=bool)
     hosts = host.tolist() if host is not None else None
-    n_hosts = (max(hosts) + 1) if hosts else 0
-    tokens = [host_burst] * n_hosts
-    tok_t = [-math.inf] * n_hosts
-    host_fl = [0] * n_hosts
+    buckets = HostBuckets(host_rate, burst=host_burst,
+                          default_max_in_flight=host_max_in_flight)
+    book: ShardBook | None = getattr(policy, "book", None)
+    offset = float(getattr(policy, "offset", 0.0))
+    if book is not None:
+        book.hosts = buckets
     pending: list[tuple[float, int, int, float, bool, float]] = []  # outcome_at, seq, ...
     o_t: list[float] = []
     f_t: list[float] = []
@@ -229,8 +312,10 @@ def run_timed(
             if next_out <= next_ping:
                 _, _, page, fetched, changed, last_mod = heapq.heappop(pending)
                 in_flight[page] = False
-                if hosts is not None:
-                    host_fl[hosts[page]] -= 1
+                if book is not None:
+                    book.end_flight(page)
+                elif hosts is not None:
+                    buckets.add_in_flight(hosts[page], -1)
                 policy.on_crawl(page, fetched, changed, last_mod)
             else:
                 policy.on_ping(pp[k], pa[k], pe[k])
@@ -240,31 +325,28 @@ def run_timed(
         def ok(p: int) -> bool:
             if in_flight[p]:
                 return False
-            if hosts is None:
-                return True
-            h = hosts[p]
-            if host_max_in_flight > 0 and host_fl[h] >= host_max_in_flight:
-                return False
-            if math.isfinite(host_rate):
-                avail = min(host_burst, tokens[h] + (t - tok_t[h]) * host_rate)
-                if avail < 1.0:
-                    return False
-            return True
+            return hosts is None or buckets.room(hosts[p], t) >= 1
 
         return ok
 
     for j, t in enumerate(order_times.tolist()):
         apply_until(t)
-        page = policy.choose(t, host_ok_at(t))
+        page: int | None
+        if book is not None:
+            now = t + offset
+            picks = choose([book], 1, now, floor=len(book.floor) > 0)
+            page = int(picks[0].page) if picks else None  # type: ignore[call-overload]
+            if page is not None:
+                buckets.take(picks[0].host, now)
+                book.start_flight(page, (str(j), now))
+        else:
+            page = policy.choose(t, host_ok_at(t))  # type: ignore[union-attr]
+            if page is not None and hosts is not None:
+                buckets.take(hosts[page], t)
+                buckets.add_in_flight(hosts[page], +1)
         if page is None:
             lost += 1
             continue
-        if hosts is not None:
-            h = hosts[page]
-            if math.isfinite(host_rate):
-                tokens[h] = min(host_burst, tokens[h] + (t - tok_t[h]) * host_rate) - 1.0
-                tok_t[h] = t
-            host_fl[h] += 1
         in_flight[page] = True
         tf = t + float(flag[j])
         changed, last_mod = cursor.copy(page, tf)

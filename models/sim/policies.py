@@ -38,6 +38,7 @@ __all__ = [
     "Algorithm1",
     "EstimatingAlgorithm1",
     "NutchAdaptive",
+    "PingedPages",
     "Policy",
     "RoundRobin",
     "ScheduledPolicy",
@@ -127,13 +128,45 @@ def best_page(index: CrawlIndex, t: float, eligible: Eligible) -> int | None:
     return page
 
 
-class Algorithm1:
-    """Algorithm 1 of paper 004 over a :class:`CrawlIndex`.
+class PingedPages:
+    """Pages ranked by Algorithm 1 of paper 004 with given ``(alpha, beta, gamma)``: their
+    parameters, last crawls and origins, and how a ping moves an origin (the base of
+    :class:`Algorithm1`, over the simulator's index, and of
+    :class:`models.sim.live.EngineAlgorithm1`, over the worker's engine).
 
     The state of page ``i`` is its origin ``last_crawl - beta_i n_i`` (Sec. 3); a
     page with ``gamma_i = 0`` ignores pings, one with ``beta_i = inf`` jumps to
     ``origin = -inf`` (value ``mu/Delta``) on its first accepted ping.
     """
+
+    def __init__(self, name: str, mu: FloatArray, alpha: FloatArray, beta: FloatArray,
+                 gamma: FloatArray, *, ping_rule: PingRule = "accept",
+                 t_delay: float = 0.0) -> None:
+        self.name = name
+        self.mu = np.asarray(mu, dtype=np.float64)
+        self.alpha = np.asarray(alpha, dtype=np.float64)
+        self.beta = np.asarray(beta, dtype=np.float64)
+        self.gamma = np.asarray(gamma, dtype=np.float64)
+        self.ping_rule: PingRule = ping_rule
+        self.t_delay = float(t_delay)
+        m = self.mu.size
+        self.last_crawl = np.zeros(m)
+        self.origin = np.zeros(m)
+
+    def pinged_origin(self, page: int, arrival: float, emitted: float) -> float | None:
+        """The page's origin after a ping, None if the ping does not move it."""
+        if self.gamma[page] == 0.0:
+            return None
+        if not _ping_ok(self.ping_rule, self.t_delay, float(self.last_crawl[page]), arrival,
+                        emitted):
+            return None
+        b = float(self.beta[page])
+        o = -math.inf if b == math.inf else float(self.origin[page]) - b
+        return o if o != self.origin[page] else None
+
+
+class Algorithm1(PingedPages):
+    """Algorithm 1 of paper 004 over a :class:`CrawlIndex` (:class:`PingedPages`)."""
 
     def __init__(
         self,
@@ -148,16 +181,8 @@ class Algorithm1:
         t_delay: float = 0.0,
         index: CrawlIndex | None = None,
     ) -> None:
-        self.name = name
-        self.mu = np.asarray(mu, dtype=np.float64)
-        self.alpha = np.asarray(alpha, dtype=np.float64)
-        self.beta = np.asarray(beta, dtype=np.float64)
-        self.gamma = np.asarray(gamma, dtype=np.float64)
-        self.ping_rule: PingRule = ping_rule
-        self.t_delay = float(t_delay)
+        super().__init__(name, mu, alpha, beta, gamma, ping_rule=ping_rule, t_delay=t_delay)
         m = self.mu.size
-        self.last_crawl = np.zeros(m)
-        self.origin = np.zeros(m)
         # dense keys: the simulator re-keys many pages per slot (pings, batched steps)
         self.index = index if index is not None else CrawlIndex(terms=terms, dense=True)
         for i in range(m):
@@ -167,14 +192,8 @@ class Algorithm1:
             )
 
     def on_ping(self, page: int, arrival: float, emitted: float) -> None:
-        if self.gamma[page] == 0.0:
-            return
-        if not _ping_ok(self.ping_rule, self.t_delay, float(self.last_crawl[page]), arrival,
-                        emitted):
-            return
-        b = float(self.beta[page])
-        o = -math.inf if b == math.inf else float(self.origin[page]) - b
-        if o != self.origin[page]:
+        o = self.pinged_origin(page, arrival, emitted)
+        if o is not None:
             self.origin[page] = o
             self.index.set_origin(page, o)
 

@@ -12,11 +12,11 @@ Two pure parts, no clock, no I/O:
   memory limit).
 * :func:`simulate_split` -- the budget split protocol itself: several simulated workers
   with shards, each with the real credit pacer (:class:`models.decision.pacer.CreditPacer`)
-  and a resplit every ``resplit_s`` that applies the real split rule (passed in as
-  :class:`SplitRule`: ``streams.scheduler.budget.live``, ``ready_weights``, ``split``; ``models``
-  does not import ``streams``), entries re-stamped by a heartbeat (or, ``heartbeat=False``,
-  only by the loop's resplit), and events: a worker killed (its
-  partitions move to the survivors after the session timeout and rebuild there), a loop
+  and a resplit every ``resplit_s`` that applies the service's split rule
+  (:mod:`models.decision.budget`: ``live``, ``ready_weights``, ``split``), entries
+  re-stamped by a heartbeat (or, ``heartbeat=False``, only by the loop's resplit), and
+  events: a worker killed (its partitions move to the survivors after the session timeout
+  and rebuild there), a loop
   stalled (a rebuild on the event loop), a shard loading.  It returns the orders per step,
   so a caller can count any window.
 """
@@ -24,17 +24,16 @@ Two pure parts, no clock, no I/O:
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from models.decision import budget
 from models.decision.pacer import CreditPacer
 
 __all__ = [
     "Measured",
     "SimResult",
     "Sizing",
-    "SplitRule",
     "Worker",
     "simulate_split",
     "size",
@@ -186,16 +185,6 @@ def size(pages: float, orders_per_s: float, pings_per_s: float, *,
 
 # -- the split protocol ------------------------------------------------------------------
 
-@dataclass(frozen=True, slots=True)
-class SplitRule:
-    """The split rule under test (``streams.scheduler.budget``'s functions)."""
-
-    live: Callable[[Mapping[int, Mapping[str, Any]], float, float],
-                   Mapping[int, Mapping[str, Any]]]
-    ready_weights: Callable[[Mapping[int, float], set[int]], Mapping[int, float]]
-    split: Callable[[float, Mapping[int, float]], Mapping[int, float]]
-
-
 @dataclass(slots=True)
 class Worker:
     name: int
@@ -245,7 +234,7 @@ def worst_window(orders: list[int], dt_s: float, length_s: float) -> int:
 
 
 def simulate_split(
-    rule: SplitRule, workers: list[Worker], budget_per_s: float, duration_s: float, *,
+    workers: list[Worker], budget_per_s: float, duration_s: float, *,
     tick_s: float = 0.1, resplit_s: float = 0.5, heartbeat: bool = True,
     heartbeat_s: float = 0.2, alive_s: float = 1.0, hung_s: float = 10.0,
     session_timeout_s: float = 10.0, rebuild_s: float = 1.0, announce: bool = True,
@@ -256,11 +245,12 @@ def simulate_split(
     thresholds are equal (the weights stay where they are), and Redis answers at once.
 
     A worker's resplit (every ``resplit_s``, from ``resplit_phase_s``; skipped while its
-    loop is stalled) reads every entry, keeps the live ones (``rule.live`` at
-    ``alive_s``), gives loading shards weight 0 (``rule.ready_weights``) and splits R
-    (``rule.split``); it publishes its own entries.  With ``heartbeat`` they are written
-    and re-stamped every ``heartbeat_s`` by a thread that stalls do not hold (unless
-    longer than ``hung_s``; a loop stalled for more than ``stall_s`` has its shards
+    loop is stalled) reads every entry, keeps the live ones (:func:`budget.live
+    <models.decision.budget.live>` at ``alive_s``), gives loading shards weight 0
+    (``budget.ready_weights``) and splits R (``budget.split``); it publishes its own
+    entries.  With ``heartbeat`` they are written and re-stamped every ``heartbeat_s`` by
+    a thread that stalls do not hold (unless longer than ``hung_s``; a loop stalled for more
+    than ``stall_s`` has its shards
     published as not ready, and announces them again when it runs; None: not done);
     without, only by the resplit.  A dead worker (``dead_at``)
     stops at once; ``session_timeout_s`` later its partitions go round-robin to the live
@@ -304,7 +294,7 @@ def simulate_split(
                             entries[p] = {**e, "ts": t, **({"ready": False} if stall else {})}
             if not stalled and t >= w.next_resplit:
                 w.next_resplit = t + resplit_s
-                live = {p: e for p, e in rule.live(entries, t, alive_s).items()
+                live = {p: e for p, e in budget.live(entries, t, alive_s).items()
                         if p not in w.shards}
                 own = {p: {"weight": 1.0, "ready": t >= ready, "worker": w.name, "ts": t}
                        for p, ready in w.shards.items()}
@@ -322,7 +312,7 @@ def simulate_split(
                 if announce:  # newly ready: spends from the next resplit
                     loading |= ready_now - w.announced
                 w.announced = ready_now
-                shares = rule.split(budget_per_s, rule.ready_weights(weights, loading))
+                shares = budget.split(budget_per_s, budget.ready_weights(weights, loading))
                 w.shares = {p: shares.get(p, 0.0) for p in own}
             if not stalled:
                 assert w.pacer is not None

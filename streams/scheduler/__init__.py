@@ -24,7 +24,7 @@ Budget
 ------
 ``R`` and the switches come from ``P:control`` (written by the control agent), read every
 0.25 s.  Every 0.25 s each worker publishes its shards' thresholds and weights to Redis and
-re-reads everyone's; shares are ``R * w_p / sum w`` (:mod:`streams.scheduler.budget`).  All shards
+re-reads everyone's; shares are ``R * w_p / sum w`` (:mod:`models.decision.budget`).  All shards
 of a worker publish the worker's threshold (an EWMA of the log-values it ordered), so their
 weights move together and the controller only splits R between workers.  A worker whose
 share gave it no credit in an interval publishes the value it would order at now (its best

@@ -17,14 +17,11 @@ from typing import Any
 
 from redis.exceptions import RedisError
 
-from models.decision.core import ShardBook, choose, level_of
-from models.decision.hosts import HostBuckets
+from models.decision import budget
+from models.decision.core import choose, level_of
 from models.decision.pacer import CreditPacer
-from models.decision.table import PageTable
 from streams.estimates.estimation import Estimates
-from streams.events.records import SOURCES
 from streams.reach import OutageReport, redis_address
-from streams.scheduler import budget
 from streams.scheduler.confirm import OrderLog, confirm_flights
 from streams.scheduler.heartbeat import (
     RESPLIT_S,
@@ -33,6 +30,7 @@ from streams.scheduler.heartbeat import (
 )
 from streams.scheduler.issuing import EWMA_S, BatchSink, OrderIssuing, OrderSink, one_by_one
 from streams.scheduler.loading import LOAD_WAIT_S
+from streams.scheduler.placing import new_book
 from streams.scheduler.shard import KEEP, NOT_IN_FLIGHT, Control, Shard
 from streams.settings import Settings
 from streams.store import StateStore
@@ -177,11 +175,7 @@ class Scheduler(OrderIssuing):
             await asyncio.wait(tasks, timeout=timeout_s)
 
     def new_shard(self, partition: int) -> Shard:
-        st = self.settings
-        return Shard(partition, ShardBook(
-            HostBuckets(st.default_host_crawls_per_s, st.host_burst,
-                        st.default_host_max_in_flight), key=partition,
-            table=PageTable(n_sources=len(SOURCES))))
+        return Shard(partition, new_book(self.settings, partition))
 
     def on_host(self, partition: int, host: str, rate: float | None, mif: int | None) -> None:
         """The host's capacity (None: the default rate)."""

@@ -7,7 +7,6 @@ from __future__ import annotations
 import asyncio
 import heapq
 import logging
-import math
 import time
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -19,6 +18,7 @@ from models.decision.table import PageTable
 from streams.estimates.estimation import Estimates, estimates_of
 from streams.estimates.params import PageParams, ParamsMany, page_params, page_params_many
 from streams.reach import OutageReport
+from streams.scheduler.placing import place_page
 from streams.scheduler.shard import KEEP, NOT_IN_FLIGHT, Control, Shard
 from streams.settings import Settings
 from streams.store import StateStore
@@ -238,27 +238,9 @@ class ShardLoading:
             params = _cached_params(t, slot, state)
         else:
             params = page_params(state, estimator, self.settings)
-        cap = params.max_value()
-        # beta = inf (a ping that is never false) and origin = -inf are the model's; NaN or
-        # an infinite rate, importance or value are not
-        if (not all(math.isfinite(x) for x in (params.alpha_per_s, params.gamma_per_s,
-                                               params.mu, cap))
-                or math.isnan(params.origin_s) or math.isnan(params.beta_s)):
-            raise ValueError(f"parameters not usable: {params.as_dict()}")
-        first_seen = float(t.first_seen[slot]) if slot is not None else now
-        floor_due: float | None = None
-        if self.control.max_interval_s > 0:
-            base = state.last_crawl_s if state.crawled else first_seen
-            floor_due = base + self.control.max_interval_s
-        if flight is NOT_IN_FLIGHT:
-            shard.book.end_flight(url)
-        shard.book.set_page(
-            url, host, crawled=state.crawled, origin=params.origin_s,
-            alpha=params.alpha_per_s, beta=params.beta_s, gamma=params.gamma_per_s,
-            mu=params.mu, max_value=cap, floor_due_s=floor_due,
-            first_seen_s=first_seen, last_crawl_s=state.last_crawl_s,
-            delta=params.change_rate_per_s, estimated=params.estimated,
-            src_beta=params.source_beta_s)
+        place_page(shard.book, url, host, state, params,
+                   max_interval_s=self.control.max_interval_s, now_s=now,
+                   end_flight=flight is NOT_IN_FLIGHT)
         if flight is not KEEP and flight is not NOT_IN_FLIGHT:
             self._set_flight(shard, url, host, flight)
 

@@ -1,6 +1,10 @@
-"""The in-memory backend of :class:`streams.store.StateStore`: the Lua scripts of
-``streams/store/lua/`` written again in Python over dictionaries, for the agents' unit tests
-(``agent.test_context()``, no Redis) and tools that need no shared state.
+"""The in-memory backend of :class:`streams.store.StateStore`: the operations of the Lua
+scripts of ``streams/store/lua/`` over dictionaries, for the agents' unit tests
+(``agent.test_context()``, no Redis) and tools that need no shared state.  Their rules are
+not written again here: a ping's verdict is :func:`models.decision.pings.ping_verdict`, a
+host's bucket :func:`models.decision.hosts.refill` and :func:`~models.decision.hosts.admit`
+(the scripts' twins of those rules are checked against them in
+``tests/integration/test_lua_rules.py`` and ``test_ping_rule_lua.py``).
 
 It stores exactly what the Redis backend stores (the same page records, byte for byte, the
 same host fields as strings) and gives the same replies:
@@ -18,6 +22,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import replace
 from typing import Any
 
+from models.decision.hosts import NO_TOKEN, admit, refill
+from models.decision.pings import APPLIED, VERDICTS, ping_verdict
 from streams.events.records import SOURCES
 from streams.store.page_record import (
     N_SEEN,
@@ -188,15 +194,12 @@ class MemoryStore:
                 out.append(("duplicate", cur))
                 continue
             seen = (fp, *st.seen[: N_SEEN - 1])
-            last = st.last_crawl_s
-            if last > 0 and ((changed_at is not None and changed_at < last)
-                             or received_at < last):
-                code, signals = "before-crawl", st.signals
-            elif last > 0 and received_at <= last + t_delay:
-                code, signals = "within-delay", st.signals
-            else:
+            last = st.last_crawl_s  # stored 0: never crawled
+            verdict = ping_verdict("live", t_delay, last if last > 0 else -math.inf,
+                                   received_at, math.nan if changed_at is None else changed_at)
+            code, signals = VERDICTS[verdict], st.signals
+            if verdict == APPLIED:
                 n = SOURCES.index(source)
-                code = "applied"
                 signals = tuple(c + (k == n) for k, c in enumerate(st.signals))
             v = pages[url] = _value(replace(st, signals=signals, seen=seen), estimator_part(cur))
             out.append((code, v))
@@ -321,12 +324,7 @@ class MemoryStore:
         rate = default_rate if rate is None else rate
         mif = _num(h.get("mif"))
         mif = default_mif if mif is None else mif
-        tokens = _num(h.get("tokens"))
-        tokens = burst if tokens is None else tokens
-        ts = _num(h.get("ts"))
-        ts = now if ts is None else ts
-        if now > ts:
-            tokens = min(burst, tokens + (now - ts) * rate)
+        tokens = refill(_num(h.get("tokens")), _num(h.get("ts")), now, rate, burst)
         nfl = len(flights)
         out: list[tuple[str, str]] = []
         took = False
@@ -339,10 +337,10 @@ class MemoryStore:
                 out.append(("in-flight", fl))
             elif url in blocked:
                 out.append(("blocked", ""))
-            elif tokens < 1:
-                out.append(("no-token", _g14((1 - tokens) / rate) if rate else "inf"))
-            elif mif > 0 and nfl >= mif:
-                out.append(("max-in-flight", ""))
+            elif (why := admit(tokens, nfl, int(mif))) == NO_TOKEN:
+                out.append((why, _g14((1 - tokens) / rate) if rate else "inf"))
+            elif why is not None:
+                out.append((why, ""))
             else:
                 tokens, nfl, took = tokens - 1, nfl + 1, True
                 flights[url] = f"{oid}|{now!r}"

@@ -1,8 +1,10 @@
 """What the simulator expects of a live run: Algorithm 1 given what the worker is given.
 
-Two policies run in the simulator's timed loop (:func:`models.sim.live.run_timed`):
+Two policies run in the simulator's timed loop (:func:`models.sim.live.run_timed`), both on
+the worker's own engine (:mod:`models.decision`: the shard's book, its host index, floor and
+host buckets, and :func:`models.decision.core.choose`):
 
-* :class:`WorkerMirror` - the worker's own parameter code
+* :class:`WorkerMirror` - the worker's own parameter and placement code
   (:func:`streams.estimates.params.page_params` over
   :class:`streams.store.redis_store.PageState` and
   :class:`streams.estimates.estimation.Estimation`): the true change rate
@@ -10,7 +12,7 @@ Two policies run in the simulator's timed loop (:func:`models.sim.live.run_timed
   estimates (change rate and per-source-group ping quality) after; the worker's ping rules
   (before-crawl, ``t_delay``).  It is what the worker would decide if its pipeline added
   nothing of its own (no sharding, no Kafka lag, no batching).
-* the *oracle*: :class:`models.sim.live.LiveRuleAlgorithm1` with the world's true
+* the *oracle*: :class:`models.sim.live.EngineAlgorithm1` with the world's true
   ``(Delta, lambda, nu)`` (Greedy-NCIS), the same ping rules.
 
 Each can run on *fresh draws* of the test web's processes (:func:`models.sim.live.testweb_events`:
@@ -29,13 +31,13 @@ from typing import Any
 import numpy as np
 
 from models.decision.pings import APPLIED, ping_verdict
-from models.index import CrawlIndex
 from models.sim.events import Events
-from models.sim.live import LiveRuleAlgorithm1, run_timed, testweb_events, windowed_accuracy
+from models.sim.live import EngineAlgorithm1, run_timed, testweb_events, windowed_accuracy
 from models.sim.policies import value_params
 from streams.estimates.estimation import Estimation, Observation, estimates_of
 from streams.estimates.params import page_params
 from streams.events.records import SOURCES
+from streams.scheduler.placing import new_book, place_page
 from streams.settings import Settings
 from streams.store.redis_store import PageState
 from streams.testweb.world import World
@@ -47,8 +49,12 @@ EPOCH = 1.0e9
 
 
 class WorkerMirror:
-    """The worker's crawl values (its own code) as a simulator policy; times are relative to
-    ``offset`` (epoch seconds of the simulator's 0)."""
+    """The worker's decisions as a simulator policy, on the worker's own engine (an
+    :class:`~models.sim.live.EnginePolicy`): its parameter code, its placement of a page in
+    a shard's book (:func:`streams.scheduler.placing.place_page`, the floor included) and
+    its pick (:func:`models.decision.core.choose` over the book
+    :func:`streams.scheduler.placing.new_book` makes); times are relative to ``offset``
+    (epoch seconds of the simulator's 0)."""
 
     name = "worker-mirror"
 
@@ -59,6 +65,7 @@ class WorkerMirror:
         self.offset = offset
         self.t_delay = t_delay_s
         self.src = [SOURCES.index(p.channel) for p in world.pages]
+        self.hosts = _host_index(world).tolist()
         n = len(SOURCES)
         self.states = [
             PageState(p.importance, p.change_rate_per_s if give_rates else None,
@@ -68,15 +75,15 @@ class WorkerMirror:
         ]  # fmt: skip
         self.records: list[str | None] = [None] * len(world.pages)
         self.estimation = Estimation(settings.estimator_half_life_s or math.inf)
-        self.index = CrawlIndex()
+        self.book = new_book(settings)
         self.failures = 0
         for i in range(len(world.pages)):
-            self._rekey(i)
+            self._rekey(i, offset)
 
-    def _rekey(self, i: int) -> None:
+    def _rekey(self, i: int, now_s: float) -> None:
         p = page_params(self.states[i], estimates_of(self.records[i]), self.settings)
-        self.index.upsert(i, origin=p.origin_s, alpha=p.alpha_per_s, beta=p.beta_s,
-                          gamma=p.gamma_per_s, mu=p.mu)  # fmt: skip
+        place_page(self.book, i, self.hosts[i], self.states[i], p,
+                   max_interval_s=self.settings.max_interval_s, now_s=now_s)
 
     def on_ping(self, page: int, arrival: float, emitted: float) -> None:
         st = self.states[page]
@@ -89,14 +96,7 @@ class WorkerMirror:
         sig[self.src[page]] += 1
         self.states[page] = PageState(st.importance, st.prior_change_rate_per_s, last,
                                       tuple(sig))  # fmt: skip
-        self._rekey(page)
-
-    def choose(self, t: float, eligible: Any) -> int | None:
-        for pid, v in self.index.best(t + self.offset, eligible=eligible, k=1):
-            if v > 0.0:
-                assert isinstance(pid, int)
-                return pid
-        return None
+        self._rekey(page, received)
 
     def on_crawl(self, page: int, t: float, changed: bool, last_modified: float) -> None:
         st = self.states[page]
@@ -109,21 +109,17 @@ class WorkerMirror:
             except Exception:  # the worker applies the outcome without its estimate too
                 self.failures += 1
         self.states[page] = st.after_crawl(fetched)
-        self._rekey(page)
+        self._rekey(page, fetched)
 
 
-def oracle_policy(world: World, initial_copy: np.ndarray, t_delay_s: float) -> LiveRuleAlgorithm1:
-    """Greedy-NCIS with the true parameters and the worker's ping rules."""
+def oracle_policy(world: World, initial_copy: np.ndarray, t_delay_s: float) -> EngineAlgorithm1:
+    """Greedy-NCIS with the true parameters and the worker's ping rules, on the worker's
+    engine."""
     a = world.arrays()
     al, be, ga, terms = value_params("greedy-ncis", a["change_rate_per_s"], a["recall"],
                                      a["false_rate_per_s"])  # fmt: skip
-    pol = LiveRuleAlgorithm1("oracle", a["importance"], al, be, ga, terms=terms,
-                             t_delay=t_delay_s)  # fmt: skip
-    for i, t in enumerate(initial_copy.tolist()):
-        pol.last_crawl[i] = t
-        pol.origin[i] = t
-        pol.index.set_origin(i, t)
-    return pol
+    return EngineAlgorithm1("oracle", a["importance"], al, be, ga, host=_host_index(world),
+                            last_crawl=initial_copy, terms=terms, t_delay=t_delay_s)
 
 
 @dataclass

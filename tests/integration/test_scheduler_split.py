@@ -318,14 +318,12 @@ def test_a_hung_loop_stops_its_heartbeat(redis_url: str) -> None:
 # -- the protocol in the simulator (models.sim.scaleout, pure: no Redis) --------------------
 
 def _sim_kill(heartbeat: bool, alive_s: float) -> tuple[float, dict[float, int]]:
-    from models.sim.scaleout import SplitRule, Worker, simulate_split, worst_window
-    from streams.scheduler import budget
+    from models.sim.scaleout import Worker, simulate_split, worst_window
 
-    rule = SplitRule(budget.live, budget.ready_weights, budget.split)
     ws = [Worker(i, {2 * i: 0.0, 2 * i + 1: 0.0}, resplit_phase_s=0.17 * i,
                  beat_phase_s=0.07 * i) for i in range(3)]
     ws[2].dead_at = 20.0
-    r = simulate_split(rule, ws, 30.0, 80.0, heartbeat=heartbeat, alive_s=alive_s)
+    r = simulate_split(ws, 30.0, 80.0, heartbeat=heartbeat, alive_s=alive_s)
     after = r.orders[round(5.0 / r.dt_s):]  # after the cold start
     return r.rate(5.0, 65.0), {L: worst_window(after, r.dt_s, L) for L in (1.0, 5.0, 60.0)}
 

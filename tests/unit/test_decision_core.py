@@ -171,6 +171,31 @@ def test_host_max_in_flight_and_parking() -> None:
     assert h.room("b", 2.0) == 1
 
 
+def test_a_host_parked_at_its_in_flight_cap_is_back_when_an_order_ends() -> None:
+    """Parked at its cap (looked at again one refill time later), a host whose order ends
+    has room at once: the next unpark returns it, and a pick orders its page then (not a
+    refill time later)."""
+    h = HostBuckets(default_rate_per_s=0.5, burst=3.0, default_max_in_flight=1)
+    h.add_in_flight("a", 1)
+    assert h.park("a", 0.0) == pytest.approx(2.0)
+    assert h.unpark(0.5) == []
+    h.add_in_flight("a", -1)
+    assert h.unpark(0.6) == ["a"] and h.room("a", 0.6) == 1
+    book = ShardBook(HostBuckets(default_rate_per_s=0.5, burst=3.0, default_max_in_flight=1))
+    for p in ("p", "q"):
+        book.set_page(p, "a", crawled=True, origin=0.0, alpha=1.0, beta=0.0, gamma=0.0,
+                      mu=1.0 if p == "p" else 0.5, max_value=1.0)
+    (first,) = choose([book], 1, 1.0)
+    book.start_flight(first.page, ("o1", 1.0))
+    book.hosts.take("a", 1.0)
+    assert choose([book], 1, 1.1) == []  # at its cap: parked
+    book.end_flight(first.page)
+    book.set_page(first.page, "a", crawled=True, origin=1.2, alpha=1.0, beta=0.0, gamma=0.0,
+                  mu=1.0, max_value=1.0)
+    (again,) = choose([book], 1, 1.3)
+    assert again.page == "q"
+
+
 # -- fresh pages --------------------------------------------------------------------------
 
 

@@ -8,7 +8,8 @@ from __future__ import annotations
 import math
 import time
 
-from streams.scheduler import Scheduler, Shard, budget
+from models.decision import budget
+from streams.scheduler import Scheduler, Shard
 from streams.settings import Settings
 from streams.worker.metrics import Metrics
 

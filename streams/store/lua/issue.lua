@@ -9,9 +9,12 @@ local h = redis.call('HMGET', KEYS[3], 'rate', 'mif', 'tokens', 'ts')
 local rate = tonumber(h[1]) or tonumber(ARGV[2])
 local mif = tonumber(h[2]) or tonumber(ARGV[3])
 local burst = tonumber(ARGV[4])
+-- the refill and admit rules are models/decision/hosts.py's refill() and admit()
+-- (tests/integration/test_lua_rules.py checks them against each other)
 local tokens = tonumber(h[3]) or burst
 local ts = tonumber(h[4]) or now
-if now > ts then tokens = math.min(burst, tokens + (now - ts) * rate) end
+if rate == math.huge then tokens = burst
+elseif now > ts then tokens = math.min(burst, tokens + (now - ts) * rate) end
 local nfl = redis.call('HLEN', KEYS[2])
 local out, took = {}, false
 for i = 5, #ARGV, 2 do

@@ -7,8 +7,9 @@ so p's weight grows; the shares are ``R * w_p / sum_q w_q`` (their sum is always
 weights follow an integral controller on log-thresholds, so they settle where the
 thresholds are equal: one global multiplier, as if the shards were one scheduler.
 
-Pure functions; the scheduler stores weights and thresholds in Redis so that every worker
-sees every shard.
+Pure functions, the one split rule: the streaming scheduler (:mod:`streams.scheduler.core`,
+which stores weights and thresholds in Redis so that every worker sees every shard) and
+the scale-out simulator (:func:`models.sim.scaleout.simulate_split`) both call them.
 """
 
 from __future__ import annotations
