@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import heapq
 import math
-from collections.abc import Hashable
+from collections.abc import Hashable, Sequence
 from dataclasses import dataclass
 
 __all__ = ["MAX_IN_FLIGHT", "NO_TOKEN", "Bucket", "HostBuckets", "admit", "refill"]
@@ -44,6 +44,20 @@ def refill(tokens: float | None, ts: float | None, now_s: float, rate_per_s: flo
     if ts is not None and now_s > ts:
         tokens = min(burst, tokens + (now_s - ts) * rate_per_s)
     return tokens
+
+
+def binding_rate(rates: Sequence[float | None], default: float) -> int | None:
+    """Which of a host's rates it runs at: ``rates[0]`` (the operator's; None: not set,
+    then ``default``) lowered by any lower of the others (robots.txt's Crawl-delay,
+    push-back; None: not set), so a limit never raises a host above the operator's rate or
+    the default.  Returns the index of the binding rate, None for the default (the first
+    of equal rates binds).  ``apply_host.lua`` is its twin in Redis (tested against it)."""
+    best = default if rates[0] is None else rates[0]
+    which: int | None = None if rates[0] is None else 0
+    for i, r in enumerate(rates[1:], start=1):
+        if r is not None and r < best:
+            best, which = r, i
+    return which
 
 
 def admit(tokens: float, in_flight: int, max_in_flight: int) -> str | None:

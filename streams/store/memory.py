@@ -2,7 +2,8 @@
 scripts of ``streams/store/lua/`` over dictionaries, for the agents' unit tests
 (``agent.test_context()``, no Redis) and tools that need no shared state.  Their rules are
 not written again here: a ping's verdict is :func:`models.decision.pings.ping_verdict`, a
-host's bucket :func:`models.decision.hosts.refill` and :func:`~models.decision.hosts.admit`
+host's bucket :func:`models.decision.hosts.refill` and :func:`~models.decision.hosts.admit`,
+its rate :func:`~models.decision.hosts.binding_rate`
 (the scripts' twins of those rules are checked against them in
 ``tests/integration/test_lua_rules.py`` and ``test_ping_rule_lua.py``).
 
@@ -22,7 +23,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import replace
 from typing import Any
 
-from models.decision.hosts import NO_TOKEN, admit, refill
+from models.decision.hosts import NO_TOKEN, admit, binding_rate, refill
 from models.decision.pings import APPLIED, VERDICTS, ping_verdict
 from streams.events.records import SOURCES
 from streams.store.page_record import (
@@ -281,14 +282,9 @@ class MemoryStore:
                 h.pop("mif", None)
             else:
                 h["mif"] = str(op.max_in_flight)
-        best_s = h.get("rate_operator")
-        best = _num(best_s)
-        if best is None:
-            best = float(op.default_rate_per_s)
-        for s in _RATE_SOURCES[1:]:
-            r = _num(h.get(f"rate_{s}"))
-            if r is not None and r < best:
-                best, best_s = r, h[f"rate_{s}"]
+        texts = [h.get(f"rate_{s}") for s in _RATE_SOURCES]
+        which = binding_rate([_num(t) for t in texts], float(op.default_rate_per_s))
+        best_s = None if which is None else texts[which]
         if best_s is not None:
             h["rate"] = best_s
         else:

@@ -3,6 +3,8 @@ inputs and a real Redis (the ping rule's own test is ``test_ping_rule_lua.py``):
 
 * the token bucket and the in-flight cap of ``issue.lua`` against
   :func:`models.decision.hosts.refill` and :func:`models.decision.hosts.admit`;
+* the host's rate of ``apply_host.lua`` (the operator's lowered by the other sources')
+  against :func:`models.decision.hosts.binding_rate`;
 * the ping rule of ``apply_pings.lua``'s second branch (a page stored as text) against
   :func:`models.decision.pings.ping_verdict` (the binary branch: ``test_ping_rule_lua.py``);
 * the memory store (:mod:`streams.store.memory`), which calls those Python rules, against
@@ -18,9 +20,9 @@ import numpy as np
 import pytest
 from test_ping_rule_lua import _cases
 
-from models.decision.hosts import admit, refill
+from models.decision.hosts import admit, binding_rate, refill
 from models.decision.pings import VERDICTS, ping_verdict
-from streams.store import IssueBatch, PingBatch
+from streams.store import HostOp, IssueBatch, PingBatch
 from streams.store.memory import MemoryStore
 from streams.store.redis_store import PageState, Store
 
@@ -191,6 +193,41 @@ async def test_the_ping_rule_of_a_text_page_is_the_python_rule(redis_url: str) -
         assert got == want
         assert mem == want
         assert set(got) == set(VERDICTS)
+    finally:
+        await redis.delete_all()
+        await redis.close()
+
+
+async def test_the_host_rate_in_lua_is_the_python_rule(redis_url: str) -> None:
+    """Random sequences of capacity updates from the three sources (a rate, or None to
+    lift it) on a host: after each, ``apply_host.lua``'s rate (and the memory store's) is
+    the one :func:`binding_rate` picks from the stored sources' rates, '' for the default."""
+    rng = np.random.default_rng(21)
+    redis = Store.from_url(redis_url, f"hr{uuid.uuid4().hex[:8]}")
+    memory = MemoryStore()
+    sources = ("operator", "robots", "pushback")
+    kinds: set[str] = set()
+    try:
+        await redis.load_scripts()
+        for i in range(60):
+            host = f"r{i}.test"
+            default = float(rng.choice([0.5, 1.0, 2.0]))
+            rates: dict[str, float | None] = dict.fromkeys(sources)
+            for k in range(8):
+                src = sources[int(rng.integers(0, 3))]
+                rate = None if rng.random() < 0.3 else float(rng.choice([0.25, 0.5, 1.0, 3.0]))
+                rates[src] = rate
+                op = HostOp(host, rate, None, "hosts", 0, 1 + k, source=src,
+                            default_rate_per_s=default)
+                (got,) = await redis.apply_hosts([op])
+                (got_m,) = await memory.apply_hosts([op])
+                which = binding_rate([rates[s] for s in sources], default)
+                want = "" if which is None else repr(rates[sources[which]])
+                kinds.add("default" if which is None else sources[which])
+                assert got[:2] == ("applied", want) or list(got[:2]) == ["applied", want], (
+                    i, k, rates, got)
+                assert list(got_m[:2]) == list(got[:2])
+        assert kinds == {"default", *sources}
     finally:
         await redis.delete_all()
         await redis.close()

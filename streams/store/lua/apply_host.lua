@@ -28,7 +28,8 @@ if src == 'operator' then
   if ARGV[4] == '' then redis.call('HDEL', KEYS[1], 'mif')
   else redis.call('HSET', KEYS[1], 'mif', ARGV[4]) end
 end
--- the operator's rate (else the default: best_s nil), lowered by the others
+-- the operator's rate (else the default: best_s nil), lowered by the others: the rule of
+-- models/decision/hosts.py binding_rate() (tests/integration/test_lua_rules.py compares them)
 local op_s = redis.call('HGET', KEYS[1], 'rate_operator')
 local best, best_s = tonumber(op_s) or tonumber(ARGV[8]), op_s
 for i = 2, 3 do
