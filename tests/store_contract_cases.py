@@ -1,0 +1,202 @@
+"""The store contract (:class:`streams.store.StateStore`): the cases both backends answer
+to, written once.  Each backend's test module imports them with its own ``store`` fixture:
+the in-memory one under ``tests/unit`` (``test_store_contract_memory.py``, no service),
+the Redis one (the Lua scripts, a real Redis) under ``tests/integration``
+(``test_store_contract.py``, which also runs random operations on both side by side)."""
+
+from __future__ import annotations
+
+import pytest
+
+from streams.store import (
+    ControlOp,
+    HostOp,
+    IssueBatch,
+    OutcomeOp,
+    PageOp,
+    PingBatch,
+    StateStore,
+)
+from streams.store.page_record import PageState, estimator_part
+
+__all__ = ["T", "page"]
+
+T = "t.pages"
+
+
+def page(url: str, off: int, *, host: str = "a.org", imp: float = 1.0,
+         prior: float | None = None, deleted: bool = False, partition: int = 0) -> PageOp:
+    return PageOp(url, host, imp, prior, deleted, T, partition, off)
+
+
+async def test_pages_added_updated_deleted_and_redelivered(store: StateStore) -> None:
+    u = "https://a.org/x"
+    (r1,) = await store.apply_pages([page(u, 0, imp=3.0, prior=0.01)])
+    assert r1[0] == "added" and PageState.decode(r1[1]) == PageState(3.0, pytest.approx(0.01))
+    (r2, r3) = await store.apply_pages([page(u, 1, imp=2.0), page(u, 1, imp=9.0)])
+    assert r2[0] == "updated" and r3 == ("dup-offset", r2[1])
+    got = await store.get_page("a.org", u)
+    assert got is not None and got.importance == 2.0  # the prior stays when not given
+    assert got.prior_change_rate_per_s == pytest.approx(0.01)
+    assert await store.shard_hosts(0) == ["a.org"]
+    assert (await store.apply_pages([page(u, 2, deleted=True)]))[0] == ("deleted", "")
+    assert await store.get_page("a.org", u) is None
+
+
+async def test_ping_codes(store: StateStore) -> None:
+    u = "https://a.org/p"
+    await store.apply_pages([page(u, 0)])
+    await store.apply_outcomes([OutcomeOp(u, "a.org", None, 1000.0, None, "t.out", 0, 0)])
+
+    def ping(off: int, src: str, received: float, fp: str, changed: float | None = None
+             ) -> tuple[int, str, str, float | None, float, str]:
+        return (off, u if fp != "new" else "https://a.org/new", src, changed, received, fp)
+
+    (res,) = await store.apply_pings([PingBatch("a.org", "t.pings", 0, [
+        ping(0, "sitemap", 2000.0, "a", changed=900.0),  # change before the crawl
+        ping(1, "indexnow", 1030.0, "b"),  # within T_DELAY
+        ping(2, "indexnow", 2000.0, "c"),
+        ping(3, "indexnow", 2001.0, "c"),  # same fingerprint
+        ping(4, "cdn", 2002.0, "d"),
+        ping(5, "other", 2003.0, "new"),
+    ])], t_delay_s=60.0)
+    assert [c for c, _v in res] == ["before-crawl", "within-delay", "applied", "duplicate",
+                                    "applied", "unknown"]
+    assert PageState.decode(res[4][1]).signals == (0, 1, 0, 1, 0)  # indexnow, cdn
+    # the batch again (a redelivery), and one older ping in a new batch
+    (again,) = await store.apply_pings([PingBatch("a.org", "t.pings", 0, [
+        ping(4, "cdn", 2002.0, "d"), ping(6, "cdn", 2004.0, "e")])], t_delay_s=60.0)
+    assert [c for c, _v in again] == ["dup-offset", "applied"]
+
+
+async def test_outcome_codes_and_flight(store: StateStore) -> None:
+    u, h = "https://a.org/o", "a.org"
+    await store.apply_pages([page(u, 0)])
+    (iss,) = await store.issue([IssueBatch(h, [(u, "o1")])], now_s=100.0, default_rate=1.0,
+                               default_mif=2, burst=1.0)
+    assert iss[0][0] == "ok"
+    other = OutcomeOp(u, h, "o2", 101.0, "EST", "t.out", 0, 0)
+    (r,) = await store.apply_outcomes([other])
+    assert r[0] == "applied" and r[2] == 0  # another order's outcome leaves o1 in flight
+    assert estimator_part(r[1]) == "EST"
+    (r,) = await store.apply_outcomes([OutcomeOp(u, h, "o1", 50.0, None, "t.out", 0, 1)])
+    assert r[0] == "stale" and r[2] == 1 and r[1] == (await store.get_page_raw(h, u))
+    (r,) = await store.apply_outcomes([OutcomeOp(u, h, "o1", 50.0, None, "t.out", 0, 1)])
+    assert r[0] == "dup-offset"
+    (r,) = await store.apply_outcomes([OutcomeOp(u, h, None, 200.0, "X", "t.out", 0, 2,
+                                                 expect=("stale value", None))])
+    assert r[0] == "conflict"
+    cur = await store.get_page_raw(h, u)
+    (r,) = await store.apply_outcomes([OutcomeOp(u, h, None, 200.0, "X", "t.out", 0, 2,
+                                                 expect=(cur, None))])
+    assert r[0] == "applied" and estimator_part(r[1]) == "X"
+    (r,) = await store.apply_outcomes([OutcomeOp("https://a.org/none", h, None, 1.0, None,
+                                                 "t.out", 0, 3)])
+    assert r[0] == "unknown"
+    # robots.txt: blocked while the digest is the stored one, else stale-robots
+    await store.apply_hosts([HostOp(h, None, None, "t.hosts", 0, 0, source="robots",
+                                    robots_digest="r1")])
+    (r,) = await store.apply_outcomes([OutcomeOp(u, h, None, 300.0, None, "t.out", 0, 4,
+                                                 disallowed=True, robots_digest="r0")])
+    assert r[0] == "stale-robots"
+    (r,) = await store.apply_outcomes([OutcomeOp(u, h, None, 300.0, None, "t.out", 0, 5,
+                                                 disallowed=True, robots_digest="r1")])
+    assert r[0] == "blocked" and await store.blocked_among(h, [u, "x"]) == {u}
+    (cleared,) = await store.apply_hosts([HostOp(h, None, None, "t.hosts", 0, 1,
+                                                 source="robots", robots_digest="r2")])
+    assert cleared[2] == 1 and await store.blocked_among(h, [u]) == set()
+
+
+async def test_host_rate_is_the_operators_lowered_by_the_others(store: StateStore) -> None:
+    h = "r.org"
+
+    def op(off: int, rate: float | None, source: str, mif: int | None = None) -> HostOp:
+        return HostOp(h, rate, mif, "t.hosts", 0, off, source=source, reason=f"by {source}",
+                      default_rate_per_s=1.0)
+
+    res = await store.apply_hosts([op(0, 5.0, "operator", 3), op(1, 2.0, "robots"),
+                                   op(2, None, "robots"), op(3, 0.5, "pushback"),
+                                   op(3, 9.0, "pushback"), op(4, None, "operator")])
+    assert [(c, r) for c, r, _ in res] == [("applied", "5.0"), ("applied", "2.0"),
+                                            ("applied", "5.0"), ("applied", "0.5"),
+                                            ("dup-offset", "0.5"), ("applied", "0.5")]
+    info = await store.get_host(h)
+    assert info.rate_per_s == 0.5 and info.max_in_flight is None
+    assert info.limits == {"pushback": (0.5, "by pushback")}
+    (last,) = await store.apply_hosts([op(5, None, "pushback")])
+    assert last[:2] == ("applied", "")  # the default again
+    assert await store.shard_hosts(0) == [h]
+
+
+async def test_control_fields_once_per_offset(store: StateStore) -> None:
+    res = await store.apply_control([ControlOp({"budget_per_s": "3"}, "t.control", 0, 0),
+                                     ControlOp({"budget_per_s": "9"}, "t.control", 0, 0),
+                                     ControlOp({"paused": "1"}, "t.control", 0, 1)])
+    assert res == ["applied", "dup-offset", "applied"]
+    assert await store.get_control() == {"budget_per_s": "3", "paused": "1"}
+
+
+async def test_issue_tokens_flight_and_expire(store: StateStore) -> None:
+    h = "b.org"
+    urls = [f"https://b.org/{i}" for i in range(4)]
+    await store.apply_pages([page(u, i, host=h) for i, u in enumerate(urls)])
+    await store.apply_hosts([HostOp(h, 2.0, 2, "t.hosts", 0, 0)])
+    (r,) = await store.issue([IssueBatch(h, [(urls[0], "x0"), (urls[1], "x1"),
+                                              ("https://b.org/gone", "x9")])],
+                             now_s=10.0, default_rate=1.0, default_mif=5, burst=2.0)
+    assert [c for c, _ in r] == ["ok", "ok", "gone"]
+    (r,) = await store.issue([IssueBatch(h, [(urls[0], "y0"), (urls[2], "y2")])],
+                             now_s=10.1, default_rate=1.0, default_mif=5, burst=2.0)
+    assert r[0] == ("in-flight", "x0|10.0")
+    assert r[1][0] == "no-token" and float(r[1][1]) == pytest.approx((1 - 0.2) / 2.0)
+    (r,) = await store.issue([IssueBatch(h, [(urls[2], "z2")])], now_s=20.0,
+                             default_rate=1.0, default_mif=5, burst=2.0)
+    assert r == [("max-in-flight", "")]
+    assert await store.expire([(urls[0], h, "other"), (urls[0], h, "x0")]) == [0, 1]
+    (r,) = await store.issue([IssueBatch(h, [(urls[2], "z2")])], now_s=20.0,
+                             default_rate=1.0, default_mif=5, burst=2.0)
+    assert r[0][0] == "ok"
+    info = await store.get_host(h)
+    assert info.tokens == pytest.approx(1.0) and info.updated_s == 20.0
+    (dump,) = await store.dump_hosts([h])
+    assert set(dump.in_flight) == {urls[1], urls[2]} and dump.in_flight[urls[2]] == ("z2", 20.0)
+    assert set(dump.pages) == set(urls)
+
+
+async def test_a_host_of_many_pages(store: StateStore) -> None:
+    """1,000 pages of one host (spread over buckets in Redis): every path finds each page."""
+    h = "big.org"
+    urls = [f"https://big.org/p/{i}" for i in range(1000)]
+    for start in range(0, 1000, 100):
+        res = await store.apply_pages([page(u, start + i, host=h, imp=1.0 + i)
+                                       for i, u in enumerate(urls[start : start + 100])])
+        assert {c for c, _ in res} == {"added"}
+    gone = urls[::10]
+    res = await store.apply_pages([page(u, 1000 + i, host=h, deleted=True)
+                                   for i, u in enumerate(gone)])
+    assert {c for c, _ in res} == {"deleted"}
+    kept = [u for u in urls if u not in set(gone)]
+    (pinged,) = await store.apply_pings([PingBatch(h, "t.pings", 0, [
+        (i, u, "indexnow", None, 50.0, f"f{i}") for i, u in enumerate(kept)])], t_delay_s=0.0)
+    assert {c for c, _ in pinged} == {"applied"}
+    (iss,) = await store.issue([IssueBatch(h, [(u, f"o{i}") for i, u in enumerate(urls[:20])])],
+                               now_s=100.0, default_rate=100.0, default_mif=0, burst=100.0)
+    assert [c for c, _ in iss] == ["gone" if u in gone else "ok" for u in urls[:20]]
+    outs = await store.apply_outcomes([OutcomeOp(u, h, f"o{i}", 200.0, "EST", "t.out", 0, i)
+                                       for i, u in enumerate(urls[:20])])
+    assert [(c, n) for c, _, n in outs] == [("unknown", 0) if u in gone else ("applied", 1)
+                                            for u in urls[:20]]
+    read = await store.read_pages([(h, u) for u in urls])
+    for i, (u, (value, _est)) in enumerate(zip(urls, read, strict=True)):
+        if u in gone:
+            assert value is None and await store.get_page(h, u) is None
+            continue
+        st = PageState.decode(value)
+        assert st.importance == 1.0 + i % 100 and st.signals[1] == (0 if i < 20 else 1)
+        assert value == await store.get_page_raw(h, u)
+    (dump,) = await store.dump_hosts([h])
+    assert set(dump.pages) == set(kept)
+    assert (await store.host_stats(h))["pages"] == len(kept)
+    got = await store.get_pages(h, urls[:20])
+    assert [estimator_part(got[u][0]) for u in urls[:20]] == [
+        None if u in gone else "EST" for u in urls[:20]]
