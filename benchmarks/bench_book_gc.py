@@ -2,7 +2,7 @@
 ``ShardBook.set_pages`` of ``--pages`` pages (``--crawled`` of them crawled, the rest never
 crawled, floor due times set, as a rebuild sets them), and the time of a full garbage
 collection with that book alive, before and after ``gc.freeze`` (what the worker's
-``GcPauses`` does: ``streams/worker/metrics.py``).
+``GcPauses`` does: ``streams/telemetry/metrics.py``).
 
     .venv/bin/python benchmarks/bench_book_gc.py --pages 1000000 --hosts 10000
 

@@ -1,6 +1,6 @@
 """Memory of a shard's book per page: ``tracemalloc`` over ``ShardBook.set_pages`` of
 ``--pages`` crawled pages (floor due times included, as a rebuild sets them), grouped by
-source line; and the worker's decisions ring (``streams.worker.decisions``) at ``--ring-pages``
+source line; and the worker's decisions ring (``streams.telemetry.decisions``) at ``--ring-pages``
 pages of four ~100-character entries, against the layout it replaced (a ``deque`` per
 page).  No Redis, no Kafka.
 
@@ -24,7 +24,7 @@ import numpy as np
 from models.decision.core import ShardBook
 from models.decision.hosts import HostBuckets
 from models.decision.table import PageTable
-from streams.worker.decisions import DecisionRing
+from streams.telemetry.decisions import DecisionRing
 
 
 def _traced(build: Any) -> float:

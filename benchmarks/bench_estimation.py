@@ -207,8 +207,8 @@ STAGES = ("_validate", "read", "observe", "write", "queue_outcome", "_pipeline",
 async def bench_outcomes(args: argparse.Namespace) -> None:
     from streams.settings import Settings
     from streams.store.redis_store import Store
+    from streams.telemetry.metrics import Metrics
     from streams.worker.agents import Agents
-    from streams.worker.metrics import Metrics
 
     prefix = f"bench{uuid.uuid4().hex[:6]}"
     s = Settings(redis_url=args.redis, key_prefix=prefix, budget_per_s=1e9, tick_s=0.01,

@@ -29,8 +29,8 @@ from _common import Ev, Msg, set_listpack_value
 from streams.scheduler import Scheduler
 from streams.settings import Settings
 from streams.store.redis_store import Store
+from streams.telemetry.metrics import Metrics
 from streams.worker.agents import Agents
-from streams.worker.metrics import Metrics
 
 
 async def main(args: argparse.Namespace) -> None:

@@ -52,7 +52,7 @@ from streams.store.redis_store import (
     ping_fingerprint,
     record_bytes,
 )
-from streams.worker.metrics import Metrics
+from streams.telemetry.metrics import Metrics
 
 
 def records(fmt: str, history: str = "mixed", record_version: int = RECORD_VERSION,

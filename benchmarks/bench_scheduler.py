@@ -28,7 +28,7 @@ import numpy as np
 from streams.scheduler import Scheduler
 from streams.settings import Settings
 from streams.store.redis_store import PageState, Store, page_field
-from streams.worker.metrics import Metrics
+from streams.telemetry.metrics import Metrics
 
 
 async def one_rate(args: argparse.Namespace, rate: float) -> dict[str, Any]:

@@ -240,7 +240,7 @@ class Settings(BaseSettings):
     gc_freeze: bool = True
     """Keep the book out of the garbage collector's walks (freeze it after the loads and
     when a full collection is long, refreeze every 10 min: ``GcPauses`` in
-    ``streams/worker/metrics.py``); off: the interpreter's default collector."""
+    ``streams/telemetry/metrics.py``); off: the interpreter's default collector."""
     gc_gen0_threshold: int = Field(default=20_000, ge=1)
     """The collector's first threshold (``gc.set_threshold``, with ``gc_freeze``; the
     interpreter's default is 700): container allocations between two collections of the

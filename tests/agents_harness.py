@@ -21,8 +21,8 @@ import pytest
 from streams.settings import Settings
 from streams.store import IssueBatch, StateStore
 from streams.store.redis_store import PageState, Store
+from streams.telemetry.metrics import Metrics
 from streams.worker.agents import register_agents
-from streams.worker.metrics import Metrics
 
 __all__ = ["CASES", "Harness", "js"]
 

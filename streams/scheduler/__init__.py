@@ -18,7 +18,7 @@ marks the page in flight; only then the order is sent.  In any window of ``L`` s
 worker emits at most ``S * (L + tick) + 1`` orders (no spikes), unspent credit is never
 banked beyond one tick, and while the loop wakes up at least once per tick the emitted
 rate is ``S`` within one order (the pacer's docstring).  Decisions go to an in-memory ring
-(:mod:`streams.worker.decisions`) for explain.
+(:mod:`streams.telemetry.decisions`) for explain.
 
 Budget
 ------

@@ -35,8 +35,8 @@ from streams.scheduler.shard import KEEP, NOT_IN_FLIGHT, Control, Shard
 from streams.settings import Settings
 from streams.store import StateStore
 from streams.store.redis_store import PageState
-from streams.worker.decisions import DecisionRing
-from streams.worker.metrics import GC_PAUSES, Metrics
+from streams.telemetry.decisions import DecisionRing
+from streams.telemetry.metrics import GC_PAUSES, Metrics
 
 __all__ = [
     "EWMA_S", "RATE_WINDOW_S", "REFREEZE_S", "BatchSink", "OrderSink", "Scheduler", "cancel",
@@ -78,7 +78,7 @@ class Scheduler(OrderIssuing):
     ) -> None:
         self.settings = settings
         #: the worker's own process: refreeze the garbage collector after the loads and
-        #: every REFREEZE_S (streams.worker.metrics.GcPauses); off for tests and benchmarks
+        #: every REFREEZE_S (streams.telemetry.metrics.GcPauses); off for tests and benchmarks
         #: that run beside other code
         self.manage_gc = manage_gc
         self.store = store
@@ -557,7 +557,7 @@ class Scheduler(OrderIssuing):
             # seconds the batch consumer waited for Kafka ("wait") and each input handler
             # took ("handle.<topic>"), since the start
             "consumer": {k: round(v, 3) for k, v in sorted(self.metrics.seconds.items())},
-            # the garbage collector's pauses of this process (streams.worker.metrics)
+            # the garbage collector's pauses of this process (streams.telemetry.metrics)
             "gc": GC_PAUSES.summary(),
         }
 

@@ -18,7 +18,7 @@ from models.decision.pacer import CreditPacer
 from streams.scheduler.loading import ShardLoading
 from streams.scheduler.shard import Shard
 from streams.store import IssueBatch
-from streams.worker.decisions import DecisionRing
+from streams.telemetry.decisions import DecisionRing
 
 __all__ = ["EWMA_S", "BatchSink", "OrderIssuing", "OrderSink", "one_by_one"]
 

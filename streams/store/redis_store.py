@@ -83,7 +83,7 @@ applied offset of its (host, topic, partition) and records it, so a redelivered 
 (Faust is at-least-once) changes nothing.  ``recrawl explain`` shows a page's record
 decoded (``HGET`` in ``redis-cli`` shows bytes).  No decision text is
 stored: why a page was or wasn't crawled is kept by the worker that decided it
-(:mod:`streams.worker.decisions`, a bounded ring served by ``GET /pages``).
+(:mod:`streams.telemetry.decisions`, a bounded ring served by ``GET /pages``).
 """
 
 from __future__ import annotations

@@ -77,9 +77,9 @@ from streams.store.redis_store import (
     estimator_of,
     transient_reply,
 )
+from streams.telemetry.decisions import DecisionRing
+from streams.telemetry.metrics import Metrics
 from streams.worker.consumer import BatchHandler
-from streams.worker.decisions import DecisionRing
-from streams.worker.metrics import Metrics
 
 __all__ = [
     "KAFKA_PERMANENT",

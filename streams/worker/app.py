@@ -270,8 +270,8 @@ def create_app(settings: Settings) -> faust.App:
     from streams.scheduler import Scheduler
     from streams.scheduler.confirm import kafka_order_log
     from streams.store.redis_store import Store
+    from streams.telemetry.metrics import GC_PAUSES, Metrics
     from streams.worker.agents import register_agents
-    from streams.worker.metrics import GC_PAUSES, Metrics
     from streams.worker.web import register_views
 
     GC_PAUSES.install()

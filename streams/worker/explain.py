@@ -3,7 +3,7 @@ it will be crawled next and the last decisions about it (why it was or wasn't cr
 
 The state comes from Redis, so ``recrawl explain URL`` and ``GET /pages?url=`` give the same
 answer from any worker or none; the decisions come from the worker that made them (its
-:class:`streams.worker.decisions.DecisionRing`), which ``recrawl explain`` asks over HTTP.
+:class:`streams.telemetry.decisions.DecisionRing`), which ``recrawl explain`` asks over HTTP.
 """
 
 from __future__ import annotations
@@ -61,7 +61,7 @@ async def explain(store: Store, settings: Settings, url: str, now_s: float,
                   steady: Callable[[], Awaitable[float | None]] | None = None,
                   ) -> dict[str, Any]:
     """The page's state, value and threshold from Redis; ``decisions`` are the deciding
-    worker's recent ones about it (:class:`streams.worker.decisions.DecisionRing`: no decision
+    worker's recent ones about it (:class:`streams.telemetry.decisions.DecisionRing`: no decision
     text is stored in Redis).
 
     ``steady``: gives ``Lambda`` of the continuous optimum at the current budget

@@ -42,8 +42,8 @@ from aiokafka import AIOKafkaConsumer, TopicPartition
 from streams.settings import Settings
 from streams.store import StateStore
 from streams.store.logs import Anchor, CatalogueLost, LogEpochs
+from streams.telemetry.metrics import Metrics
 from streams.worker.consumer import BatchEvent, BatchHandler
-from streams.worker.metrics import Metrics
 
 __all__ = ["REPLAY_ORDER", "Recovery", "ReplayMessage", "attach", "merged"]
 

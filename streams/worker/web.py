@@ -49,8 +49,8 @@ from streams.reach import redis_address
 from streams.scheduler import Scheduler
 from streams.settings import Settings
 from streams.store.redis_store import Store
+from streams.telemetry.metrics import Metrics
 from streams.worker.explain import explain
-from streams.worker.metrics import Metrics
 from streams.worker.plan import MAX_PLAN_BUDGETS, SingleFlight, plan_from_store, steady_threshold
 
 __all__ = ["LOOPBACK_NAMES", "MAX_TOP_HOSTS", "READY_CHECK_S", "dashboard_csp", "dashboard_html",

@@ -32,8 +32,8 @@ from streams.events.records import (
 from streams.scheduler import Scheduler
 from streams.settings import Settings
 from streams.store.redis_store import PageState, Store
+from streams.telemetry.metrics import Metrics
 from streams.worker.agents import Agents, kafka_transient, transient_reply
-from streams.worker.metrics import Metrics
 
 pytestmark = pytest.mark.integration
 

@@ -106,7 +106,7 @@ def test_a_bulk_rebuild_equals_a_page_by_page_one(redis_url: str) -> None:
     from models.decision.core import choose
     from streams.scheduler import NOT_IN_FLIGHT, Scheduler
     from streams.store.redis_store import Store
-    from streams.worker.metrics import Metrics
+    from streams.telemetry.metrics import Metrics
 
     async def go() -> None:
         prefix = f"pm{uuid.uuid4().hex[:8]}"

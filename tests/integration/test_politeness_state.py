@@ -106,7 +106,7 @@ async def test_a_scheduler_loads_the_blocked_pages_and_takes_them_back(redis_url
     """A (re)started worker's shard leaves the blocked pages out of its book; a robots.txt
     change puts them back (the scheduler reads Redis's set again)."""
     from streams.scheduler import Scheduler
-    from streams.worker.metrics import Metrics
+    from streams.telemetry.metrics import Metrics
 
     h = Harness(redis_url)
     url, other = "https://s.org/private", "https://s.org/public"

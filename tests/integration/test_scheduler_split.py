@@ -16,7 +16,7 @@ from streams.settings import Settings
 from streams.store import PageOp
 from streams.store.redis_conn import connect_sync
 from streams.store.redis_store import Store
-from streams.worker.metrics import Metrics
+from streams.telemetry.metrics import Metrics
 
 pytestmark = pytest.mark.integration
 
@@ -153,7 +153,7 @@ def _wait(pred: object, timeout_s: float, what: str) -> None:
 # assigned and ready and the issued_at of its orders
 _LOADER = """
 import asyncio, json, sys, time
-from streams.worker.metrics import Metrics
+from streams.telemetry.metrics import Metrics
 from streams.scheduler import Scheduler
 from streams.settings import Settings
 from streams.store.redis_store import Store

@@ -8,7 +8,7 @@ import pytest
 
 from streams.scheduler import RATE_WINDOW_S, Scheduler
 from streams.settings import Settings
-from streams.worker.metrics import Metrics
+from streams.telemetry.metrics import Metrics
 
 
 def _scheduler(clock: list[float]) -> Scheduler:

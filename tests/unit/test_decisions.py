@@ -7,7 +7,7 @@ from collections import OrderedDict, deque
 
 import pytest
 
-from streams.worker.decisions import SEP, DecisionRing
+from streams.telemetry.decisions import SEP, DecisionRing
 
 
 def test_keeps_the_last_entries_of_a_page_oldest_first() -> None:

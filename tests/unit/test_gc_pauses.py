@@ -1,4 +1,4 @@
-"""The worker's garbage-collector policy (:class:`streams.worker.metrics.GcPauses`): what
+"""The worker's garbage-collector policy (:class:`streams.telemetry.metrics.GcPauses`): what
 is alive at a refreeze is skipped by later collections, and a cycle frozen then dropped
 is freed at the next refreeze (nothing leaks for longer than one)."""
 
@@ -8,7 +8,7 @@ import gc
 import weakref
 from typing import Any
 
-from streams.worker.metrics import GcPauses
+from streams.telemetry.metrics import GcPauses
 
 
 class _Node:
@@ -43,7 +43,7 @@ def test_refreeze_skips_what_is_alive_and_frees_dead_frozen_cycles() -> None:
 def test_a_long_full_collection_asks_for_a_freeze(monkeypatch: Any) -> None:
     """A full collection over :data:`FREEZE_AFTER_S` sets ``wants_freeze``; a freeze (no
     collection) clears it and takes what is alive out of the next collections' walk."""
-    from streams.worker import metrics
+    from streams.telemetry import metrics
 
     pauses = GcPauses()
     pauses.install()

@@ -11,8 +11,8 @@ from typing import Any
 
 import pytest
 
+from streams.telemetry.metrics import Metrics
 from streams.worker.agents import _counted
-from streams.worker.metrics import Metrics
 
 
 def test_each_batch_counts_its_handlers_seconds_even_when_it_raises() -> None:

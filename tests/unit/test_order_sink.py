@@ -12,7 +12,7 @@ from streams.scheduler import Scheduler
 from streams.settings import Settings
 from streams.store import MemoryStore
 from streams.store.protocol import PageOp
-from streams.worker.metrics import Metrics
+from streams.telemetry.metrics import Metrics
 
 URLS = [(f"h{i}.example", f"https://h{i}.example/p") for i in range(6)]
 

@@ -18,7 +18,7 @@ from streams.events.records import SOURCES
 from streams.scheduler import Scheduler, Shard
 from streams.settings import Settings
 from streams.store.redis_store import PageState
-from streams.worker.metrics import Metrics
+from streams.telemetry.metrics import Metrics
 
 NOW = 1.8e9
 

@@ -15,7 +15,7 @@ from streams.scheduler import Scheduler
 from streams.settings import Settings
 from streams.store import MemoryStore
 from streams.store.protocol import PageOp
-from streams.worker.metrics import Metrics
+from streams.telemetry.metrics import Metrics
 
 
 class GatedStore(MemoryStore):

@@ -11,7 +11,7 @@ import time
 from models.decision import budget
 from streams.scheduler import Scheduler, Shard
 from streams.settings import Settings
-from streams.worker.metrics import Metrics
+from streams.telemetry.metrics import Metrics
 
 
 def _shard(sch: Scheduler, p: int, pages: dict[str, tuple[str, float]],
