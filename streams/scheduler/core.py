@@ -34,7 +34,7 @@ from streams.scheduler.placing import new_book
 from streams.scheduler.shard import KEEP, NOT_IN_FLIGHT, Control, Shard
 from streams.settings import Settings
 from streams.store import StateStore
-from streams.store.redis_store import PageState
+from streams.store.page_record import PageState
 from streams.telemetry.decisions import DecisionRing
 from streams.telemetry.metrics import GC_PAUSES, Metrics
 

@@ -22,7 +22,8 @@ from streams.scheduler.placing import place_page
 from streams.scheduler.shard import KEEP, NOT_IN_FLIGHT, Control, Shard
 from streams.settings import Settings
 from streams.store import StateStore
-from streams.store.redis_store import PAGE_STRUCT, PAGE_VERSION, HostDump, PageState, record_bytes
+from streams.store.page_record import PAGE_STRUCT, PAGE_VERSION, PageState, record_bytes
+from streams.store.protocol import HostDump
 from streams.telemetry.metrics import GC_PAUSES, Metrics
 
 __all__ = ["LOAD_HOSTS", "LOAD_PAGES", "LOAD_WAIT_S", "MAX_LOAD_HOSTS", "PageUpdate",

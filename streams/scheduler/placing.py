@@ -20,7 +20,7 @@ from models.decision.table import PageTable
 from streams.estimates.params import PageParams
 from streams.events.records import SOURCES
 from streams.settings import Settings
-from streams.store.redis_store import PageState
+from streams.store.page_record import PageState
 
 __all__ = ["new_book", "place_page"]
 

@@ -39,7 +39,7 @@ from streams.estimates.params import page_params
 from streams.events.records import SOURCES
 from streams.scheduler.placing import new_book, place_page
 from streams.settings import Settings
-from streams.store.redis_store import PageState
+from streams.store.page_record import PageState
 from streams.testweb.world import World
 
 __all__ = ["EPOCH", "Loop", "RunRecord", "WorkerMirror", "fresh_draws", "oracle_policy", "replay"]

@@ -69,12 +69,11 @@ from streams.store import (
     StoreUnavailable,
 )
 from streams.store.logs import CatalogueLost, LogEpochs, kafka_probe
+from streams.store.page_record import PageState, estimator_of
 from streams.store.redis_store import (
     TRANSIENT_REPLY_PREFIXES,
     TRANSIENT_REPLY_TYPES,
-    PageState,
     Store,
-    estimator_of,
     transient_reply,
 )
 from streams.telemetry.decisions import DecisionRing

@@ -35,7 +35,8 @@ from models.policies import optimal_thresholds
 from streams.estimates.params import page_params
 from streams.scheduler import Control
 from streams.settings import Settings
-from streams.store.redis_store import PageState, Store
+from streams.store.page_record import PageState
+from streams.store.redis_store import Store
 
 #: a shard entry younger than this is a live worker's (as the scheduler's resplit reads them)
 LIVE_S = 3.0
