@@ -19,7 +19,17 @@ from streams.store import (
 )
 from streams.store.page_record import PageState, estimator_part
 
-__all__ = ["T", "page"]
+__all__ = [
+    "T",
+    "page",
+    "test_a_host_of_many_pages",
+    "test_control_fields_once_per_offset",
+    "test_host_rate_is_the_operators_lowered_by_the_others",
+    "test_issue_tokens_flight_and_expire",
+    "test_outcome_codes_and_flight",
+    "test_pages_added_updated_deleted_and_redelivered",
+    "test_ping_codes",
+]
 
 T = "t.pages"
 

@@ -14,17 +14,8 @@ from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
-from store_contract_cases import (  # the cases both backends answer to
-    T,
-    page,
-    test_a_host_of_many_pages,
-    test_control_fields_once_per_offset,
-    test_host_rate_is_the_operators_lowered_by_the_others,
-    test_issue_tokens_flight_and_expire,
-    test_outcome_codes_and_flight,
-    test_pages_added_updated_deleted_and_redelivered,
-    test_ping_codes,
-)
+from store_contract_cases import *  # noqa: F403 (the shared cases, collected here)
+from store_contract_cases import T, page
 
 from streams.store import (
     ControlOp,
@@ -41,16 +32,6 @@ from streams.store.redis_store import Store
 
 pytestmark = pytest.mark.integration
 
-#: the shared cases, collected here on Redis
-__all__ = [
-    "test_a_host_of_many_pages",
-    "test_control_fields_once_per_offset",
-    "test_host_rate_is_the_operators_lowered_by_the_others",
-    "test_issue_tokens_flight_and_expire",
-    "test_outcome_codes_and_flight",
-    "test_pages_added_updated_deleted_and_redelivered",
-    "test_ping_codes",
-]
 
 async def _redis_store(redis_url: str) -> Store:
     store = Store.from_url(redis_url, f"c{uuid.uuid4().hex[:8]}")
