@@ -14,24 +14,27 @@ Conventions of the trace experiment (``recrawl experiments trace``): every page 
 and fresh at ``t = 0``; the window runs from the earliest to the latest change; a change
 at ``t = 0`` is already in the initial copy.
 
-:class:`VectorAlgorithm1` is Algorithm 1 of paper 004 evaluated on every page at once
-(numpy), with fixed parameters (``hindsight``) or parameters learned online by
-:class:`OnlineRates` (``recrawl``: the App. E estimator of :mod:`models.estimators`, batched),
-fast enough for 10^5 pages and 10^6 crawls.  :func:`complete_history_intervals` gives a
-page's complete change history as the crawl intervals an estimator consumes; a policy can
-swap in estimates learned from it at a given time (``--learn-days``).
+:class:`VectorAlgorithm1` is the simulator's Algorithm 1 of paper 004 (ranked by the
+:class:`~models.index.CrawlIndex`), with fixed parameters (``hindsight``) or parameters
+learned online by :class:`OnlineRates` (``recrawl``: the App. E estimator of
+:mod:`models.estimators`, batched), fast enough for 10^5 pages and 10^6 crawls.
+:func:`complete_history_intervals` gives a page's complete change history as the crawl
+intervals an estimator consumes; a policy can swap in estimates learned from it at a given
+time (``--learn-days``).
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import cast
 
 import numpy as np
 import numpy.typing as npt
 
 from models.decision.pings import PingRule, ping_ok
 from models.sim.events import Events
+from models.sim.policies import Algorithm1, best_page
 from models.sim.world import World
 
 __all__ = [
@@ -384,17 +387,20 @@ class Hedge:
         return n
 
 
-class VectorAlgorithm1:
-    """Algorithm 1 of paper 004, every page's crawl value evaluated at once.
+class VectorAlgorithm1(Algorithm1):
+    """The simulator's :class:`~models.sim.Algorithm1` (paper 004 Algorithm 1 over the
+    :class:`~models.index.CrawlIndex`) with the trace experiment's options.
 
     The value is :func:`models.values.crawl_value` at ``tau_eff = t - origin`` with the
     page's ``(alpha, beta, gamma)``; ``origin`` is the last crawl moved back ``beta`` per
-    accepted ping (Sec. 3; ``-inf`` for ``beta = inf``), as :class:`~models.sim.Algorithm1`
-    keeps it.  A slot crawls the page of largest value, a step of ``k`` crawls the ``k``
-    largest (:func:`models.sim.run`'s batched budget).  With ``learner`` the parameters are
-    re-estimated after each crawl (``recrawl``); ``warm`` = ``(at, fn)`` calls ``fn(policy)``
-    before the first slot at or after ``at`` (e.g. to import a history into the learner, or
-    to set new fixed parameters) and re-reads every page's parameters.
+    accepted ping (Sec. 3; ``-inf`` for ``beta = inf``).  A slot crawls the page of largest
+    value, a step of ``k`` crawls the ``k`` largest (:func:`models.sim.run`'s batched
+    budget), found by the index without evaluating every page.  With ``learner`` the
+    parameters are re-estimated after each crawl and the crawled pages re-keyed
+    (``recrawl``); ``warm`` = ``(at, fn)`` calls ``fn(policy)`` before the first slot at or
+    after ``at`` (e.g. to import a history into the learner, or to set new fixed
+    parameters) and re-reads every page's parameters.  ``hedge`` gives its share of the
+    crawls to the pages crawled longest ago.
     """
 
     def __init__(self, name: str, mu: FloatArray, alpha: FloatArray | None = None,
@@ -402,10 +408,7 @@ class VectorAlgorithm1:
                  learner: OnlineRates | None = None, ping_rule: PingRule = "accept",
                  warm: tuple[float, Callable[[VectorAlgorithm1], None]] | None = None,
                  hedge: Hedge | None = None) -> None:
-        self.name = name
         self.hedge = hedge
-        self.mu = np.asarray(mu, dtype=np.float64)
-        m = self.mu.size
         self.learner = learner
         if learner is not None:
             a, b, g = learner.params()
@@ -413,12 +416,16 @@ class VectorAlgorithm1:
             if alpha is None or beta is None or gamma is None:
                 raise ValueError("fixed parameters need alpha, beta and gamma")
             a, b, g = (np.asarray(x, dtype=np.float64).copy() for x in (alpha, beta, gamma))
-        self.alpha, self.beta, self.gamma = a, b, g
-        self.ping_rule: PingRule = ping_rule
-        self.last_crawl = np.zeros(m)
-        self.origin = np.zeros(m)
-        self.n_pings = np.zeros(m)
+        super().__init__(name, mu, a, b, g, ping_rule=ping_rule)
+        self.n_pings = np.zeros(self.mu.size)
         self._warm = warm
+
+    def _rekey_all(self) -> None:
+        """Every page's parameters and origin into the index (after new parameters)."""
+        for i, (o, a, b, g, u) in enumerate(zip(
+                self.origin.tolist(), self.alpha.tolist(), self.beta.tolist(),
+                self.gamma.tolist(), self.mu.tolist(), strict=True)):
+            self.index.upsert(i, origin=o, alpha=a, beta=b, gamma=g, mu=u)
 
     def _maybe_warm(self, t: float) -> None:
         if self._warm is not None and t >= self._warm[0]:
@@ -431,6 +438,7 @@ class VectorAlgorithm1:
             self.origin = np.where(np.isinf(self.beta) & (self.n_pings > 0), -np.inf,
                                    self.last_crawl - np.where(self.n_pings > 0,
                                                               self.beta * self.n_pings, 0.0))
+            self._rekey_all()
 
     def _believed_rate(self, pages: IntArray) -> FloatArray:
         """The change rate ``Delta`` the parameters of ``pages`` stand for (Sec. 3 of paper
@@ -442,6 +450,7 @@ class VectorAlgorithm1:
         return out
 
     def values(self, t: float) -> FloatArray:
+        """Every page's crawl value at ``t`` (a full evaluation, for checks)."""
         from models.values import crawl_value
 
         with np.errstate(invalid="ignore", over="ignore"):
@@ -452,42 +461,45 @@ class VectorAlgorithm1:
         self.on_pings(np.array([page]), np.array([arrival]), np.array([emitted]))
 
     def on_pings(self, pages: IntArray, arrivals: FloatArray, emitted: FloatArray) -> None:
-        ok = ping_ok(self.ping_rule, 0.0, self.last_crawl[pages], arrivals, emitted)
+        # every accepted ping counts for the learner; only pages with gamma > 0 move
+        ok = ping_ok(self.ping_rule, self.t_delay, self.last_crawl[pages], arrivals, emitted)
         got = pages[ok]
         if not got.size:
             return
         np.add.at(self.n_pings, got, 1.0)
         use = got[self.gamma[got] > 0]
-        np.subtract.at(self.origin, use, self.beta[use])
+        if not use.size:
+            return
+        before = self.origin[use]
+        np.subtract.at(self.origin, use, self.beta[use])  # beta = inf: origin -> -inf
+        moved = use[self.origin[use] != before]
+        if moved.size:
+            self.index.set_origins(moved, self.origin[moved])
 
     def choose(self, t: float, eligible: Callable[[int], bool] | None) -> int | None:
         self._maybe_warm(t)
         if eligible is None and self.hedge is not None and self.hedge.floor_crawls(1):
             return int(np.argmin(self.last_crawl))
-        v = self.values(t)
-        if eligible is None:
-            return int(np.argmax(v))
-        for p in np.argsort(-v, kind="stable").tolist():
-            if eligible(p):
-                return int(p)
-        return None
+        return best_page(self.index, t, eligible)
 
     def choose_many(self, t: float, k: int) -> list[int]:
         self._maybe_warm(t)
-        v = self.values(t)
-        k = min(k, v.size)
+        m = self.mu.size
+        k = min(k, m)
         n_floor = self.hedge.floor_crawls(k) if self.hedge is not None else 0
-        if n_floor:
-            old = np.argpartition(self.last_crawl, n_floor - 1)[:n_floor] \
-                if n_floor < v.size else np.arange(v.size)
-            v = v.copy()
-            v[old] = -np.inf
-            rest = k - n_floor
-            top = np.argpartition(-v, rest - 1)[:rest] if rest > 0 else old[:0]
-            both: list[int] = [*old.tolist(), *top.tolist()]
-            return both
-        top = np.argpartition(-v, k - 1)[:k] if k < v.size else np.arange(v.size)
-        out: list[int] = top[np.argsort(-v[top], kind="stable")].tolist()
+        if not n_floor:
+            return super().choose_many(t, k)
+        old = np.argpartition(self.last_crawl, n_floor - 1)[:n_floor] \
+            if n_floor < m else np.arange(m)
+        rest = k - n_floor
+        out: list[int] = old.tolist()
+        if rest > 0:
+            taken = set(out)
+            for p, _ in self.index.best(t, k=k):
+                if p not in taken:
+                    out.append(int(cast(int, p)))
+                    if len(out) == k:
+                        break
         return out
 
     def on_crawl(self, page: int, t: float, changed: bool, last_modified: float) -> None:
@@ -498,14 +510,19 @@ class VectorAlgorithm1:
                   last_modified: FloatArray) -> None:
         if not pages.size:
             return
-        if self.learner is not None:
-            tau = t - self.last_crawl[pages]
-            if self.hedge is not None:
-                self.hedge.observe(self._believed_rate(pages), tau, changed)
-            self.learner.update(pages, tau, changed, self.n_pings[pages],
-                                np.full(pages.size, t))
-            a, b, g = self.learner.params(pages)
-            self.alpha[pages], self.beta[pages], self.gamma[pages] = a, b, g
+        tau = t - self.last_crawl[pages]
         self.last_crawl[pages] = t
         self.origin[pages] = t
+        if self.learner is None:
+            self.n_pings[pages] = 0.0
+            self.index.set_origins(pages, np.full(pages.size, t))
+            return
+        if self.hedge is not None:
+            self.hedge.observe(self._believed_rate(pages), tau, changed)
+        self.learner.update(pages, tau, changed, self.n_pings[pages], np.full(pages.size, t))
         self.n_pings[pages] = 0.0
+        a, b, g = self.learner.params(pages)
+        self.alpha[pages], self.beta[pages], self.gamma[pages] = a, b, g
+        for p, ai, bi, gi, ui in zip(pages.tolist(), a.tolist(), b.tolist(), g.tolist(),
+                                     self.mu[pages].tolist(), strict=True):
+            self.index.upsert(p, origin=t, alpha=ai, beta=bi, gamma=gi, mu=ui)
