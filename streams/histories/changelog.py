@@ -27,19 +27,25 @@ __all__ = ["parse_change_line", "read_changes"]
 #: keys a line may carry (anything else is refused: a misspelt key is not silently lost)
 _PAGE_KEYS = frozenset({"url", "page", "importance"})
 _CHANGE_KEYS = frozenset({"url", "time"})
+#: one decoder for every line (``json.loads`` builds its call path on each call)
+_decode = json.JSONDecoder().decode
 
 
 def _number(v: Any) -> bool:
+    t = type(v)
+    if t is float:  # the common cases first: a JSON number is a float or an int
+        return math.isfinite(v)
+    if t is int:
+        return True
     return isinstance(v, int | float) and not isinstance(v, bool) and math.isfinite(v)
 
 
 def parse_change_line(text: str) -> Page | Change | str | None:
     """The record of one line, ``None`` for a blank line, or the reason it is bad."""
-    text = text.strip()
-    if not text:
+    if not text or text.isspace():
         return None
     try:
-        obj = json.loads(text)
+        obj = _decode(text)  # surrounding whitespace (the newline) is allowed
     except json.JSONDecodeError as exc:
         return f"not JSON: {exc.msg} at column {exc.colno}"
     if not isinstance(obj, dict):
@@ -48,9 +54,8 @@ def parse_change_line(text: str) -> Page | Change | str | None:
     if not isinstance(url, str) or not url:
         return "'url' missing or not a non-empty string"
     if "time" in obj:
-        extra = set(obj) - _CHANGE_KEYS
-        if extra:
-            return f"unknown keys for a change: {sorted(extra)}"
+        if not obj.keys() <= _CHANGE_KEYS:
+            return f"unknown keys for a change: {sorted(set(obj) - _CHANGE_KEYS)}"
         t = obj["time"]
         if not _number(t):
             return f"'time' must be a finite number of unix seconds, got {t!r}"
@@ -68,12 +73,16 @@ def parse_change_line(text: str) -> Page | Change | str | None:
 
 def read_changes(stream: IO[str], report: ReadReport, *, strict: bool) -> Iterator[Page | Change]:
     """Records of a change log, line by line (constant memory)."""
-    for n, line in enumerate(stream, 1):
+    n = report.lines
+    try:
+        for n, line in enumerate(stream, 1):
+            got = parse_change_line(line)
+            if got is None:
+                continue
+            if type(got) is str:
+                report.lines = n
+                report.refuse(n, got, strict=strict)
+                continue
+            yield got  # type: ignore[misc]
+    finally:
         report.lines = n
-        got = parse_change_line(line)
-        if got is None:
-            continue
-        if isinstance(got, str):
-            report.refuse(n, got, strict=strict)
-            continue
-        yield got
