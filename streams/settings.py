@@ -231,6 +231,11 @@ class Settings(BaseSettings):
     """The broker's ``message.max.bytes`` (``recrawl infra up`` sets Kafka's default,
     :data:`KAFKA_MAX_MESSAGE_BYTES`): the worker's producers send records up to it, so an
     input the broker took can be moved to its host's partition as it is."""
+    orders_request_timeout_s: float = Field(default=40.0, gt=0.0, le=3600.0)
+    """The orders producer's request time-out (aiokafka's ``request_timeout_ms``; its
+    default, 40 s): a batch of orders the broker has not acknowledged by then is given up,
+    and its orders' in-flight marks are ended so that their pages are ordered again
+    (``streams/scheduler/issuing.py``, ``OrderIssuing._undelivered``)."""
     batch_wait_s: float = Field(default=0.02, gt=0.0, le=10.0)
     """How long an agent waits for its batch to fill (``take_events``' ``within``)."""
     batch_consumer: bool = True

@@ -104,6 +104,8 @@ class Scheduler(OrderIssuing):
         )
         self.worker_id = secrets.token_hex(4)
         self._seq = 0
+        #: tasks ending the marks of orders whose delivery failed (:meth:`_undelivered`)
+        self._undelivery: set[asyncio.Task[None]] = set()
         self._loaders: dict[int, asyncio.Task[None]] = {}
         self.global_shards: dict[int, dict[str, Any]] = {}
         self.stopping = False

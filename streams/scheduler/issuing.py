@@ -20,7 +20,7 @@ from streams.scheduler.shard import Shard
 from streams.store import IssueBatch
 from streams.telemetry.decisions import DecisionRing
 
-__all__ = ["EWMA_S", "BatchSink", "OrderIssuing", "OrderSink", "one_by_one"]
+__all__ = ["EWMA_S", "BatchSink", "Delivery", "OrderIssuing", "OrderSink", "one_by_one"]
 
 log = logging.getLogger(__name__)
 
@@ -29,28 +29,38 @@ log = logging.getLogger(__name__)
 EWMA_S = 2.0
 
 
-#: one order out: Kafka key and value; returns once the producer holds it
+#: one order out: Kafka key and value; returns once the producer holds it (its
+#: :data:`Delivery` if it returns an asyncio future, as aiokafka's ``send``)
 OrderSink = Callable[[bytes, bytes], Awaitable[Any]]
-#: a tick's orders out (Kafka key and value each): yields ``(indices, error)`` as groups of
-#: them are handed to the producer (``error`` None) or fail (the error), every index once,
-#: in the order they were sent; after a failure the later groups are not tried (they come
-#: back with the same error)
+#: a group of orders' delivery, done once settled: failed (its exception) when the producer
+#: gave them all up after taking them (e.g. no leader past its request time-out), else its
+#: result: the positions in the group of the orders given up, if a list (an aiokafka record
+#: future's result, a RecordMetadata: none)
+Delivery = asyncio.Future[Any]
+#: a tick's orders out (Kafka key and value each): yields ``(indices, error, delivery)`` as
+#: groups of them are handed to the producer (``error`` None; ``delivery`` their
+#: :data:`Delivery`, or None when it cannot be watched) or fail (the error), every index
+#: once, in the order they were sent; after a failure the later groups are not tried (they
+#: come back with the same error)
 BatchSink = Callable[[list[tuple[bytes, bytes]]],
-                     AsyncIterator[tuple[list[int], Exception | None]]]
+                     AsyncIterator[tuple[list[int], Exception | None, Delivery | None]]]
 
 
 def one_by_one(send: OrderSink) -> BatchSink:
     """A :data:`BatchSink` that hands the orders to ``send`` one at a time."""
     async def sink(records: list[tuple[bytes, bytes]]
-                   ) -> AsyncIterator[tuple[list[int], Exception | None]]:
+                   ) -> AsyncIterator[tuple[list[int], Exception | None, Delivery | None]]:
         error: Exception | None = None
         for i, (key, value) in enumerate(records):
+            delivery = None
             if error is None:
                 try:
-                    await send(key, value)
+                    got = await send(key, value)
                 except Exception as exc:  # e.g. the producer stopping: the rest stay unsent
                     error = exc
-            yield [i], error
+                else:
+                    delivery = got if isinstance(got, asyncio.Future) else None
+            yield [i], error, delivery
     return sink
 
 
@@ -74,6 +84,7 @@ class OrderIssuing(ShardLoading):
     share_total: float
     log_threshold: float | None
     _seq: int
+    _undelivery: set[asyncio.Task[None]]
 
     async def _issue(
         self, plans: list[tuple[Shard, list[tuple[str, str, float]]]], now: float
@@ -168,7 +179,9 @@ class OrderIssuing(ShardLoading):
             if records:
                 # each group of orders is handed to the producer, then recorded before the next
                 # await (so an outcome can never come back for an order not yet in flight here)
-                async for indices, error in self.send_orders(records):
+                async for indices, error, delivery in self.send_orders(records):
+                    if error is None and delivery is not None:
+                        self._watch(delivery, [accepted[i][:4] for i in indices], now)
                     for i in indices:
                         done[i] = 1
                         shard, url, host, oid, policy, value, crawled, tau = accepted[i]
@@ -214,6 +227,55 @@ class OrderIssuing(ShardLoading):
         for shard, url, _host, _oid in unsent:
             self._restore(shard, url)
         self.metrics.tally["orders.unsent"] += len(unsent)
+
+    def _watch(self, delivery: Delivery, orders: list[tuple[Shard, str, str, str]],
+               now: float) -> None:
+        """Watch a group of sent orders' delivery: if the producer gives them up after
+        taking them (the broker unreachable past its request time-out), their in-flight
+        marks are ended as :meth:`_unsend` ends those it never took (:meth:`_undelivered`),
+        instead of holding their pages until the order time-out with no order out."""
+        def done(fut: Delivery) -> None:
+            error = (asyncio.CancelledError() if fut.cancelled() else fut.exception())
+            lost = orders
+            if error is None:
+                given_up = fut.result()
+                if not isinstance(given_up, list) or not given_up:
+                    return
+                lost = [orders[i] for i in given_up]
+                error = RuntimeError(f"{len(lost)} of {len(orders)} orders given up")
+            task = asyncio.get_running_loop().create_task(
+                self._undelivered(lost, error, now))
+            self._undelivery.add(task)
+            task.add_done_callback(self._undelivery.discard)
+        delivery.add_done_callback(done)
+
+    async def _undelivered(self, orders: list[tuple[Shard, str, str, str]],
+                           error: BaseException, issued: float) -> None:
+        """Orders the producer took and then failed to deliver: their in-flight marks are
+        cleared in Redis (only where still theirs: idempotent, and a later order of the page
+        keeps its mark) and their pages re-read (:meth:`_reload`), so they are ordered
+        again.  A group the broker wrote but whose acknowledgement was lost is ordered
+        twice (at most once more per failed delivery)."""
+        log.warning("%d orders issued at %.3f not delivered (%r): taken out of flight again",
+                    len(orders), issued, error)
+        await self._take_out_of_flight([(url, host, oid) for _s, url, host, oid in orders])
+        self.metrics.tally["orders.undelivered"] += len(orders)
+        by_host: dict[tuple[int, str], tuple[Shard, list[str]]] = {}
+        for shard, url, host, oid in orders:
+            if self.shards.get(shard.partition) is not shard:
+                continue  # (handed over since: its new owner reads Redis)
+            fl = shard.in_flight.get(url)
+            if fl is None or fl[0] != oid:
+                continue
+            self.decisions.add(url, f"{issued:.3f} order {oid} not delivered ({error!r}); "
+                                    "eligible again")
+            by_host.setdefault((shard.partition, host), (shard, []))[1].append(url)
+        for (_p, host), (shard, urls) in by_host.items():
+            try:
+                await self._reload(shard, host, urls)
+            except Exception as exc:  # Redis unreachable: the marks are cleared already
+                log.warning("re-reading %d undelivered pages of %s failed (%r)",
+                            len(urls), host, exc)
 
     async def _take_out_of_flight(self, orders: list[tuple[str, str, str]]) -> None:
         """Clear the in-flight marks of ``(url, host, order_id)`` that are still theirs, in

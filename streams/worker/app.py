@@ -55,9 +55,11 @@ class OrdersProducer:
     #: seconds a replaced producer gets to stop
     STOP_S = 5.0
 
-    def __init__(self, bootstrap: str, max_request_bytes: int = 1_048_576) -> None:
+    def __init__(self, bootstrap: str, max_request_bytes: int = 1_048_576,
+                 request_timeout_s: float = 40.0) -> None:
         self.bootstrap = bootstrap
         self.max_request_bytes = max_request_bytes
+        self.request_timeout_s = request_timeout_s
         self._producer: AIOKafkaProducer | None = None
         self._lock = asyncio.Lock()
         self.stopped = False
@@ -70,49 +72,71 @@ class OrdersProducer:
         self.undelivered = 0
 
     def _watch(self, fut: Any, topic: str, partition: int | None,
-               records: list[tuple[bytes, bytes]], p: AIOKafkaProducer) -> None:
+               records: list[tuple[bytes, bytes]], p: AIOKafkaProducer,
+               outcome: asyncio.Future[list[int]] | None = None) -> None:
         """Await a batch's delivery in the background: one the broker refused for a reason
         in :data:`REPLACE_ON` (not written) is sent again on a new producer; any other
         failure is logged and counted (``undelivered``).  Without this, an idempotent
         producer whose sequence the broker stopped taking after a broker restart accepted
         every later order into its buffer and delivered none, while their pages stayed
-        marked in flight (``tests/integration/test_faults.py``, "Kafka broker restart")."""
-        task = asyncio.ensure_future(self._delivered(fut, topic, partition, records, p))
+        marked in flight (``tests/integration/test_faults.py``, "Kafka broker restart").
+        ``outcome`` (if given) gets the positions in ``records`` of the orders given up at
+        the end ([] when all were delivered, sent again or not), or fails when all were."""
+        task = asyncio.ensure_future(
+            self._delivered(fut, topic, partition, records, p, outcome))
         self._watchers.add(task)
         task.add_done_callback(self._watchers.discard)
 
     async def _delivered(self, fut: Any, topic: str, partition: int | None,
-                         records: list[tuple[bytes, bytes]], p: AIOKafkaProducer) -> None:
+                         records: list[tuple[bytes, bytes]], p: AIOKafkaProducer,
+                         outcome: asyncio.Future[list[int]] | None) -> None:
+        def settle(given_up: list[int], error: BaseException | None = None) -> None:
+            if outcome is None or outcome.done():
+                return
+            if error is not None and len(given_up) == len(records):
+                outcome.set_exception(error)
+            else:
+                outcome.set_result(given_up)
         try:
             await fut
+            settle([])
             return
         except asyncio.CancelledError:
+            settle(list(range(len(records))), RuntimeError("the orders producer stopped"))
             raise
         except Exception as exc:
             error: Exception = exc
         if not isinstance(error, self.REPLACE_ON):
             self.undelivered += len(records)
-            log.error("%d orders not delivered (%r); their pages wait for the order "
-                      "time-out", len(records), error)
+            log.error("%d orders not delivered (%r)", len(records), error)
+            settle(list(range(len(records))), error)
             return
         log.warning("orders producer refused by the broker (%r): a new producer sends %d "
                     "orders again", error, len(records))
         await self._replace(p)
         delay = 0.2
-        while not self.stopped:
+        loop = asyncio.get_running_loop()
+        again: list[asyncio.Future[list[int]]] = []
+        while not self.stopped and len(again) < len(records):
             try:
                 q = await self._started()
-                for key, value in records:
+                for key, value in records[len(again):]:
                     sent = await q.send(topic, value, key=key, partition=partition)
-                    self._watch(sent, topic, partition, [(key, value)], q)
-                self.resent += len(records)
-                return
+                    one: asyncio.Future[list[int]] = loop.create_future()
+                    self._watch(sent, topic, partition, [(key, value)], q, one)
+                    again.append(one)
+                    self.resent += 1
             except asyncio.CancelledError:
                 raise
             except Exception as exc:
                 log.warning("sending orders again failed (%r); retrying", exc)
                 await asyncio.sleep(delay)
                 delay = min(2 * delay, 5.0)
+        # (stopped before every order was sent again: the rest are given up)
+        got = await asyncio.gather(*again, return_exceptions=True)
+        given_up = [i for i, r in enumerate(got) if isinstance(r, BaseException) or r]
+        given_up += list(range(len(again), len(records)))
+        settle(given_up, error)
 
     async def _replace(self, p: AIOKafkaProducer) -> None:
         """Drop ``p`` (if still the current producer): the next send starts a new one."""
@@ -138,7 +162,8 @@ class OrdersProducer:
                 p = AIOKafkaProducer(bootstrap_servers=self.bootstrap, acks="all",
                                      enable_idempotence=True, linger_ms=5,
                                      max_batch_size=self.MAX_BATCH_BYTES,
-                                     max_request_size=self.max_request_bytes)
+                                     max_request_size=self.max_request_bytes,
+                                     request_timeout_ms=round(self.request_timeout_s * 1000))
                 try:
                     await p.start()
                 except BaseException:
@@ -147,11 +172,14 @@ class OrdersProducer:
                 self._producer = p
             return self._producer
 
-    async def send(self, topic: str, key: bytes, value: bytes) -> None:
-        """Returns once the record is in the producer's batch (delivery not awaited)."""
+    async def send(self, topic: str, key: bytes, value: bytes) -> asyncio.Future[list[int]]:
+        """Returns once the record is in the producer's batch, with its delivery's outcome
+        (:meth:`_watch`; not awaited)."""
         p = self._producer if self._producer is not None else await self._started()
         sent = await p.send(topic, value, key=key)
-        self._watch(sent, topic, None, [(key, value)], p)
+        outcome: asyncio.Future[list[int]] = asyncio.get_running_loop().create_future()
+        self._watch(sent, topic, None, [(key, value)], p, outcome)
+        return outcome
 
     def _partition(self, key: bytes, partitions: list[int]) -> int:
         """aiokafka's default partitioner (murmur2 of the key, as Kafka's Java clients),
@@ -165,18 +193,20 @@ class OrdersProducer:
         return p
 
     async def send_many(self, topic: str, records: list[tuple[bytes, bytes]]
-                        ) -> AsyncIterator[tuple[list[int], Exception | None]]:
+                        ) -> AsyncIterator[tuple[list[int], Exception | None,
+                                                 asyncio.Future[list[int]] | None]]:
         """A tick's orders (key, value) as record batches, one or more per partition, each
         handed to the producer whole (``send_batch``: no per-record future nor partitioner
         call); delivery not awaited.  Yields the indices of each batch once it is in the
-        producer (error None), or with the error that stopped it; after an error the
-        remaining records are not tried and come back with it (a
-        :data:`streams.scheduler.BatchSink`)."""
+        producer (error None) with its delivery's outcome (:meth:`_watch`: the positions
+        among these indices of the orders given up at the end, after any sending again),
+        or with the error that stopped it; after an error the remaining records are not
+        tried and come back with it (a :data:`streams.scheduler.BatchSink`)."""
         try:
             p = self._producer if self._producer is not None else await self._started()
             partitions = sorted(await p.partitions_for(topic))
         except Exception as exc:  # no producer or no metadata: nothing was sent
-            yield list(range(len(records))), exc
+            yield list(range(len(records))), exc, None
             return
         by_partition: dict[int, list[int]] = {}
         for i, (key, _value) in enumerate(records):
@@ -186,7 +216,7 @@ class OrdersProducer:
             start = 0
             while start < len(indices):
                 if error is not None:
-                    yield indices[start:], error
+                    yield indices[start:], error, None
                     break
                 batch = p.create_batch()
                 end = start
@@ -199,7 +229,7 @@ class OrdersProducer:
                     # should one be refused, it fails alone instead of looping here)
                     yield [indices[start]], ValueError(
                         f"order of {len(records[indices[start]][1])} bytes does not fit in "
-                        f"a batch of {self.MAX_BATCH_BYTES}")
+                        f"a batch of {self.MAX_BATCH_BYTES}"), None
                     start += 1
                     continue
                 batch.close()
@@ -207,11 +237,13 @@ class OrdersProducer:
                     sent = await p.send_batch(batch, topic, partition=partition)
                 except Exception as exc:  # e.g. the producer stopping
                     error = exc
-                    yield indices[start:end], exc
+                    yield indices[start:end], exc, None
                 else:
+                    outcome: asyncio.Future[list[int]] = (
+                        asyncio.get_running_loop().create_future())
                     self._watch(sent, topic, partition,
-                                [records[i] for i in indices[start:end]], p)
-                    yield indices[start:end], None
+                                [records[i] for i in indices[start:end]], p, outcome)
+                    yield indices[start:end], None, outcome
                 start = end
 
     def pending(self) -> int:
@@ -292,12 +324,13 @@ def create_app(settings: Settings) -> faust.App:
 
     orders_name = settings.topic("orders")
 
-    orders = OrdersProducer(settings.kafka_bootstrap, settings.kafka_max_message_bytes)
+    orders = OrdersProducer(settings.kafka_bootstrap, settings.kafka_max_message_bytes,
+                            settings.orders_request_timeout_s)
 
-    async def send_order(key: bytes, value: bytes) -> None:
+    async def send_order(key: bytes, value: bytes) -> asyncio.Future[list[int]]:
         # no Faust message object per order: the call returns once the record is in the
-        # producer's batch, its delivery is not awaited
-        await orders.send(orders_name, key, value)
+        # producer's batch, with its delivery's outcome (not awaited: watched)
+        return await orders.send(orders_name, key, value)
 
     @app.on_before_shutdown.connect  # type: ignore[arg-type]
     async def _flush_orders(sender: Any, **_kw: Any) -> None:
@@ -308,7 +341,8 @@ def create_app(settings: Settings) -> faust.App:
         return {tp.partition for tp in app.consumer.assignment() if tp.topic == pages_topic_name}
 
     def send_orders(records: list[tuple[bytes, bytes]]
-                    ) -> AsyncIterator[tuple[list[int], Exception | None]]:
+                    ) -> AsyncIterator[tuple[list[int], Exception | None,
+                                             asyncio.Future[list[int]] | None]]:
         return orders.send_many(orders_name, records)
 
     scheduler = Scheduler(settings, store, metrics, send_order, send_orders=send_orders,

@@ -234,8 +234,8 @@ def test_fault_loses_nothing_applies_nothing_twice_and_equals_a_clean_replay(
         assert rep.orders_duplicated == 0, rep.notes
     # an issue call without a reply clears its marks; a killed worker's unsent orders are
     # found by the worker that rebuilds its shards (streams/scheduler/confirm.py); orders
-    # whose delivery fails after the producer took them are not seen (docs/reliability.md,
-    # "Known and not fixed"): not asserted across a broker restart
+    # the producer gives up end their marks, but a broker restart can still leave marks
+    # without their order (docs/reliability.md, "Known and not fixed"): not asserted there
     if fault != "Kafka broker restart":
         assert rep.orders_lost == 0, rep.notes
     assert rep.replay_diff == [], rep.replay_diff[:5]

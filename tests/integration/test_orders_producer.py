@@ -29,8 +29,11 @@ def _read(bootstrap: str, topic: str, n: int) -> list[tuple[int, str, str]]:
     return [(int(a), b, c) for a, b, c in rows]
 
 
+Answer = tuple[list[int], Exception | None, asyncio.Future[list[int]] | None]
+
+
 async def _send(producer: OrdersProducer, topic: str, records: list[tuple[bytes, bytes]]
-                ) -> list[tuple[list[int], Exception | None]]:
+                ) -> list[Answer]:
     return [x async for x in producer.send_many(topic, records)]
 
 
@@ -47,15 +50,19 @@ def test_send_many_lands_each_order_where_kafkas_partitioner_puts_its_host(
     producer = OrdersProducer(kafka_bootstrap)
     producer.MAX_BATCH_BYTES = 16 * 1024  # several batches per partition
 
-    async def run() -> list[tuple[list[int], Exception | None]]:
+    async def run() -> tuple[list[Answer], list[object]]:
         try:
-            return await _send(producer, ours, records)
+            answers = await _send(producer, ours, records)
         finally:
             await producer.stop()  # flushes
+        # each batch's outcome: no order given up
+        return answers, [d.result() if d is not None and d.done() else d
+                         for _i, _e, d in answers]
 
-    answers = asyncio.run(run())
-    assert all(err is None for _idx, err in answers)
-    assert sorted(i for idx, _err in answers for i in idx) == list(range(len(records)))
+    answers, outcomes = asyncio.run(run())
+    assert all(err is None for _idx, err, _d in answers)
+    assert outcomes == [[]] * len(answers)
+    assert sorted(i for idx, _err, _d in answers for i in idx) == list(range(len(records)))
     assert len(answers) > PARTITIONS  # more than one batch for some partition
     got = _read(kafka_bootstrap, ours, len(records))
 
@@ -82,13 +89,13 @@ def test_send_many_after_stop_answers_every_order_with_the_error(kafka_bootstrap
     producer = OrdersProducer(kafka_bootstrap)
     records = [(f"h{i}".encode(), b"{}") for i in range(10)]
 
-    async def run() -> list[tuple[list[int], Exception | None]]:
+    async def run() -> list[Answer]:
         await producer.stop()
         return await _send(producer, topic, records)
 
     answers = asyncio.run(run())
-    assert sorted(i for idx, _err in answers for i in idx) == list(range(10))
-    assert all(isinstance(err, RuntimeError) for _idx, err in answers)
+    assert sorted(i for idx, _err, _d in answers for i in idx) == list(range(10))
+    assert all(isinstance(err, RuntimeError) and d is None for _idx, err, d in answers)
 
 
 def test_orders_refused_for_their_sequence_are_sent_again_on_a_new_producer(
@@ -105,24 +112,31 @@ def test_orders_refused_for_their_sequence_are_sent_again_on_a_new_producer(
     first = [(f"h{i}".encode(), f"first {i}".encode()) for i in range(5)]
     after = [(f"h{i}".encode(), f"after {i}".encode()) for i in range(20)]
 
+    outcomes: list[object] = []
+
     async def run() -> None:
-        assert all(err is None for _i, err in await _send(producer, topic, first))
+        assert all(err is None for _i, err, _d in await _send(producer, topic, first))
         await producer.flush()
         p = producer._producer
         assert p is not None and p._txn_manager is not None
         tp = TopicPartition(topic, 0)
         p._txn_manager.increment_sequence_number(tp, 7)  # the broker expects another
         for k in range(0, len(after), 5):  # several batches, each refused
-            assert all(err is None for _i, err in await _send(producer, topic,
-                                                              after[k:k + 5]))
+            answers = await _send(producer, topic, after[k:k + 5])
+            assert all(err is None for _i, err, _d in answers)
+            outcomes.extend(d for _i, _e, d in answers)
             await asyncio.sleep(0.05)
         # every delivery settled: the refused batches' orders sent again and delivered
         deadline = asyncio.get_running_loop().time() + 60
         while producer.pending() and asyncio.get_running_loop().time() < deadline:
             await asyncio.sleep(0.1)
+        # the refused batches' outcomes: nothing given up (the scheduler keeps their marks)
+        outcomes[:] = [d.result() if isinstance(d, asyncio.Future) and d.done() else d
+                       for d in outcomes]
         await producer.stop()
 
     asyncio.run(run())
     got = sorted(v for _p, _k, v in _read(kafka_bootstrap, topic, len(first) + len(after)))
     assert got == sorted(v.decode() for _k, v in first + after)
     assert producer.resent > 0 and producer.undelivered == 0
+    assert outcomes == [[]] * (len(after) // 5)
