@@ -117,7 +117,10 @@ def simulate_threshold_policy(alpha: float, beta: float, gamma: float, iota: flo
     """Fresh fraction and crawl rate of one page crawled whenever its effective elapsed time
     ``tau_eff = t + beta * (signals since the crawl)`` reaches ``iota`` (paper 004 Sec. 3):
     unsignalled changes at rate ``alpha``, signals at rate ``gamma`` of which a share
-    ``nu/gamma = e^{-alpha beta}`` are false (they do not change the page)."""
+    ``nu/gamma = e^{-alpha beta}`` are false (they do not change the page). A page whose
+    threshold is infinite is never crawled: in the long run it is never fresh."""
+    if math.isinf(iota):
+        return 0.0, 0.0
     p_false = math.exp(-alpha * beta) if gamma > 0 else 1.0
     total_rate = alpha + gamma
     fresh = length = 0.0
@@ -196,7 +199,10 @@ async def test_plan_with_estimated_signal_parameters_matches_a_simulation(
     # 20k cycles per page: the standard error of each fresh fraction is below 0.004
     assert row["accuracy"] == pytest.approx(simulated, abs=0.01)
     assert sum(rates) == pytest.approx(budget, rel=0.02)
-    assert row["pages_crawled"] == 4 and row["multiplier"] == pytest.approx(sol.multiplier)
+    # the optimum may leave a page out (an infinite threshold); at least three are crawled
+    crawled = int(np.isfinite(sol.thresholds).sum())
+    assert row["pages_crawled"] == crawled >= 3
+    assert row["multiplier"] == pytest.approx(sol.multiplier)
 
 
 async def test_empty_catalogue_and_bad_budget(redis_url: str) -> None:
