@@ -39,6 +39,8 @@ __all__ = [
 ]
 
 MAX_URL_BYTES = 2048
+#: the longest host name, in its ASCII (IDNA) form
+MAX_HOST_CHARS = 253
 _SPACE_RE = re.compile(r"\s")  # the same characters as str.isspace (Py_UNICODE_ISSPACE)
 _DEFAULT_PORTS = {"http": 80, "https": 443}
 _LABEL = r"[a-z0-9](?:[a-z0-9-]{0,61}[a-z0-9])?"
@@ -54,19 +56,28 @@ _DOT_SEGMENT_RE = re.compile(r"//|/\.\.?(?:/|$)")
 
 def canonical_host(host: str) -> str:
     """A host name as :func:`canonical_url` writes it (IDNA ASCII, lower case, no trailing
-    dot); ``ValueError`` if it is not a host name."""
+    dot); ``ValueError`` if it is not a host name.  A name is at most
+    :data:`MAX_HOST_CHARS` characters in its ASCII form (RFC 1035 Sec. 2.3.4 with RFC 1123
+    Sec. 2.1) and an IDNA encoding is never shorter than the name it encodes, so a longer
+    string is refused before it is encoded (Python's IDNA codec takes seconds on a
+    megabyte-long Kafka key)."""
     h = host.strip()
     if h.startswith("[") and h.endswith("]"):
         h = h[1:-1]  # an IPv6 literal: the key is its compressed form, without brackets
     h = h.rstrip(".")
     if not h:
         raise ValueError("empty host")
+    if len(h) > MAX_HOST_CHARS:
+        raise ValueError(f"host name longer than {MAX_HOST_CHARS} characters: {host[:100]!r}")
     try:
         raw = URL.build(scheme="http", host=h).raw_host
     except (ValueError, TypeError, UnicodeError) as exc:
         raise ValueError(f"not a host name: {host[:100]!r} ({exc})") from None
     if not raw:
         raise ValueError(f"not a host name: {host[:100]!r}")
+    if len(raw) > MAX_HOST_CHARS:
+        raise ValueError(f"host name longer than {MAX_HOST_CHARS} characters once encoded: "
+                         f"{host[:100]!r}")
     return raw.lower()
 
 
@@ -75,7 +86,7 @@ def simple_canonical(url: str) -> tuple[str, str] | None:
     no IDNA ``xn--`` label nor one of digits alone, a host of at most 253 characters),
     else None: :func:`canonical_url` then parses it with yarl."""
     m = _SIMPLE_RE.fullmatch(url)
-    if (m is None or len(url) > MAX_URL_BYTES or len(m[1]) > 253 or "xn--" in m[1]
+    if (m is None or len(url) > MAX_URL_BYTES or len(m[1]) > MAX_HOST_CHARS or "xn--" in m[1]
             or _DOT_SEGMENT_RE.search(m[2])
             or any(label.isdigit() for label in m[1].split("."))):
         return None
@@ -104,6 +115,8 @@ def parse_canonical(url: str) -> tuple[str, str]:
         host = raw_host.lower().rstrip(".")
         if not host:
             raise ValueError("url has no host")
+        if len(host) > MAX_HOST_CHARS:
+            raise ValueError(f"url host longer than {MAX_HOST_CHARS} characters")
         port = u.explicit_port
         if port is not None and port == _DEFAULT_PORTS[scheme]:
             port = None

@@ -148,3 +148,28 @@ def test_the_fast_path_takes_the_usual_urls_and_declines_the_others() -> None:
                 "https://127.0.0.1/a", "https://xn--bcher-kva.de/a", "https://a.example/%41",
                 "https://a.example/a?", "https://a.example/a#f", "https://u@a.example/a"):
         assert simple_canonical(url) is None, url
+
+
+def test_a_host_name_is_at_most_253_characters_in_its_ascii_form() -> None:
+    """RFC 1035 Sec. 2.3.4: a name of 253 characters is a host, one of 254 is not, whether
+    it is a Kafka key or a URL's host; a Unicode name is measured once encoded."""
+    name = ".".join(["a" * 63] * 3 + ["b" * 61])  # 253 characters
+    assert len(name) == 253
+    assert canonical_host(name) == name
+    assert canonical_url(f"https://{name}/x") == f"https://{name}/x"
+    for longer in ("c" + name, name + ".c"):
+        with pytest.raises(ValueError, match="longer than 253"):
+            canonical_host(longer)
+        with pytest.raises(ValueError, match="longer than 253"):
+            canonical_url(f"https://{longer}/x")
+    # 229 characters, over 253 once IDNA-encoded (each label gains "xn--" and the
+    # punycode of its three accents)
+    unicode_name = ".".join(["é" * 3 + "a" * 42] * 5)
+    assert len(unicode_name) < 253
+    with pytest.raises(ValueError, match="longer than 253"):
+        canonical_host(unicode_name)
+    with pytest.raises(ValueError, match="longer than 253"):
+        canonical_url(f"https://{unicode_name}/x")
+    # a megabyte-long key is refused by its length, without encoding it
+    with pytest.raises(ValueError, match="longer than 253"):
+        canonical_host("é." * 500_000)
