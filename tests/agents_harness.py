@@ -155,6 +155,28 @@ async def case_ping_rules_t_delay_duplicates_and_discoveries(make: Make) -> None
     assert h.rejects == []
 
 
+async def case_pings_without_an_id_or_a_change_time_each_count_once(make: Make) -> None:
+    """Pings that carry neither an id nor a change time: two of one page both count; the
+    same record again (redelivered: same offset) and the same ping produced again (another
+    offset) do not."""
+    h = make(t_delay_s=0.0)
+    url = "https://n.org/a"
+    now = time.time()
+    await h.feed("pages", [js(url=url)])
+    first = js(url=url, source="websub", received_at=now - 20)
+    second = js(url=url, source="websub", received_at=now - 10)
+    start = h.offsets.get("pings", 0)
+    await h.feed("pings", [first, second])
+    t = h.metrics.tally
+    assert (t["pings.applied"], t["pings.duplicate"]) == (2, 0)
+    await h.feed("pings", [first], offset=start)  # redelivered
+    await h.feed("pings", [first])  # produced again: the next offset
+    assert (t["pings.applied"], t["pings.dup-offset"], t["pings.duplicate"]) == (2, 1, 1)
+    state = await h.store.get_page("n.org", url)
+    assert state.signals == (0, 0, 2, 0, 0)
+    assert h.rejects == []
+
+
 async def case_outcome_clears_only_its_own_order_and_resets_signals(make: Make) -> None:
     h = make()
     url = "https://o.org/a"
@@ -191,6 +213,7 @@ CASES: list[Callable[[Make], Awaitable[None]]] = [
     case_page_event_is_applied_once_even_when_redelivered,
     case_invalid_events_are_rejected_and_the_stream_goes_on,
     case_ping_rules_t_delay_duplicates_and_discoveries,
+    case_pings_without_an_id_or_a_change_time_each_count_once,
     case_outcome_clears_only_its_own_order_and_resets_signals,
     case_hosts_and_control_are_validated_and_stored,
 ]

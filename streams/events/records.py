@@ -182,10 +182,17 @@ class PingEvent(_Event):
         return SOURCES.index(self.source)
 
     def fingerprint(self) -> str:
-        """Duplicate pings share this: the id if any, else url + source + change time."""
+        """Duplicate pings share this: the id if any, else url + source + change time,
+        else (no change time either) url + source + receive time.  The content of the
+        event, not its offset: a copy of the same ping produced again (a producer's retry,
+        a record re-routed twice from a wrong partition) has another offset and the same
+        fingerprint; two pings of a page that say nothing but "it changed" differ by when
+        they were received."""
         if self.id:
             return f"i:{self.source}:{self.id}"
-        return f"u:{self.url}|{self.source}|{self.changed_at!r}"
+        if self.changed_at is not None:
+            return f"u:{self.url}|{self.source}|{self.changed_at!r}"
+        return f"r:{self.url}|{self.source}|{self.received_at!r}"
 
 
 class OutcomeEvent(_Event):

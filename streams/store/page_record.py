@@ -1,16 +1,19 @@
 """The page record: how one page is stored in ``P:{host}:pages`` (:mod:`streams.store.redis_store`
 has the key layout).
 
-Page record (version 1, little-endian, ``PAGE_FORMAT`` = ``<Bffd5H8H``, 43 bytes): a
+Page record (version 1, little-endian, ``PAGE_FORMAT`` = ``<Bffd5H48s``, 75 bytes): a
 version byte ``0xA1``; ``importance`` float32 (a weight: 7 digits are plenty, and a value
 beyond float32's range reads as infinite, i.e. unusable, as before); ``prior`` change rate
 float32 (NaN = none; a rate is an estimate, 7 digits suffice, smallest normal 1e-38/s);
 ``last_crawl`` float64 (0 = never; a Unix time to the microsecond needs 16 digits);
 five per-source signal counts since the last crawl, uint16 (saturating at 65535); eight
-ping fingerprints, uint16 (16-bit digests of the page's last 8 pings that were not
-duplicates, any source, newest first, 0 = none: ping dedup without a per-ping set, see
-``streams/store/lua/apply_pings.lua``).  The Lua scripts pack and unpack it with Redis's built-in
-``struct``; Python with :data:`PAGE_STRUCT` / :data:`PAGE_DTYPE` (numpy, for the rebuild).
+ping fingerprints, each a 48-bit unsigned integer in 6 bytes (digests of the page's last 8
+pings that were not duplicates, any source, newest first, 0 = none: ping dedup without a
+per-ping set, see ``streams/store/lua/apply_pings.lua``).  The Lua scripts pack and unpack it
+with Redis's built-in ``struct`` (a fingerprint is ``I6``: exact in a Lua number, a double);
+Python with :data:`PAGE_STRUCT` (the fingerprints as one 48-byte string, :func:`pack_seen` /
+:func:`unpack_seen`: Python's ``struct`` has no 6-byte integer) and :data:`PAGE_DTYPE`
+(numpy, for the rebuild).
 A page record without an estimator record after it is stored without its trailing zero
 bytes (a page never crawled nor pinged: 9 bytes; readers pad it back).
 A value whose first byte is not ``0xA1`` is the old text record
@@ -19,15 +22,15 @@ the next script that changes the page: no upgrade step).  Binary values reach Py
 a client decoding with ``surrogateescape`` (:meth:`Store.from_url`), so they stay ``str``
 and round-trip byte for byte; :func:`record_bytes` gives the bytes back.
 
-Ping dedup (``streams/store/lua/apply_pings.lua``): a ping whose fingerprint (its id and source,
-``PingEvent.fingerprint``) is among the page record's last 8 is a duplicate.  It catches a
-ping re-sent or produced twice (another offset) however late, as long as fewer than 8 other
-pings of that page came in between; a redelivered event is caught before, by its offset.
-It no longer catches: a repeat after 8 or more other pings of the same page, nor the same
-ping id sent for two different pages (the old per-host set, kept 7 days and at most
-``ping_dedup_max_per_host`` entries per host, caught both within its window).  Fingerprints
-are 16 bits: a new ping is taken for a duplicate with probability at most 8/65,536 = 1.2e-4
-(a collision with one of the 8 kept).
+Ping dedup (``streams/store/lua/apply_pings.lua``): a ping whose fingerprint (its identity,
+``PingEvent.fingerprint``: its id and source, else its change time, else its receive time)
+is among the page record's last 8 is a duplicate.  It catches a ping re-sent or produced
+twice (another offset) however late, as long as fewer than 8 other pings of that page came
+in between; a redelivered event is caught before, by its offset.  It does not catch a repeat
+after 8 or more other pings of the same page, nor the same ping id sent for two different
+pages.  Fingerprints are 48 bits: a new ping is taken for a duplicate with probability at
+most 8 / (2^48 - 1) = 2.8e-14 (a collision with one of the 8 kept; at 10^4 pings/s, one
+lost ping in about 110 years: docs/streaming.md "Ping duplicates: collisions and replays").
 """
 
 from __future__ import annotations
@@ -42,6 +45,7 @@ import numpy as np
 from streams.events.records import SOURCES
 
 __all__ = [
+    "FP_BYTES",
     "N_SEEN",
     "N_SOURCES",
     "PAGE_DTYPE",
@@ -51,8 +55,10 @@ __all__ = [
     "PageState",
     "estimator_of",
     "estimator_part",
+    "pack_seen",
     "ping_fingerprint",
     "record_bytes",
+    "unpack_seen",
 ]
 
 N_SOURCES = len(SOURCES)
@@ -61,15 +67,29 @@ N_SOURCES = len(SOURCES)
 PAGE_VERSION = 0xA1
 #: ping fingerprints a page record keeps (its last distinct pings, any source: the dedup)
 N_SEEN = 8
+#: bytes of one ping fingerprint (a 48-bit unsigned integer, little-endian)
+FP_BYTES = 6
 #: version, importance, prior (NaN = none), last crawl, counts per source, fingerprints
-PAGE_FORMAT = f"<Bffd{N_SOURCES}H{N_SEEN}H"
+PAGE_FORMAT = f"<Bffd{N_SOURCES}H{N_SEEN * FP_BYTES}s"
 PAGE_STRUCT = struct.Struct(PAGE_FORMAT)
-#: the same layout as a numpy structured dtype (a shard's records in one ``frombuffer``)
+#: the same layout as a numpy structured dtype (a shard's records in one ``frombuffer``;
+#: numpy has no 6-byte integer: the fingerprints' bytes)
 PAGE_DTYPE = np.dtype([("version", "u1"), ("importance", "<f4"), ("prior", "<f4"),
                        ("last_crawl", "<f8"), ("signals", "<u2", (N_SOURCES,)),
-                       ("seen", "<u2", (N_SEEN,))])
+                       ("seen", "u1", (N_SEEN, FP_BYTES))])
 assert PAGE_DTYPE.itemsize == PAGE_STRUCT.size
 _U16 = 0xFFFF
+
+
+def pack_seen(seen: tuple[int, ...]) -> bytes:
+    """A page record's fingerprints field: each 0..2^48-1 in 6 bytes, little-endian."""
+    return b"".join(int(f).to_bytes(FP_BYTES, "little") for f in seen)
+
+
+def unpack_seen(raw: bytes) -> tuple[int, ...]:
+    """The fingerprints of :func:`pack_seen`'s bytes."""
+    return tuple(int.from_bytes(raw[k : k + FP_BYTES], "little")
+                 for k in range(0, N_SEEN * FP_BYTES, FP_BYTES))
 
 
 def record_bytes(value: str | bytes) -> bytes:
@@ -101,7 +121,7 @@ class PageState:
     prior_change_rate_per_s: float | None = None
     last_crawl_s: float = 0.0
     signals: tuple[int, ...] = (0,) * N_SOURCES
-    #: the 16-bit fingerprints of the page's last N_SEEN pings that were not duplicates,
+    #: the 48-bit fingerprints of the page's last N_SEEN pings that were not duplicates,
     #: newest first (0 = none); bookkeeping of the ping dedup, not part of the page's state
     #: for equality
     seen: tuple[int, ...] = field(default=(0,) * N_SEEN, compare=False)
@@ -118,7 +138,7 @@ class PageState:
             imp, pri = (float(x) for x in np.array([self.importance, prior], dtype=np.float32))
         page = PAGE_STRUCT.pack(PAGE_VERSION, imp, pri, self.last_crawl_s,
                                 *(min(_U16, max(0, int(n))) for n in self.signals),
-                                *self.seen)
+                                pack_seen(self.seen))
         return page + record_bytes(estimator) if estimator else page.rstrip(b"\0")
 
     def encode_text(self) -> str:
@@ -141,7 +161,7 @@ class PageState:
                 raise ValueError(f"page record of {len(raw)} bytes: {exc}") from None
             n = N_SOURCES
             prior = None if math.isnan(v[2]) else v[2]
-            return cls(v[1], prior, v[3], tuple(v[4 : 4 + n]), tuple(v[4 + n : 4 + n + N_SEEN]))
+            return cls(v[1], prior, v[3], tuple(v[4 : 4 + n]), unpack_seen(v[4 + n]))
         try:
             text = raw.decode()
             imp, prior_s, last, counts = text.split("|")
@@ -155,5 +175,6 @@ class PageState:
 
 
 def ping_fingerprint(fp: str) -> int:
-    """A 16-bit digest of a ping's identity, 1..65535 (0 means none in a page record)."""
-    return int.from_bytes(hashlib.blake2b(fp.encode(), digest_size=2).digest(), "little") or 1
+    """A 48-bit digest of a ping's identity, 1..2^48-1 (0 means none in a page record)."""
+    return int.from_bytes(hashlib.blake2b(fp.encode(), digest_size=FP_BYTES).digest(),
+                          "little") or 1

@@ -113,6 +113,7 @@ from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from streams.events.records import SOURCES
 from streams.store.page_record import (
+    FP_BYTES,
     N_SEEN,
     N_SOURCES,
     PAGE_DTYPE,
@@ -288,9 +289,10 @@ def _pos(name: str) -> str:
 # The scripts live in streams/store/lua/ (each file's header: its KEYS, ARGV and replies); every
 # one starts with lib.lua's helpers; ``__N`` is the number of ping sources, ``__PFMT`` the
 # page record's struct format, ``__PVER`` its version byte, ``__LPOS``, ``__CPOS`` and ``__FPOS``
-# where its last crawl, counts and fingerprints start.
+# where its last crawl, counts and fingerprints start, ``__FPB`` a fingerprint's bytes.
 # (Redis's struct takes no repeat counts: "5H" is written "HHHHH")
-_LIB = (_lua("lib.lua").replace("__PFMT", "<Bffd" + "H" * (N_SOURCES + N_SEEN))
+_LIB = (_lua("lib.lua")
+        .replace("__PFMT", "<Bffd" + "H" * N_SOURCES + f"I{FP_BYTES}" * N_SEEN)
         .replace("__SEEN", str(N_SEEN))
         .replace("__PVER", str(PAGE_VERSION)).replace("__PSIZE", str(PAGE_STRUCT.size))
         .replace("__N", str(N_SOURCES)))
@@ -299,7 +301,7 @@ _APPLY_PAGE = (_LIB + _lua("apply_page.lua").replace("__N", str(N_SOURCES))
                .replace("__FILL", str(BUCKET_FILL)).replace("__FIRST", str(BUCKET_FIRST)))
 _APPLY_PINGS = (_LIB + _lua("apply_pings.lua").replace("__SEEN", str(N_SEEN))
                 .replace("__LPOS", _pos("last_crawl")).replace("__CPOS", _pos("signals"))
-                .replace("__FPOS", _pos("seen"))
+                .replace("__FPOS", _pos("seen")).replace("__FPB", str(FP_BYTES))
                 .replace("__PVER", str(PAGE_VERSION)).replace("__PSIZE", str(PAGE_STRUCT.size)))
 _APPLY_OUTCOME = (_LIB + _lua("apply_outcome.lua").replace("__N", str(N_SOURCES))
                   .replace("__LPOS", _pos("last_crawl")).replace("__CPOS", _pos("signals"))

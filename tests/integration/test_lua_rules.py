@@ -8,7 +8,7 @@ inputs and a real Redis (the ping rule's own test is ``test_ping_rule_lua.py``):
 * the ping rule of ``apply_pings.lua``'s second branch (a page stored as text) against
   :func:`models.decision.pings.ping_verdict` (the binary branch: ``test_ping_rule_lua.py``);
 * the memory store (:mod:`streams.store.memory`), which calls those Python rules, against
-  the same scripts on the same inputs.
+  the same scripts on the same inputs, including the ping dedup on 48-bit fingerprints.
 """
 
 from __future__ import annotations
@@ -24,7 +24,8 @@ from models.decision.hosts import admit, binding_rate, refill
 from models.decision.pings import VERDICTS, ping_verdict
 from streams.store import HostOp, IssueBatch, PingBatch
 from streams.store.memory import MemoryStore
-from streams.store.redis_store import PageState, Store
+from streams.store.page_record import FP_BYTES, N_SEEN, ping_fingerprint
+from streams.store.redis_store import PageState, Store, record_bytes
 
 pytestmark = pytest.mark.integration
 
@@ -193,6 +194,51 @@ async def test_the_ping_rule_of_a_text_page_is_the_python_rule(redis_url: str) -
         assert got == want
         assert mem == want
         assert set(got) == set(VERDICTS)
+    finally:
+        await redis.delete_all()
+        await redis.close()
+
+
+async def test_the_ping_dedup_in_lua_is_the_memory_stores_on_48_bit_fingerprints(
+        redis_url: str) -> None:
+    """``apply_pings.lua``'s dedup against the memory store's on binary pages whose kept
+    fingerprints are the ping's (a duplicate), equal to it in every byte but one (the low 16
+    bits always equal: what a 16-bit digest took for a duplicate), its bytes across two kept
+    ones, or random: same codes, same stored bytes, and a duplicate exactly when the 48-bit
+    value is kept."""
+    rng = np.random.default_rng(41)
+    redis = Store.from_url(redis_url, f"td{uuid.uuid4().hex[:8]}")
+    memory = MemoryStore()
+    try:
+        await redis.load_scripts()
+        codes: list[str] = []
+        for i in range(400):
+            host, url = f"d{i}.test", f"http://d{i}.test/p"
+            fp = ping_fingerprint(f"f{i}")
+            seen = [int(x) for x in rng.integers(0, 1 << 48, N_SEEN)]
+            seen[int(rng.integers(0, N_SEEN))] *= int(rng.random() < 0.7)  # some none
+            pick, k = i % 4, int(rng.integers(0, N_SEEN - 1))
+            if pick == 0:
+                seen[k] = fp
+            elif pick == 1:  # one byte differs, above the low 16 bits
+                seen[k] = fp ^ (int(rng.integers(1, 256)) << (8 * int(rng.integers(2, 6))))
+            elif pick == 2:
+                j, fb = int(rng.integers(1, FP_BYTES)), fp.to_bytes(FP_BYTES, "little")
+                seen[k] = int.from_bytes(rng.bytes(FP_BYTES - j) + fb[:j], "little")
+                seen[k + 1] = int.from_bytes(fb[j:] + rng.bytes(j), "little")
+            page = PageState(1.0, None, 1000.0 * (i % 2), (0, 1, 0, 0, 0), tuple(seen))
+            rest = None if i % 3 else b"\x82" + rng.bytes(40)
+            value = page.encode(rest)
+            await redis.redis.hset(redis.key(host, "pages"), url, value)
+            memory.pages.setdefault(host, {})[url] = value.decode("utf-8", "surrogateescape")
+            batch = [PingBatch(host, "pings", 0, [(1, url, "cdn", None, 5000.0, f"f{i}")])]
+            (res,) = await redis.apply_pings(batch, t_delay_s=0.0)
+            (res_m,) = await memory.apply_pings(batch, t_delay_s=0.0)
+            assert res[0][0] == res_m[0][0] == ("duplicate" if fp in seen else "applied"), i
+            stored = record_bytes(await redis.get_page_raw(host, url) or "")
+            assert stored == record_bytes(memory.pages[host][url]), i
+            codes.append(str(res[0][0]))
+        assert codes.count("duplicate") == 100
     finally:
         await redis.delete_all()
         await redis.close()

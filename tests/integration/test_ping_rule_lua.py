@@ -15,7 +15,7 @@ import pytest
 from models.decision.pings import VERDICTS, ping_verdict
 from streams.events.records import SOURCES
 from streams.store import PingBatch
-from streams.store.page_record import ping_fingerprint
+from streams.store.page_record import FP_BYTES, PAGE_STRUCT, ping_fingerprint
 from streams.store.redis_store import N_SEEN, PageState, Store, record_bytes
 
 pytestmark = pytest.mark.integration
@@ -136,7 +136,7 @@ async def test_dedup_lives_in_the_page_record(redis_url: str) -> None:
         assert await ping("indexnow", "a", 2000.0) == "duplicate"  # N_SEEN - 1 pings since
         assert await ping("cdn", "d", 2001.0) == "applied"
         assert await ping("indexnow", "a", 2002.0) == "applied"  # N_SEEN since: forgotten
-        # a flood of distinct pings: still one record of 43 bytes, no other key
+        # a flood of distinct pings: still one record of 75 bytes, no other key
         for b in range(3):
             (res,) = await store.apply_pings([PingBatch(host, "pings", 0, [
                 (100 + b * 100 + i, url, "sitemap", None, 3000.0 + b * 100 + i, f"x{b}.{i}")
@@ -144,7 +144,7 @@ async def test_dedup_lives_in_the_page_record(redis_url: str) -> None:
             assert {c for c, _v in res} <= {"applied", "duplicate"}
         state = await store.get_page(host, url)
         assert state is not None and state.signals[SOURCES.index("websub")] == 1
-        assert len(record_bytes(await store.get_page_raw(host, url) or "")) == 43
+        assert len(record_bytes(await store.get_page_raw(host, url) or "")) == PAGE_STRUCT.size
         keys = sorted(await store.redis.keys(f"{store.prefix}:*"))
         assert keys == sorted([store.key(host, "pages"), store.key(host, "offsets")])
     finally:
@@ -168,7 +168,7 @@ async def test_an_old_text_page_is_read_and_rewritten_binary(redis_url: str) -> 
         assert res[0][0] == "applied"
         raw = record_bytes(await store.get_page_raw(host, url) or "")
         # 27 bytes, then the one fingerprint (the zero bytes after it are not stored)
-        assert raw[0] == 0xA1 and len(raw) == 29
+        assert raw[0] == 0xA1 and len(raw) == 27 + FP_BYTES
         new = PageState(2.5, 1e-4, 1000.25, (2, 0, 2, 0, 0))
         assert await store.get_page(host, url) == PageState.decode(new.encode())  # float32
     finally:
@@ -181,8 +181,9 @@ async def test_a_ping_writes_the_record_the_page_model_gives(redis_url: str) -> 
     ``PageState.encode`` makes of the page after the ping (its counts, its fingerprints, the
     estimator record after it kept), for random records: with and without an estimator
     record (then stored without trailing zero bytes), counts at the uint16 cap, a prior or
-    none, the ping's fingerprint already kept (a duplicate) or its two bytes only across
-    two kept fingerprints (not one)."""
+    none, the ping's fingerprint already kept (a duplicate), its six bytes only across two
+    kept fingerprints (not one), or a kept fingerprint equal to it in all but its highest
+    byte (a narrower digest's duplicate: not one)."""
     rng = np.random.default_rng(23)
     store = Store.from_url(redis_url, f"ps{uuid.uuid4().hex[:8]}")
     try:
@@ -192,15 +193,18 @@ async def test_a_ping_writes_the_record_the_page_model_gives(redis_url: str) -> 
             host, url = f"s{i}.test", f"http://s{i}.test/p"
             source = SOURCES[int(rng.integers(0, len(SOURCES)))]
             fp = ping_fingerprint(f"f{i}")
-            seen = [int(x) for x in rng.integers(0, 1 << 16, N_SEEN)]
+            seen = [int(x) for x in rng.integers(0, 1 << 48, N_SEEN)]
             seen[int(rng.integers(0, N_SEEN))] *= int(rng.random() < 0.7)  # some none
-            pick = i % 3
+            pick = i % 4
             if pick == 0:  # a duplicate
                 seen[int(rng.integers(0, N_SEEN))] = fp
             elif pick == 1:  # fp's bytes straddle two kept fingerprints: not a duplicate
-                k = int(rng.integers(0, N_SEEN - 1))
-                seen[k] = (fp & 0xFF) << 8 | int(rng.integers(0, 256))
-                seen[k + 1] = (fp >> 8) | int(rng.integers(0, 256)) << 8
+                k, j = int(rng.integers(0, N_SEEN - 1)), int(rng.integers(1, FP_BYTES))
+                fb = fp.to_bytes(FP_BYTES, "little")
+                seen[k] = int.from_bytes(rng.bytes(FP_BYTES - j) + fb[:j], "little")
+                seen[k + 1] = int.from_bytes(fb[j:] + rng.bytes(j), "little")
+            elif pick == 2:  # equal in the low 40 bits only: not a duplicate
+                seen[int(rng.integers(0, N_SEEN))] = fp ^ int(rng.integers(1, 256)) << 40
             signals = tuple(int(x) for x in rng.choice([0, 1, 7, 65534, 65535], len(SOURCES)))
             prior = None if rng.random() < 0.5 else float(rng.uniform(1e-6, 1e-2))
             page = PageState(float(rng.uniform(0.1, 10)), prior, last, signals, tuple(seen))

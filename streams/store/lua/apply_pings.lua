@@ -3,7 +3,7 @@
 -- KEYS: pages, offsets, buckets
 -- ARGV: offset field, t_delay_s, (unused: was the dedup window), (unused: was the most
 -- fingerprints kept), then per ping 6 values: offset, url, source index (1-based),
--- changed_at ('' = unknown), received_at, fingerprint (1..65535)
+-- changed_at ('' = unknown), received_at, fingerprint (1..2^48-1, __FPB bytes in the record)
 -- Returns code, page value per ping.  The rule is models.decision.pings' "live"
 -- (tests/integration/test_ping_rule_lua.py).  Duplicates: the page record keeps the
 -- fingerprints of its last __SEEN pings that were not duplicates (any source, newest
@@ -31,10 +31,12 @@ for i = 5, #ARGV, 6 do
       -- (a quarter of Redis's time per ping, docs/benchmarks.md "Design decisions")
       local v0 = cur
       if #v0 < __PSIZE then v0 = v0 .. string.rep('\0', __PSIZE - #v0) end
-      local n, fpb = tonumber(ARGV[i + 2]), struct.pack('<H', tonumber(ARGV[i + 5]))
-      local seen = string.sub(v0, __FPOS, __FPOS + 2 * __SEEN - 1)
+      local n, fpb = tonumber(ARGV[i + 2]), struct.pack('<I__FPB', tonumber(ARGV[i + 5]))
+      local seen = string.sub(v0, __FPOS, __FPOS + __FPB * __SEEN - 1)
       local s = string.find(seen, fpb, 1, true)
-      while s and s % 2 == 0 do s = string.find(seen, fpb, s + 1, true) end  -- aligned only
+      while s and (s - 1) % __FPB ~= 0 do  -- aligned only
+        s = string.find(seen, fpb, s + 1, true)
+      end
       if s then
         code = 'duplicate'
       else
@@ -53,7 +55,7 @@ for i = 5, #ARGV, 6 do
             .. string.sub(v0, at + 2, __FPOS - 1)
           code = 'applied'
         end
-        v = head .. fpb .. string.sub(seen, 1, 2 * __SEEN - 2) .. string.sub(v0, __PSIZE + 1)
+        v = head .. fpb .. string.sub(seen, 1, __FPB * (__SEEN - 1)) .. string.sub(v0, __PSIZE + 1)
         if #cur <= __PSIZE then v = (string.gsub(v, '%z+$', '')) end  -- as dump()
         put(pkey, f, v, okey, url)
       end
