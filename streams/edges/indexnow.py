@@ -53,12 +53,13 @@ import logging
 import re
 import time
 from collections import Counter
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 from typing import Any
 
 from aiohttp import web
 
 from streams.edges.pings import Ping, PingProducer, new_ping_id
+from streams.edges.ratelimit import RedisTokenBucket
 from streams.errors import RecrawlError
 from streams.events.records import check_url, host_of
 from streams.events.urls import canonical_host, in_scope
@@ -71,10 +72,8 @@ __all__ = [
     "MAX_URLS",
     "IndexNowReceiver",
     "KeyRegistry",
-    "RedisTokenBucket",
     "Rejection",
     "Submission",
-    "TokenBucket",
     "key_scope",
     "start_receiver",
     "validate_submission",
@@ -156,95 +155,6 @@ class KeyRegistry:
 
     async def failed(self, host: str, key: str, location: str = "") -> bool:
         return bool(await self.redis.exists(self._failed(host, key, location)))
-
-
-@dataclass
-class TokenBucket:
-    """An in-process token bucket per name (the reference semantics of
-    :class:`RedisTokenBucket`, which the receiver uses so that the limit holds over every
-    receiver process)."""
-
-    rate_per_s: float
-    burst: float
-    _state: dict[str, tuple[float, float]] = field(default_factory=dict)
-
-    def allow(self, name: str, now_s: float | None = None) -> bool:
-        now_s = time.monotonic() if now_s is None else now_s
-        tokens, last = self._state.get(name, (self.burst, now_s))
-        tokens = min(self.burst, tokens + (now_s - last) * self.rate_per_s)
-        if tokens < 1.0:
-            self._state[name] = (tokens, now_s)
-            return False
-        self._state[name] = (tokens - 1.0, now_s)
-        return True
-
-
-#: One token bucket in a Redis hash ``{tokens, ts}``: refill at ``rate`` up to ``burst``
-#: since ``ts``, take one token if there is one.  The clock is Redis's ``TIME`` (one clock
-#: for every receiver process), unless ARGV[4] gives the time (tests).  The key expires
-#: once the bucket would be full again, so idle hosts cost nothing.
-_TOKEN_BUCKET = """
-local rate = tonumber(ARGV[1])
-local burst = tonumber(ARGV[2])
-local now
-if ARGV[4] and ARGV[4] ~= '' then
-  now = tonumber(ARGV[4])
-else
-  local t = redis.call('TIME')
-  now = tonumber(t[1]) + tonumber(t[2]) / 1000000
-end
-local s = redis.call('HMGET', KEYS[1], 'tokens', 'ts')
-local tokens = tonumber(s[1])
-local ts = tonumber(s[2])
-if tokens == nil or ts == nil then
-  tokens = burst
-  ts = now
-end
-if now > ts then
-  tokens = math.min(burst, tokens + (now - ts) * rate)
-  ts = now
-end
-local ok = 0
-if tokens >= 1 then
-  tokens = tokens - 1
-  ok = 1
-end
-redis.call('HSET', KEYS[1], 'tokens', string.format('%.17g', tokens),
-           'ts', string.format('%.17g', ts))
-redis.call('PEXPIRE', KEYS[1], tonumber(ARGV[3]))
-return ok
-"""
-
-
-class RedisTokenBucket:
-    """A token bucket per host shared by every receiver process: one Lua script per
-    request on ``<prefix>:indexnow:{<host>}:rate`` (hash ``tokens``, ``ts``), so the host's
-    limit is ``rate_per_s`` (burst ``burst``) whatever the number of receivers behind a
-    load balancer.  Same semantics as :class:`TokenBucket`; the time is Redis's clock.
-    """
-
-    def __init__(
-        self, client: AsyncRedis, prefix: str, rate_per_s: float, burst: float
-    ) -> None:
-        if rate_per_s <= 0 or burst < 1:
-            raise ValueError("rate_per_s must be > 0 and burst >= 1")
-        self.redis = client
-        self.prefix = prefix
-        self.rate_per_s = float(rate_per_s)
-        self.burst = float(burst)
-        self._script = client.register_script(_TOKEN_BUCKET)
-        # the key lives until the bucket would be full again (plus a second)
-        self._ttl_ms = int(min(self.burst / self.rate_per_s, 86400.0 * 30) * 1000) + 1000
-
-    def key(self, host: str, bucket: str = "") -> str:
-        return f"{self.prefix}:indexnow:{{{host.lower()}}}:rate" + (f":{bucket}" if bucket else "")
-
-    async def allow(self, host: str, now_s: float | None = None, bucket: str = "") -> bool:
-        """Take one token of ``host``'s bucket (``bucket``: a separate one of the same
-        host, e.g. ``"unverified"``); False when empty (answer 429)."""
-        args: list[str | int] = [repr(self.rate_per_s), repr(self.burst), self._ttl_ms,
-                "" if now_s is None else repr(float(now_s))]  # fmt: skip
-        return bool(await self._script(keys=[self.key(host, bucket)], args=args))
 
 
 class Rejection(RecrawlError):

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import random
 import subprocess
 import sys
 import time
@@ -15,8 +16,10 @@ from aiohttp import web
 from edges_helpers import LOOPBACK, read_topic
 from worker_process import settings_env
 
+from models.decision.hosts import admit, refill
 from streams.edges.indexnow import IndexNowReceiver, KeyRegistry, start_receiver
 from streams.edges.pings import PingProducer
+from streams.edges.ratelimit import RedisTokenBucket
 from streams.edges.sitemaps import SitemapPoller
 from streams.fetcher.client import FetchLimits, SafeClient
 from streams.settings import Settings
@@ -335,21 +338,48 @@ async def test_indexnow_rate_limit_is_shared_by_receivers(
     assert 0 < await clients[0].pttl(key) <= 4000 * 1000 + 1000
 
 
-async def test_redis_token_bucket_follows_the_in_process_bucket(
+def _engine_bucket(steps: list[float], rate_per_s: float, burst: float) -> list[bool]:
+    """The answers of one bucket used at ``steps`` by the engine's rule
+    (:func:`models.decision.hosts.refill` then :func:`~models.decision.hosts.admit`)."""
+    tokens: float | None = None
+    ts: float | None = None
+    out = []
+    for now in steps:
+        tokens = refill(tokens, ts, now, rate_per_s, burst)
+        ts = now if ts is None or now > ts else ts
+        ok = admit(tokens, 0, 0) is None
+        tokens -= 1.0 if ok else 0.0
+        out.append(ok)
+    return out
+
+
+async def test_redis_token_bucket_is_the_engines_bucket_rule(
     settings: Settings, rclient: aioredis.Redis
 ) -> None:
-    """Same answers as :class:`TokenBucket` on the same clock (explicit times)."""
-    from streams.edges.indexnow import RedisTokenBucket, TokenBucket
-
+    """The Lua bucket answers as the engine's refill/admit rule on the same clock
+    (explicit times): a fixed sequence, then generated ones (rates, bursts, steps of
+    zero, tiny, large and backwards)."""
     shared = RedisTokenBucket(rclient, settings.key_prefix, rate_per_s=2.0, burst=3.0)
-    local = TokenBucket(rate_per_s=2.0, burst=3.0)
     t0 = 1.7e9
     steps = [0.0, 0.0, 0.0, 0.0, 0.1, 0.5, 0.5, 0.75, 2.0, 2.0, 2.0, 2.0, 2.0, 10.0]
     got = [await shared.allow("a.org", t0 + dt) for dt in steps]
-    want = [local.allow("a.org", t0 + dt) for dt in steps]
-    assert got == want
+    assert got == _engine_bucket([t0 + dt for dt in steps], 2.0, 3.0)
     assert got == [True, True, True, False, False, True, False, False, True, True, True,
                    False, False, True]  # fmt: skip
+    rng = random.Random(7)
+    for case in range(60):
+        burst = rng.choice([1.0, 1.5, 2.0, 10.0, 1000.0])
+        # refilled in 30 s or more: the key (alive until the bucket would be full again,
+        # in Redis's own time, plus a second) outlives a stall of the machine
+        rate = burst / rng.uniform(30.0, 3000.0)
+        bucket = RedisTokenBucket(rclient, settings.key_prefix, rate, burst)
+        now, times = t0, []
+        for _ in range(rng.randrange(1, 40)):
+            now += rng.choice([0.0, 1e-6, rng.expovariate(rate), rng.uniform(0, 5 / rate),
+                               -rng.uniform(0, 1 / rate)])
+            times.append(now)
+        got = [await bucket.allow(f"gen{case}.org", t) for t in times]
+        assert got == _engine_bucket(times, rate, burst), (case, rate, burst, times)
     # hosts do not share a bucket, and Redis's own clock is used without a time
     assert await shared.allow("b.org", t0)
     assert await shared.allow("c.org")

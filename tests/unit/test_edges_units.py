@@ -7,7 +7,7 @@ import math
 
 import pytest
 
-from streams.edges.indexnow import Rejection, TokenBucket, key_scope, validate_submission
+from streams.edges.indexnow import Rejection, key_scope, validate_submission
 from streams.edges.pings import Ping, parse_ping_line
 from streams.edges.sitemaps import SitemapRefused, gunzip_capped, parse_sitemap
 from streams.edges.timeparse import format_w3c_datetime, parse_w3c_datetime
@@ -239,14 +239,6 @@ def test_submission_scope_is_canonical_and_counts_scheme_and_port() -> None:
     with pytest.raises(Rejection) as info:
         validate_submission("a b", KEY, None, ["http://a.org/x"])
     assert info.value.status == 400
-
-
-def test_token_bucket() -> None:
-    b = TokenBucket(rate_per_s=1.0, burst=2.0)
-    assert [b.allow("h", 0.0) for _ in range(3)] == [True, True, False]
-    assert b.allow("other", 0.0)
-    assert b.allow("h", 1.01)
-    assert not b.allow("h", 1.02)
 
 
 # ---------------------------------------------------------------- truth
