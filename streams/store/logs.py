@@ -42,6 +42,10 @@ it before a batch is applied (:class:`CatalogueLost`):
 
 What the worker then does (replay the partitions from Kafka) is
 :mod:`streams.worker.recovery`.
+
+The probe asks the broker: when it cannot (broker away, a time-out), it raises, and
+:attr:`LogEpochs.retry` runs it again (the worker sets it to its Kafka retry, backing off:
+the batch waits, nothing of it is applied or rejected until the probe answers).
 """
 
 from __future__ import annotations
@@ -62,6 +66,12 @@ log = logging.getLogger(__name__)
 #: "gone" (the log starts after it: retention), None (not found: compacted, or no answer)
 ProbeResult = int | str | None
 Probe = Callable[[str, int, int], Awaitable[ProbeResult]]
+#: how a probe is run: given the call, its result (e.g. retried until the broker answers)
+ProbeRetry = Callable[[Callable[[], Awaitable[ProbeResult]]], Awaitable[ProbeResult]]
+
+
+async def _once(call: Callable[[], Awaitable[ProbeResult]]) -> ProbeResult:
+    return await call()
 
 #: the field of ``P:{logs}`` holding the catalogue mark (module docstring)
 CATALOGUE_FIELD = "catalogue"
@@ -104,6 +114,8 @@ class LogEpochs:
         self.redis = redis
         self.key = f"{prefix}:{{logs}}"
         self.probe = probe
+        #: runs each probe call (default: once; the worker retries transient Kafka errors)
+        self.retry: ProbeRetry = _once
         #: (topic, partition) -> epoch, checked since the last assignment
         self.known: dict[tuple[str, int], int] = {}
         self.new_logs = 0
@@ -186,7 +198,7 @@ class LogEpochs:
         """Whether the log still holds a record before ``offset`` (the group read it)."""
         if offset <= 0 or self.probe is None:
             return False
-        return await self.probe(tp[0], tp[1], offset - 1) != "gone"
+        return await self._probe(tp, offset - 1) != "gone"
 
     async def _same_log(self, tp: tuple[str, int], msgs: Sequence[Any], a: Anchor) -> bool:
         if msgs[0].offset > a.offset:
@@ -196,12 +208,17 @@ class LogEpochs:
                 return _ms(m.timestamp) == a.timestamp_ms
         if self.probe is None:
             return True
-        got = await self.probe(tp[0], tp[1], a.offset)
+        got = await self._probe(tp, a.offset)
         if got == "end":
             return False
         if isinstance(got, int):
             return got == a.timestamp_ms
         return True  # "gone" (retention) or unknown: the same log
+
+    async def _probe(self, tp: tuple[str, int], offset: int) -> ProbeResult:
+        probe = self.probe
+        assert probe is not None
+        return await self.retry(lambda: probe(tp[0], tp[1], offset))
 
     async def mark(self, messages: Sequence[Any]) -> None:
         """Move the anchors to the last record of each partition in ``messages`` (applied)."""
@@ -222,8 +239,8 @@ def kafka_probe(bootstrap: str, timeout_s: float = 5.0) -> Probe:
         tp = TopicPartition(topic, partition)
         consumer = AIOKafkaConsumer(bootstrap_servers=bootstrap, enable_auto_commit=False,
                                     group_id=None, request_timeout_ms=int(timeout_s * 1000))
-        await consumer.start()
-        try:
+        try:  # a start that fails (broker away) is stopped too: no client left behind
+            await consumer.start()
             consumer.assign([tp])
             end = (await consumer.end_offsets([tp]))[tp]
             if end <= offset:

@@ -210,6 +210,8 @@ class Agents:
         self.logs = logs
         if logs is not None:
             store.epoch_of = logs.epoch
+            # the log probe asks the broker: retried as any Kafka call (the batch waits)
+            logs.retry = lambda call: self._retry("kafka", call)
         self.store = store
         self.metrics = metrics
         self.reject_sink = reject_sink

@@ -15,6 +15,7 @@ from typing import Any
 
 import pytest
 from agents_harness import CASES, Harness, js
+from aiokafka.errors import KafkaConnectionError, KafkaTimeoutError
 
 from streams.scheduler import Scheduler
 from streams.store import IssueBatch
@@ -87,6 +88,44 @@ async def test_scripts_lost_by_redis_are_loaded_again_and_nothing_is_rejected(
         if sent:
             break
     assert [json.loads(v)["url"] for v in sent] == [url]
+
+
+async def test_a_log_probe_the_broker_cannot_answer_is_retried_and_nothing_is_rejected(
+        redis_url: str) -> None:
+    """The probe that tells whether a partition's log is new (streams/store/logs.py) asks the
+    broker; while it cannot (the broker away), the batch waits: the probe is run again, each
+    failure counted as a Kafka retry, and the batch is applied once it answers, nothing
+    rejected.  Both probes: a partition without an anchor, and an anchor outside the batch."""
+    h = Harness(redis_url)
+    logs = h.logic.logs
+    calls: list[int] = []
+    answer: list[int | str] = ["gone"]
+
+    async def probe(topic: str, partition: int, offset: int) -> int | str:
+        calls.append(offset)
+        if len(calls) % 4:  # three failures, then the answer
+            raise (KafkaConnectionError("Unable to bootstrap from [('127.0.0.1', 9)]")
+                   if len(calls) % 2 else KafkaTimeoutError())
+        return answer[0]
+
+    logs.probe = probe
+    a, b = "https://k.org/a", "https://k.org/b"
+    # no anchor and a batch past offset 0: was offset 39 read before? ("gone": no, new log)
+    await h.feed("pages", [js(url=a)], offset=40)
+    assert h.rejects == [] and calls == [39] * 4
+    assert h.metrics.tally["retries.kafka"] == 3
+    assert await h.store.get_page("k.org", a) == PageState()
+    # after a rebalance, a batch below the anchor (offset 40): the record at 40 is the
+    # anchor's (its timestamp): the same log, the batch a redelivery
+    (anchor,) = [v for k, v in (await h.store.redis.hgetall(logs.key)).items()
+                 if k != "catalogue"]
+    answer[0] = int(anchor.split("|")[2])
+    logs.forget()
+    await h.feed("pages", [js(url=b)], offset=30)
+    assert h.rejects == [] and calls == [39] * 4 + [40] * 4
+    assert h.metrics.tally["retries.kafka"] == 6
+    assert h.metrics.tally["pages.dup-offset"] == 1
+    assert await h.store.get_page("k.org", b) is None
 
 
 async def test_agents_on_a_redis_cluster_reload_scripts_the_masters_lost(
