@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import os
 import sys
 
 __all__ = ["COMMAND_MODULES", "build_parser", "main", "version"]
@@ -56,13 +57,26 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _reader_gone() -> int:
+    """The reader of the output went away (``recrawl explain URL | head``): stop quietly, as
+    Unix tools do.  stdout goes to devnull so that the interpreter's own flush at exit does
+    not fail again (Python docs, :mod:`signal`, "Note on SIGPIPE")."""
+    os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+    return 1
+
+
 def main(argv: list[str] | None = None) -> int:
     from streams.reach import Unreachable
     from streams.settings import SettingsError
 
-    args = build_parser().parse_args(argv)
+    try:
+        args = build_parser().parse_args(argv)  # --help: printed here
+    except BrokenPipeError:
+        return _reader_gone()
     try:
         return int(args.func(args) or 0)
+    except BrokenPipeError:
+        return _reader_gone()
     except SettingsError as exc:
         print(f"recrawl {args.command}: {exc}", file=sys.stderr)
         return 2
