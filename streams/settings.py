@@ -206,7 +206,9 @@ class Settings(BaseSettings):
     record as it is and skip its estimator; 3 from older ones, which would start it
     again)."""
     resplit_gain: float = Field(default=0.5, ge=0.0)
-    """Gain of the budget re-split controller (per second, on log-thresholds)."""
+    """Gain of the budget re-split controller on log-thresholds, per turnover of the books
+    (``pages / R``): a log-weight moves by ``gain`` times its log-threshold gap per turnover
+    (models/decision/budget.py)."""
     forward_discoveries: bool = False
     """Forward pings for unknown pages (discoveries) to ``recrawl.pages`` as new pages."""
     decisions_per_page: int = Field(default=4, ge=0, le=32)

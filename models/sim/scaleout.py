@@ -17,21 +17,32 @@ Two pure parts, no clock, no I/O:
   re-stamped by a heartbeat (or, ``heartbeat=False``, only by the loop's resplit), and
   events: a worker killed (its partitions move to the survivors after the session timeout
   and rebuild there), a loop
-  stalled (a rebuild on the event loop), a shard loading.  It returns the orders per step,
-  so a caller can count any window.
+  stalled (a rebuild on the event loop), a shard loading.  With ``books`` (:class:`Pages`
+  per partition) the shards also have pages whose crawl values grow as in the service
+  (:func:`models.values.crawl_value`, no signals): each worker orders its best pages, its
+  threshold is the average of the values it ordered (``budget.observe_value``) and its
+  weights follow the service's controller (``budget.update_weight``), so the split's
+  convergence can be watched.  It returns the orders per step, so a caller can count any
+  window, and the shares and thresholds at every resplit.
 """
 
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+import numpy as np
+import numpy.typing as npt
+
 from models.decision import budget
 from models.decision.pacer import CreditPacer
+from models.values import crawl_value
 
 __all__ = [
     "Measured",
+    "Pages",
     "SimResult",
     "Sizing",
     "Worker",
@@ -204,9 +215,35 @@ class Worker:
     pacer: CreditPacer | None = None
     next_resplit: float = 0.0
     next_beat: float = 0.0
+    #: with books: the worker's log-threshold (``Scheduler.log_threshold``) and the orders
+    #: wanted and emitted since its last resplit
+    log_threshold: float | None = None
+    wanted: int = 0
 
     def stalled(self, t: float) -> bool:
         return any(a <= t < b for a, b in self.stalls)
+
+
+@dataclass(slots=True)
+class Pages:
+    """One shard's pages for the simulated thresholds: importance ``mu`` and change rate
+    ``delta`` (per second) of each page, changes without signals; ``last`` is each page's
+    last crawl (-inf: never crawled, worth ``mu / delta``)."""
+
+    mu: npt.NDArray[np.float64]
+    delta: npt.NDArray[np.float64]
+    last: npt.NDArray[np.float64] = field(default_factory=lambda: np.zeros(0))
+
+    def __post_init__(self) -> None:
+        if self.last.shape != self.mu.shape:
+            self.last = np.full(self.mu.shape, -np.inf)
+
+    def __len__(self) -> int:
+        return int(self.mu.shape[0])
+
+    def values(self, t: float) -> npt.NDArray[np.float64]:
+        return np.asarray(crawl_value(t - self.last, self.delta, 0.0, 0.0, mu=self.mu),
+                          dtype=np.float64)
 
 
 @dataclass(slots=True)
@@ -216,6 +253,10 @@ class SimResult:
     orders: list[int]
     #: (t, sum over live workers of their shares) at every resplit
     shares: list[tuple[float, float]]
+    #: with books, every ``resplit_s``: (t, share of each live worker, log-threshold of
+    #: each live worker with a ready shard)
+    split: list[tuple[float, dict[int, float], dict[int, float]]] = field(
+        default_factory=list)
 
     def rate(self, a: float, b: float) -> float:
         i, j = round(a / self.dt_s), round(b / self.dt_s)
@@ -238,7 +279,8 @@ def simulate_split(
     tick_s: float = 0.1, resplit_s: float = 0.5, heartbeat: bool = True,
     heartbeat_s: float = 0.2, alive_s: float = 1.0, hung_s: float = 10.0,
     session_timeout_s: float = 10.0, rebuild_s: float = 1.0, announce: bool = True,
-    stall_s: float | None = 0.5,
+    stall_s: float | None = 0.5, books: dict[int, Pages] | None = None,
+    gain: float = 0.5, average_s: float = 2.0, fixed_turnover_s: float | None = None,
 ) -> SimResult:
     """Run the split protocol for ``duration_s`` in steps of ``tick_s / 2`` (the loop's
     wake-ups).  Every page is always available (the budget is the only limit), all shards'
@@ -256,7 +298,17 @@ def simulate_split(
     stops at once; ``session_timeout_s`` later its partitions go round-robin to the live
     workers and rebuild there for ``rebuild_s``.  With ``announce`` (as
     ``Scheduler.resplit``) a shard that became ready spends from the worker's next resplit,
-    after publishing itself ready, so that the others shrink first."""
+    after publishing itself ready, so that the others shrink first.
+
+    ``books`` (partition -> :class:`Pages`, mutated: the crawls): thresholds are no longer
+    equal.  A worker orders the best pages of its ready shards; its log-threshold is the
+    average of the values ordered over ``average_s`` (``budget.observe_value``), raised to
+    its best value after a resplit interval without an order (as ``Scheduler.resplit``);
+    its shards publish it, and their weights (kept by partition, so a moved shard keeps
+    its own) follow ``budget.update_weight`` at ``gain`` over the turnover of all live
+    books (``budget.turnover_s``, lag ``average_s + resplit_s``), or over
+    ``fixed_turnover_s`` if given (a gain per second that ignores the catalogue: the
+    alternative design, kept to compare)."""
     dt = tick_s / 2
     steps = round(duration_s / dt)
     entries: dict[int, dict[str, Any]] = {}
@@ -267,6 +319,8 @@ def simulate_split(
         w.next_resplit = w.resplit_phase_s
         w.next_beat = w.beat_phase_s
     moved: set[int] = set()
+    weight: dict[int, float] = {}
+    split_log: list[tuple[float, dict[int, float], dict[int, float]]] = []
     for i in range(steps):
         t = i * dt
         # partitions of workers dead for longer than the session timeout move
@@ -298,11 +352,14 @@ def simulate_split(
                         if p not in w.shards}
                 own = {p: {"weight": 1.0, "ready": t >= ready, "worker": w.name, "ts": t}
                        for p, ready in w.shards.items()}
+                if books is not None:
+                    _control(w, own, live, books, weight, t, budget_per_s, gain,
+                             average_s + resplit_s, resplit_s, fixed_turnover_s)
                 w.published = own
                 for p, e in own.items():
                     entries[p] = e
                 weights = {p: float(e.get("weight", 1.0)) for p, e in live.items()}
-                weights.update({p: 1.0 for p in own})
+                weights.update({p: float(e["weight"]) for p, e in own.items()})
                 loading = {p for p, e in live.items() if e.get("ready") is False}
                 loading |= {p for p, e in own.items() if not e["ready"]}
                 ready_now = {p for p, e in own.items() if e["ready"]}
@@ -321,7 +378,63 @@ def simulate_split(
                 if n >= 1:
                     w.pacer.spend(n)
                     orders[i] += n
+                    if books is not None:
+                        _crawl(w, books, t, n, s, average_s)
         if i % round(resplit_s / dt) == 0:
             shares_log.append((t, sum(sum(w.shares.values()) for w in workers
                                       if w.dead_at > t)))
-    return SimResult(dt, orders, shares_log)
+            if books is not None:
+                alive = [w for w in workers if w.dead_at > t]
+                split_log.append((
+                    t, {w.name: sum(w.shares.values()) for w in alive},
+                    {w.name: w.log_threshold for w in alive if w.log_threshold is not None
+                     and any(t >= r for r in w.shards.values())}))
+    return SimResult(dt, orders, shares_log, split_log)
+
+
+def _crawl(w: Worker, books: dict[int, Pages], t: float, n: int, share: float,
+           average_s: float) -> None:
+    """``n`` orders of worker ``w`` at ``t``: its best pages over its ready shards (the
+    merged pick), each value ordered averaged into its threshold."""
+    ready = [p for p, r in w.shards.items() if t >= r and p in books]
+    if not ready:
+        return
+    vals = [books[p].values(t) for p in ready]
+    flat = np.concatenate(vals)
+    top = np.argsort(-flat, kind="stable")[:n]
+    bounds = np.cumsum([0] + [len(v) for v in vals])
+    w.wanted += n
+    for j in top:
+        k = int(np.searchsorted(bounds, j, side="right") - 1)
+        books[ready[k]].last[j - bounds[k]] = t
+        w.log_threshold = budget.observe_value(w.log_threshold, float(flat[j]), share,
+                                               average_s)
+
+
+def _control(w: Worker, own: dict[int, dict[str, Any]], live: Mapping[int, Mapping[str, Any]],
+             books: dict[int, Pages], weight: dict[int, float], t: float,
+             budget_per_s: float, gain: float, lag_s: float, dt_s: float,
+             fixed_turnover_s: float | None) -> None:
+    """The controller's part of worker ``w``'s resplit (``Scheduler.resplit``): its
+    threshold raised to its best value after an interval without orders (looked up at
+    every such resplit; the service caches it for ``BEST_VALUE_EVERY_S``), the weights of
+    its shards moved, and the entries it publishes filled in."""
+    ready = [p for p, e in own.items() if e["ready"] and p in books]
+    if w.wanted == 0 and ready:
+        best = max(float(np.max(books[p].values(t), initial=0.0)) for p in ready)
+        if best > 0.0 and (w.log_threshold is None or math.log(best) > w.log_threshold):
+            w.log_threshold = math.log(best)
+    w.wanted = 0
+    thresholds: dict[int, float | None] = {p: e.get("log_threshold") for p, e in live.items()}
+    for p, e in own.items():
+        thresholds[p] = w.log_threshold if e["ready"] else None
+    mean = budget.mean_log(thresholds)
+    pages = sum(len(books[p]) for p in own if p in books)
+    pages += sum(int(e.get("pages", 0)) for e in live.values())
+    turnover = (budget.turnover_s(pages, budget_per_s, lag_s) if fixed_turnover_s is None
+                else fixed_turnover_s)
+    for p, e in own.items():
+        weight[p] = budget.update_weight(weight.get(p, 1.0), thresholds[p], mean, gain=gain,
+                                         turnover_s=turnover, dt_s=dt_s)
+        e.update(weight=weight[p], log_threshold=thresholds[p],
+                 pages=len(books[p]) if p in books else 0)

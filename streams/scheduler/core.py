@@ -312,11 +312,18 @@ class Scheduler(OrderIssuing):
         own: dict[int, dict[str, Any]] = {}
         starved_all = self.wanted > 0 and self.emitted == 0 and not self.control.paused
         self.wanted = self.emitted = 0
+        # how fast thresholds answer a change of share: one turnover of all the books
+        pages = sum(len(s.book) for s in self.shards.values())
+        for e in live.values():
+            with contextlib.suppress(TypeError, ValueError):
+                pages += max(0, int(e.get("pages", 0)))
+        turnover = budget.turnover_s(pages, self.control.budget_per_s, EWMA_S + RESPLIT_S)
         for p, s in self.shards.items():
             starved = s.ready and starved_all
             s.weight = budget.update_weight(
-                s.weight, s.log_threshold, mean, gain_per_s=self.settings.resplit_gain,
-                dt_s=dt_s, starved=starved and s.share_per_s * dt_s >= 2,
+                s.weight, s.log_threshold, mean, gain=self.settings.resplit_gain,
+                turnover_s=turnover, dt_s=dt_s,
+                starved=starved and s.share_per_s * dt_s >= 2,
             )
             own[p] = {
                 "weight": s.weight, "log_threshold": s.log_threshold,

@@ -14,6 +14,7 @@ from typing import Any
 from pydantic_core import to_json
 from redis.exceptions import NoScriptError
 
+from models.decision import budget
 from models.decision.pacer import CreditPacer
 from streams.scheduler.loading import ShardLoading
 from streams.scheduler.shard import Shard
@@ -315,14 +316,9 @@ class OrderIssuing(ShardLoading):
             estimated=bool(t.estimated[slot]))
 
     def _observe_value(self, shard: Shard, value: float, now: float) -> None:
-        if not 0.0 < value < math.inf:  # the threshold must stay finite (budget split)
-            return
-        lv = math.log(value)
-        if self.log_threshold is None:
-            self.log_threshold = lv
-        else:
-            w = 1.0 / max(1.0, self.share_total * EWMA_S)
-            self.log_threshold += w * (lv - self.log_threshold)
+        # the threshold the split compares (models/decision/budget.py)
+        self.log_threshold = budget.observe_value(self.log_threshold, value,
+                                                  self.share_total, EWMA_S)
 
     async def _expire(self, shard: Shard, now: float) -> None:
         due: list[tuple[str, str]] = []

@@ -94,8 +94,8 @@ def test_split_sums_to_the_budget_and_local_shards_move_together() -> None:
     shares = budget.split(8.0, w)
     assert abs(sum(shares.values()) - 8.0) < 1e-12
     # same threshold for the shards of one worker: their weights move by the same factor
-    w0 = budget.update_weight(1.0, 1.0, 0.0, gain_per_s=0.5, dt_s=0.5)
-    w1 = budget.update_weight(2.0, 1.0, 0.0, gain_per_s=0.5, dt_s=0.5)
+    w0 = budget.update_weight(1.0, 1.0, 0.0, gain=0.5, turnover_s=10.0, dt_s=0.5)
+    w1 = budget.update_weight(2.0, 1.0, 0.0, gain=0.5, turnover_s=10.0, dt_s=0.5)
     assert abs(w1 / w0 - 2.0) < 1e-12
 
 
