@@ -24,6 +24,7 @@ COMMAND_MODULES = [
     "streams.commands.explain",
     "streams.commands.plan",
     "streams.commands.pages",
+    "streams.commands.importing",
     "streams.commands.experiments",
     "streams.commands.ping",
     "streams.commands.fetch",

@@ -77,11 +77,14 @@ def _text(path: Path) -> IO[str]:
 
 
 def read_history(path: str | Path, fmt: str | None = None, *, strict: bool = False,
-                 report: ReadReport | None = None) -> Iterator[Page | Change | Capture]:
+                 report: ReadReport | None = None,
+                 start_s: float = 0.0) -> Iterator[Page | Change | Capture]:
     """Records of a history file, streamed (see the module docstring).
 
     ``report`` (optional) is filled as the records are read: lines, bad lines with their
     number and reason, skipped lines; read it after the iterator is exhausted.
+    ``start_s``: the unix time a Kolobov et al. collection started (its files give days
+    since then; the other formats carry their own times).
     """
     p = Path(path)
     chosen = guess_format(p) if fmt is None else fmt
@@ -90,7 +93,7 @@ def read_history(path: str | Path, fmt: str | None = None, *, strict: bool = Fal
     rep = report if report is not None else ReadReport()
     rep.path = str(p)
     if chosen == "kolobov":
-        yield from read_kolobov(p, rep, strict=strict)
+        yield from read_kolobov(p, rep, strict=strict, start_s=start_s)
     elif chosen == "warc":
         with open(p, "rb") as fb:
             yield from read_warc(fb, rep, strict=strict)

@@ -1,0 +1,194 @@
+"""``recrawl import`` into a real worker (real Kafka and Redis, ``recrawl worker`` as an
+operator starts it): the estimates it stores are the model's of the same observations; a
+second run changes nothing; an interrupted run, resumed, ends where an uninterrupted one
+does."""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+from worker_process import REPO, settings_env
+
+from models.estimators import CrawlInterval, SignalEstimator
+from models.sim.trace import complete_history_intervals
+from streams.estimates.estimation import N_GROUPS, Estimation, Observation, full_estimates
+from streams.events.records import SOURCES
+from streams.histories.observations import EPS_S
+from streams.histories.sample import simulated_history
+from streams.histories.write import write_cdx, write_changes
+from streams.settings import Settings
+from streams.store.page_record import PageState, estimator_part
+from streams.store.redis_store import Store
+
+pytestmark = pytest.mark.integration
+
+
+def run_import(settings: Settings, *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "streams.cli", "import", *args, "--wait-s",
+                           "120"], env=settings_env(settings), cwd=REPO, capture_output=True,
+                          text=True, timeout=300)
+
+
+def stored(settings: Settings, urls: list[str]) -> dict[str, bytes | None]:
+    """Each page's stored value (page record and estimator record), as bytes."""
+    from streams.events.records import host_of
+
+    async def go() -> list[tuple[str | None, str | None]]:
+        store = Store.from_url(settings.redis_url, settings.key_prefix)
+        try:
+            return await store.read_pages([(host_of(u), u) for u in urls])
+        finally:
+            await store.close()
+
+    out: dict[str, bytes | None] = {}
+    for u, (value, legacy) in zip(urls, asyncio.run(go()), strict=True):
+        assert legacy is None
+        out[u] = None if value is None else value.encode("utf-8", "surrogateescape")
+    return out
+
+
+def stream_rate(intervals: list[tuple[float, bool, float]]) -> float:
+    """The change rate the worker's estimator code (:class:`Estimation`, the models'
+    ``batch_update`` and Newton solve) computes in-process from ``(tau, changed, end_s)``."""
+    est = Estimation()
+    record: str | None = None
+    for tau, changed, end in intervals:
+        (record,) = est.observe([Observation(record, tau, (0,) * len(SOURCES), changed, end)])
+    e = full_estimates(record)
+    assert e is not None
+    return e.change_rate_per_s
+
+
+def model_rate(intervals: list[tuple[float, bool, float]]) -> tuple[float, int]:
+    """The change rate ``models.estimators.SignalEstimator`` (the worker's source groups,
+    default prior) estimates from the intervals, page by page, and their number."""
+    est = SignalEstimator(N_GROUPS)
+    st = est.init()
+    for tau, changed, end in intervals:
+        st = est.update(st, CrawlInterval(tau, changed, (0,) * N_GROUPS, end))
+    r = est.result(st)
+    return r.change_rate_per_s, r.n_intervals
+
+
+def assert_model_estimates(values: dict[str, bytes | None],
+                           expected: dict[str, list[tuple[float, bool, float]]],
+                           importance: dict[str, float]) -> None:
+    for url, intervals in expected.items():
+        value = values[url]
+        assert value is not None, f"{url}: not stored"
+        page = PageState.decode(value)
+        assert page.last_crawl_s == pytest.approx(intervals[-1][2], abs=1e-3), url
+        assert page.importance == importance.get(url, 1.0), url
+        est = full_estimates(estimator_part(value))
+        assert est is not None, url
+        rate, n = model_rate(intervals)
+        assert est.n_intervals == n == len(intervals), url
+        # the same code in-process: equal to the float32 the record keeps
+        assert est.change_rate_per_s == pytest.approx(stream_rate(intervals), rel=1e-6), url
+        # the scalar model, page by page: the stream solves the mode at every update and
+        # expands an interval leaving its ring around it, the scalar path around a Newton
+        # step (estimation.py, "theta"), so they differ by up to about 10^-3 here
+        assert est.change_rate_per_s == pytest.approx(rate, rel=1e-2), (url, intervals)
+
+
+def capture_intervals(obs: dict[str, list[tuple[float, bool | None]]]
+                      ) -> dict[str, list[tuple[float, bool, float]]]:
+    return {u: [(b[0] - a[0], bool(b[1]), b[0]) for a, b in itertools.pairwise(o)]
+            for u, o in obs.items()}
+
+
+def complete_intervals(changes: list[float], start: float, stop: float
+                       ) -> list[tuple[float, bool, float]]:
+    """``complete_history_intervals`` with each interval's end time."""
+    out = []
+    end = start
+    for tau, changed in complete_history_intervals(np.asarray(changes), start, stop, EPS_S):
+        end += tau
+        out.append((tau, changed, end))
+    return out
+
+
+def test_an_imported_capture_index_gives_the_models_estimates_and_a_rerun_changes_nothing(
+        settings: Settings, start_worker: Any, tmp_path: Path) -> None:
+    obs, _truth = simulated_history(m=12, days=10.0, seed=4, crawls_per_day=8.0)
+    path = tmp_path / "captures.cdx"
+    write_cdx(path, obs)
+    with open(path, "a") as fh:
+        fh.write("this is not a CDX line\n")
+    n_lines = len(path.read_text().splitlines())
+    start_worker(settings)
+    done = run_import(settings, str(path))
+    assert done.returncode == 1, done.stdout + done.stderr  # the bad line
+    assert f"line {n_lines}:" in done.stdout, done.stdout
+    n_out = sum(len(o) for o in obs.values())
+    assert f"{n_out} outcomes sent" in done.stdout, done.stdout
+    urls = sorted(obs)
+    first = stored(settings, urls)
+    assert_model_estimates(first, capture_intervals(obs), {})
+    # a second run: the progress record says done; nothing is sent
+    again = run_import(settings, str(path))
+    assert again.returncode == 0 and "already imported" in again.stdout, again.stdout
+    # everything sent again: every outcome is stale at the worker
+    forced = run_import(settings, str(path), "--again")
+    assert forced.returncode == 1 and f"{n_out} outcomes sent" in forced.stdout, forced.stdout
+    assert stored(settings, urls) == first
+
+
+def test_an_interrupted_change_log_import_resumes_to_the_models_estimates(
+        settings: Settings, start_worker: Any, tmp_path: Path) -> None:
+    _obs, truth = simulated_history(m=30, days=20.0, seed=6)
+    importance = {u: 1.0 + k for k, u in enumerate(sorted(truth)) if k % 3 == 0}
+    path = tmp_path / "changes.jsonl"
+    write_changes(path, truth, importance=importance)
+    times = [t for ts in truth.values() for t in ts]
+    start, stop = min(times), max(times)
+    expected = {u: complete_intervals(ts, start, stop) for u, ts in truth.items()}
+    n_out = sum(len(e) + 1 for e in expected.values())
+    start_worker(settings)
+    part = run_import(settings, str(path), "--limit", "70")
+    assert part.returncode == 0, part.stdout + part.stderr
+    assert "70 outcomes sent" in part.stdout and "--limit" in part.stdout, part.stdout
+    rest = run_import(settings, str(path))
+    assert rest.returncode == 0, rest.stdout + rest.stderr
+    assert f"{n_out - 70} outcomes sent" in rest.stdout and "after 70" in rest.stdout
+    assert_model_estimates(stored(settings, sorted(truth)), expected, importance)
+
+
+def test_a_killed_import_resumes_to_the_same_state_as_one_uninterrupted(
+        settings: Settings, start_worker: Any, tmp_path: Path) -> None:
+    obs, _truth = simulated_history(m=200, days=30.0, seed=8, crawls_per_day=400.0)
+    path = tmp_path / "captures.cdx"
+    write_cdx(path, obs)
+    n_out = sum(len(o) for o in obs.values())
+    start_worker(settings)
+    env = settings_env(settings)
+    proc = subprocess.Popen([sys.executable, "-m", "streams.cli", "import", str(path)],
+                            env=env, cwd=REPO, stdout=subprocess.DEVNULL,
+                            stderr=subprocess.DEVNULL, start_new_session=True)
+    from streams.commands.importing import file_digest
+    from streams.store.redis_conn import connect_sync
+
+    key = f"{settings.key_prefix}:import:{file_digest(path, 'cdx')}"
+    r = connect_sync(settings.redis_url, decode_responses=True)
+    deadline = time.monotonic() + 240
+    while time.monotonic() < deadline and int(r.hget(key, "sent") or 0) < 2000:
+        assert proc.poll() is None, "the import ended before it could be killed"
+        time.sleep(0.05)
+    os.killpg(proc.pid, signal.SIGKILL)
+    proc.wait(10)
+    sent = int(r.hget(key, "sent") or 0)
+    assert 2000 <= sent < n_out and r.hget(key, "done") is None, sent
+    rest = run_import(settings, str(path))
+    assert rest.returncode == 0, rest.stdout + rest.stderr
+    assert f"{n_out - sent} outcomes sent" in rest.stdout, rest.stdout
+    assert_model_estimates(stored(settings, sorted(obs)), capture_intervals(obs), {})

@@ -1,0 +1,128 @@
+"""A history as the crawl observations ``recrawl import`` sends (pure: no service)."""
+
+from __future__ import annotations
+
+import random
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from models.sim.trace import complete_history_intervals
+from streams.commands.importing import file_digest, read_pages
+from streams.histories import Capture, Change, Page
+from streams.histories.observations import EPS_S, Crawl, ImportCounts, Window, crawls_of
+from streams.histories.write import write_cdx, write_changes
+
+T0_S = 1_700_000_000.0
+
+
+def intervals(crawls: list[Crawl]) -> dict[str, list[tuple[float, bool]]]:
+    """Per URL, the intervals a worker adds: time since the URL's previous crawl, changed."""
+    last: dict[str, float] = {}
+    out: dict[str, list[tuple[float, bool]]] = {}
+    for c in crawls:
+        prev = last.get(c.url)
+        if prev is None:
+            assert c.changed is None, c  # the first crawl starts the page's first interval
+            out[c.url] = []
+        else:
+            assert c.time_s > prev and c.changed is not None, c
+            out[c.url].append((c.time_s - prev, c.changed))
+        last[c.url] = c.time_s
+    return out
+
+
+def test_a_change_log_gives_the_intervals_the_trace_experiment_learns_from() -> None:
+    rng = random.Random(5)
+    changes = {f"https://a.example/{i}": sorted({T0_S + rng.randrange(0, 40 * 86400)
+                                                 for _ in range(rng.randrange(0, 30))})
+               for i in range(40)}
+    records: list[Page | Change | Capture] = [Page(u, 1.0) for u in changes]
+    mixed = [Change(u, t) for u, ts in changes.items() for t in ts]
+    rng.shuffle(mixed)  # URLs interleave; each URL's changes stay in time order
+    mixed.sort(key=lambda c: c.time_s)
+    records += mixed
+    times = [t for ts in changes.values() for t in ts]
+    window = Window(min(times), max(times))
+    got = intervals(list(crawls_of(records, window)))
+    assert set(got) == set(changes)
+    for url, ts in changes.items():
+        want = complete_history_intervals(np.asarray(ts), window.start_s, window.stop_s, EPS_S)
+        assert [c for _, c in got[url]] == [c for _, c in want], url
+        np.testing.assert_allclose([t for t, _ in got[url]], [t for t, _ in want],
+                                   rtol=0, atol=2e-3)
+
+
+def test_changes_closer_than_eps_keep_their_order_at_the_millisecond() -> None:
+    u = "https://a.example/close"
+    records: list[Page | Change | Capture] = [
+        Change(u, T0_S + t) for t in (10, 10.001, 11, 12.5)]
+    got = intervals(list(crawls_of(records, Window(T0_S, T0_S + 20))))[u]
+    # a gap of 1 ms leaves no room for an unchanged crawl; eps shrinks to half a gap
+    want = [(9, False), (1, True), (0.001, True), (0.5, False), (0.5, True), (0.75, False),
+            (0.75, True), (7.5, False)]
+    assert [c for _, c in got] == [c for _, c in want]
+    np.testing.assert_allclose([t for t, _ in got], [t for t, _ in want], rtol=0, atol=1.1e-3)
+
+
+def test_captures_are_crawls_and_out_of_order_ones_are_counted() -> None:
+    records: list[Page | Change | Capture] = [
+        Page("https://b.example/x", 2.0),
+        Capture("https://b.example/x", T0_S, True),  # first: nothing to compare with
+        Capture("https://b.example/y", T0_S + 5, None),
+        Capture("https://b.example/x", T0_S + 60, False),
+        Capture("https://b.example/x", T0_S + 30, True),  # before the previous one
+        Capture("https://b.example/x", T0_S + 60.0004, True),  # the same millisecond
+        Capture("https://b.example/y", T0_S + 65, True),
+    ]
+    counts = ImportCounts()
+    got = list(crawls_of(records, None, counts))
+    assert got == [Crawl("https://b.example/x", T0_S, None),
+                   Crawl("https://b.example/y", T0_S + 5, None),
+                   Crawl("https://b.example/x", T0_S + 60, False),
+                   Crawl("https://b.example/y", T0_S + 65, True)]
+    assert counts.out_of_order == 2
+    assert [u for u, *_ in counts.first_skipped] == ["https://b.example/x"] * 2
+    assert "2 observations not after" in counts.summary()[0]
+
+
+def test_a_declared_page_without_changes_is_one_unchanged_interval() -> None:
+    records: list[Page | Change | Capture] = [Page("https://c.example/q", 1.0),
+                                               Change("https://c.example/r", T0_S + 100)]
+    got = list(crawls_of(records, Window(T0_S, T0_S + 500)))
+    assert intervals(got)["https://c.example/q"] == [(500.0, False)]
+    assert intervals(got)["https://c.example/r"] == [(99.0, False), (1.0, True), (400.0, False)]
+
+
+def test_changes_need_the_window() -> None:
+    with pytest.raises(ValueError, match="window"):
+        list(crawls_of([Change("https://c.example/r", T0_S)]))
+
+
+def test_the_first_pass_refuses_what_the_worker_refuses_and_merges_nothing(
+        tmp_path: Path) -> None:
+    path = tmp_path / "h.jsonl"
+    write_changes(path, {"https://d.example/a": [T0_S + 1, T0_S + 2],
+                         "ftp://d.example/b": [T0_S + 3],
+                         "https://D.example/a": [T0_S + 4]},
+                  importance={"https://d.example/a": 3.0})
+    with open(path, "a") as fh:
+        fh.write("not json\n")
+    plan = read_pages(path, "changes", strict=False)
+    assert plan.pages["https://d.example/a"] == ("https://d.example/a", "d.example", 3.0)
+    assert plan.pages["ftp://d.example/b"] is None
+    assert plan.pages["https://D.example/a"] is None  # the same page under another spelling
+    assert plan.refused == 2 and plan.changes
+    assert (plan.first_s, plan.last_s) == (T0_S + 1, T0_S + 4)
+    assert plan.report.bad == 1 and plan.report.first_bad[0].line == plan.report.lines
+
+
+def test_the_digest_is_the_bytes(tmp_path: Path) -> None:
+    a, b = tmp_path / "a.cdx", tmp_path / "b.cdx"
+    obs = {"https://e.example/": [(T0_S, None), (T0_S + 9, True)]}
+    write_cdx(a, obs)
+    write_cdx(b, obs)
+    assert file_digest(a, "cdx") == file_digest(b, "cdx") != file_digest(a, "changes")
+    b.write_text(b.read_text() + "\n")
+    assert file_digest(a, "cdx") != file_digest(b, "cdx")
