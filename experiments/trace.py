@@ -15,9 +15,12 @@ recrawl       Algorithm 1 with everything learned online from its own crawls and
               (:class:`models.sim.trace.VectorAlgorithm1` with
               :class:`models.sim.trace.OnlineRates`: Greedy without pings, Greedy-NCIS
               with them), starting from the estimator's default prior as a live worker
-              starts, hedged (:class:`models.sim.trace.Hedge`: crawls go back to the
-              pages crawled longest ago while the learned rates predict the crawls'
-              findings no better than one rate for the whole site)
+              starts; each rate is its posterior mean under the site's empirical-Bayes
+              Gamma prior once 20 pages are crawled (``--prior host``, default;
+              :mod:`models.estimators.host_prior`; ``--prior global``: the default
+              prior's estimate throughout), hedged (:class:`models.sim.trace.Hedge`:
+              crawls go back to the pages crawled longest ago while the learned rates
+              predict the crawls' findings no better than one rate for the whole site)
 nutch         Apache Nutch AdaptiveFetchSchedule (:class:`models.sim.NutchAdaptive`)
 stormcrawler  StormCrawler AdaptiveScheduler (:class:`models.sim.StormCrawlerAdaptive`)
 uniform       round robin in a fixed order
@@ -128,7 +131,8 @@ def _load(path: str) -> tuple[Trace, tuple[np.ndarray, np.ndarray] | None]:
 def _policy(kind: str, trace: Trace, R: float, learn_days: float, ev: Any,
             g: np.random.Generator, *, use_pings: bool,
             synthesised: tuple[float, float, float] | None = None,
-            hedge_share: float = HEDGE_SHARE) -> Policy:
+            hedge_share: float = HEDGE_SHARE, prior: str = "host",
+            half_life_days: float = math.inf) -> Policy:
     m, T = trace.m, trace.horizon
     peer_kw: dict[str, Any] = {"initial_interval": m / R, "min_interval": 1.0 / R,
                                "max_interval": T, "rng": g, "use_pings": use_pings}
@@ -161,7 +165,8 @@ def _policy(kind: str, trace: Trace, R: float, learn_days: float, ev: Any,
         return VectorAlgorithm1("hindsight", trace.mu, *params(0.0, learn_days),
                                 warm=(learn_days, switch))
     if kind in ("recrawl", "recrawl-cold", "recrawl-unhedged"):
-        learner = OnlineRates(m, use_pings=use_pings)
+        learner = OnlineRates(m, use_pings=use_pings, prior=prior,
+                              half_life_days=half_life_days)
         hedge = None if kind == "recrawl-unhedged" or not hedge_share else Hedge(
             max_share=hedge_share)
         warm = None
@@ -196,7 +201,8 @@ def _trace_job(job: Job) -> list[Row]:
     R, D = job["budget"], job["learn_days"]
     pol = _policy(job["policy"], trace, R, D, ev, rng(job["seed"], job["rep"], 2),
                   use_pings=use_pings, synthesised=job["pings"],
-                  hedge_share=job.get("hedge", HEDGE_SHARE))
+                  hedge_share=job.get("hedge", HEDGE_SHARE), prior=job.get("prior", "host"),
+                  half_life_days=job.get("half_life_days", math.inf))
     w = trace_world(trace, recall=recall, false_per_day=false)
     res = run(w, ev, pol, Budget(R, batch=job.get("batch") or step_crawls(trace.m)))
     return [{"budget": R, "policy": job["policy"], "rep": job["rep"],
@@ -209,11 +215,14 @@ def trace_rows(trace: Trace, budgets: Sequence[float], *, pings: tuple[float, fl
                learn_days: float = 0.0, reps: int = 1, seed: int = 0, jobs: int = 1,
                progress: bool = False, policies: Sequence[str] | None = None,
                hedge: float = HEDGE_SHARE, batch: int | None = None,
-               unhedged: bool = False) -> list[Row]:
+               unhedged: bool = False, prior: str = "host",
+               half_life_days: float = math.inf) -> list[Row]:
     """Accuracy rows ``{budget, policy, rep, accuracy, crawls, seconds}`` of a trace."""
     if not 0 <= learn_days < trace.horizon:
         raise ValueError(f"--learn-days must be in [0, {trace.horizon:.4g}) (the window's "
                          f"days), got {learn_days!r}")
+    if not half_life_days > 0:
+        raise ValueError(f"--half-life-days must be > 0, got {half_life_days!r}")
     if any(not (r > 0 and math.isfinite(r)) for r in budgets):
         raise ValueError(f"budgets must be finite crawls per day > 0, got {list(budgets)}")
     kinds = list(policies) if policies is not None else [
@@ -223,7 +232,7 @@ def trace_rows(trace: Trace, budgets: Sequence[float], *, pings: tuple[float, fl
         path = str(_save(trace, Path(tmp), recorded))
         job_list = [{"path": path, "budget": float(R), "policy": k, "rep": r, "seed": seed,
                      "pings": pings, "learn_days": float(learn_days), "hedge": hedge,
-                     "batch": batch}
+                     "batch": batch, "prior": prior, "half_life_days": half_life_days}
                     for R in budgets for r in range(reps) for k in kinds]
         return run_jobs(_trace_job, job_list, processes=jobs, progress=progress,
                         label="trace")
@@ -295,6 +304,13 @@ def _parser() -> argparse.ArgumentParser:
                         f"{HEDGE_SHARE:g})")
     p.add_argument("--unhedged", action="store_true",
                    help="also run recrawl without the hedge (table only: recrawl-unhedged)")
+    p.add_argument("--prior", choices=["host", "global"], default="host",
+                   help="recrawl's rate prior: 'host' (default), the site's empirical-Bayes "
+                        "Gamma (models.estimators.host_prior); 'global', the estimator's "
+                        "default prior for every page")
+    p.add_argument("--half-life-days", type=float, default=math.inf,
+                   help="recrawl's estimator forgets: an interval's weight halves every that "
+                        "many days (default: never)")
     p.add_argument("--reps", type=int, default=1, help="repetitions (ping draws, orders)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--jobs", type=int, default=2, help="worker processes (max 2)")
@@ -331,7 +347,8 @@ def main(argv: Sequence[str]) -> int:
         raw = trace_rows(tr, args.budget, pings=args.pings, recorded=recorded,
                          learn_days=args.learn_days, reps=args.reps, seed=args.seed,
                          jobs=args.jobs, progress=not args.no_progress, hedge=args.hedge,
-                         batch=args.batch, unhedged=args.unhedged)
+                         batch=args.batch, unhedged=args.unhedged, prior=args.prior,
+                         half_life_days=args.half_life_days)
     except ValueError as exc:
         raise SystemExit(f"recrawl experiments trace: {exc}") from None
     acc = summarise(raw, args.budget)
@@ -339,7 +356,9 @@ def main(argv: Sequence[str]) -> int:
     what = (f"{tr.m} pages, {loaded.changes_read} changes, {tr.horizon:.1f} days"
             f" (scored: last {scored:.1f})" + (f", pings {args.pings}" if args.pings else "")
             + (f", recorded pings {args.ping_log}" if args.ping_log else ""))
-    text = (f"# trace: {args.changes.name}\n\n{what}; {args.reps} rep(s), seed {args.seed}, "
+    text = (f"# trace: {args.changes.name}\n\n{what}; recrawl prior {args.prior}, half-life "
+            f"{args.half_life_days:g} days; "
+            f"{args.reps} rep(s), seed {args.seed}, "
             f"{time.perf_counter() - t0:.0f} s\n\n" + table(acc, args.budget)
             + "\nroom = hindsight - best peer (points); share = (policy - best peer) / room.\n")
     args.out.mkdir(parents=True, exist_ok=True)

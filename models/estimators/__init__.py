@@ -9,6 +9,8 @@ bytes; vectorised versions over many pages live in :mod:`.batch`.
 * :mod:`.signals` - the paper 004 App. E MLE of ``(alpha, kappa_s)``, ``gamma_s`` and the
   derived ``Delta``, ``nu_s``, precision, recall, ``beta_s``; the naive counting estimator.
 * :mod:`.sources` - per-host pooling of source quality as a prior for young pages.
+* :mod:`.host_prior` - empirical-Bayes Gamma prior over a host's change rates, fitted by
+  marginal likelihood (EM on a rate grid) to its pages' crawl observations; posterior means.
 * :mod:`.importance` - ``mu`` from a score or from request counts.
 * :mod:`.batch` - structure-of-arrays versions for the simulator and the service
   (``update_many``: many pages' update and result in one vectorised pass).

@@ -25,9 +25,10 @@ time (``--learn-days``).
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import cast
+from typing import TYPE_CHECKING, cast
 
 import numpy as np
 import numpy.typing as npt
@@ -36,6 +37,9 @@ from models.decision.pings import PingRule, ping_ok
 from models.sim.events import Events
 from models.sim.policies import Algorithm1, best_page
 from models.sim.world import World
+
+if TYPE_CHECKING:
+    from models.estimators.host_prior import GammaPrior
 
 __all__ = [
     "Hedge",
@@ -239,21 +243,64 @@ class OnlineRates:
     estimator is :class:`models.estimators.SignalEstimator` with its default prior, the one
     a live worker starts from; it works in seconds, so the trace's days are converted on
     the way in (``tau``) and out (rates per day, ``beta`` in days).
+
+    ``prior="host"`` (default): a page's ``alpha`` is its posterior mean under its host's
+    empirical-Bayes Gamma prior (:mod:`models.estimators.host_prior`, fitted online by
+    incremental EM to the host's crawled pages; ``host`` gives each page's host, default one
+    host), once the host has ``min_pages`` crawled pages; before that, and with
+    ``prior="global"``, the estimator's MAP under its default prior.  Pages not crawled since
+    the host's prior moved are stale in the ranking: :attr:`prior_moved` tells the policy to
+    re-read every page.  ``half_life_days``: the estimator's forgetting (an interval's
+    weight halves every that many days of crawl time; the host prior reads the same
+    weights).
     """
 
-    def __init__(self, m: int, *, use_pings: bool, variant: str | None = None) -> None:
+    def __init__(self, m: int, *, use_pings: bool, variant: str | None = None,
+                 prior: str = "host", host: IntArray | None = None,
+                 min_pages: int = 20, half_life_days: float = math.inf) -> None:
         from models.estimators import SignalEstimator, batch_init
+        from models.estimators.host_prior import GammaPrior, HostPriorState
 
+        if prior not in ("host", "global"):
+            raise ValueError(f"prior must be 'host' or 'global', got {prior!r}")
         self.use_pings = use_pings
         self.variant = variant or ("greedy-ncis" if use_pings else "greedy")
-        self.est = SignalEstimator(1 if use_pings else 0)
+        self.est = SignalEstimator(1 if use_pings else 0, half_life_s=half_life_days * DAY_S)
         self.m = m
         self.state = batch_init(self.est, m)
+        self.prior = prior
+        self.host = (np.zeros(m, dtype=np.int64) if host is None
+                     else np.asarray(host, dtype=np.int64))
+        if self.host.shape != (m,) or (m and self.host.min() < 0):
+            raise ValueError(f"host must be {m} host indices >= 0")
+        self.n_hosts = int(self.host.max()) + 1 if m else 0
+        self.min_pages = int(min_pages)
+        g = self.est.init().theta[0]
+        #: the prior of a host without enough pages: the default MAP's rate, shape 1
+        self.default_prior = GammaPrior(1.0, 1.0 / g)
+        self.hosts = [HostPriorState() for _ in range(self.n_hosts)]
+        self.c_mean = np.zeros(m)
+        self.c_log = np.zeros(m)
+        self.c_count = np.zeros(m)
+        self._seen_mean = np.zeros(self.n_hosts)
+        #: set when a host's prior mean moved by more than a quarter since the last re-read
+        self.prior_moved = False
 
     def reset(self) -> None:
         from models.estimators import batch_init
+        from models.estimators.host_prior import HostPriorState
 
         self.state = batch_init(self.est, self.m)
+        self.hosts = [HostPriorState() for _ in range(self.n_hosts)]
+        self.c_mean[:] = self.c_log[:] = self.c_count[:] = 0.0
+        self._seen_mean[:] = 0.0
+
+    def host_prior(self, h: int) -> GammaPrior | None:
+        """Host ``h``'s fitted prior, ``None`` while it has under ``min_pages`` pages."""
+        st = self.hosts[h]
+        if st.prior is None or st.n_pages < self.min_pages:
+            return None
+        return st.prior
 
     def update(self, pages: IntArray, tau: FloatArray, changed: npt.NDArray[np.bool_],
                n_pings: FloatArray, end: FloatArray | None = None) -> None:
@@ -265,21 +312,81 @@ class OnlineRates:
         # an imported history may end a hair after a crawl time (sums of many intervals)
         end_s = None if end is None else np.maximum(end * DAY_S, self.state.end_s[pages])
         batch_update(self.est, self.state, tau * DAY_S, changed, sig, pages=pages, end_s=end_s)
+        if self.prior == "host":
+            self._contribute(pages)
+
+    def _contribute(self, pages: IntArray) -> None:
+        """Incremental EM (:func:`models.estimators.host_prior.host_prior_update`): the
+        pages' contributions under their host's current prior replace their old ones."""
+        from models.estimators.host_prior import (
+            grid_log_likelihood,
+            host_prior_update,
+            page_posteriors,
+        )
+
+        hp = self.host[pages]
+        for h in np.unique(hp).tolist():
+            pg = pages[hp == h]
+            st = self.hosts[h]
+            prior = st.prior or self.default_prior
+            post = page_posteriors(grid_log_likelihood(self.state, pg, self._kappa(pg)), prior)
+            self.hosts[h] = host_prior_update(st, self.c_mean[pg], self.c_log[pg],
+                                              self.c_count[pg], post, self.default_prior)
+            self.c_mean[pg], self.c_log[pg], self.c_count[pg] = (
+                post.mean_per_s, post.mean_log, 1.0)
+            fitted = self.host_prior(h)
+            if fitted is not None:
+                mean = fitted.mean_per_s
+                seen = self._seen_mean[h]
+                if not seen > 0 or abs(math.log(mean / seen)) > math.log(1.25):
+                    self._seen_mean[h] = mean
+                    self.prior_moved = True
+
+    def _kappa(self, pages: IntArray) -> FloatArray | None:
+        if not self.use_pings:
+            return None
+        from models.estimators import batch_result
+
+        out: FloatArray = batch_result(self.est, self.state, pages=pages).kappa
+        return out
+
+    def change_rates(self, pages: IntArray | None = None) -> tuple[FloatArray, FloatArray,
+                                                                      FloatArray]:
+        """``(alpha, kappa, gamma)`` of ``pages`` per second: the MAP's, with ``alpha``
+        the host posterior mean where the host's prior is fitted."""
+        from models.estimators import batch_result
+        from models.estimators.host_prior import grid_log_likelihood, page_posteriors
+
+        idx = np.arange(self.m) if pages is None else np.asarray(pages, dtype=np.int64)
+        r = batch_result(self.est, self.state, pages=idx)
+        alpha = r.alpha_per_s.copy()
+        if self.prior == "host":
+            hp = self.host[idx]
+            for h in np.unique(hp).tolist():
+                prior = self.host_prior(h)
+                if prior is None:
+                    continue
+                k = np.flatnonzero(hp == h)
+                ll = grid_log_likelihood(self.state, idx[k], r.kappa[k] if self.use_pings
+                                         else None)
+                alpha[k] = page_posteriors(ll, prior).mean_per_s
+        return alpha, r.kappa, r.gamma_per_s
 
     def params(self, pages: IntArray | None = None) -> tuple[FloatArray, FloatArray, FloatArray]:
         """``(alpha, beta, gamma)`` of ``pages`` (default all) as ``variant`` ranks with."""
         from models.conversions import change_params
-        from models.estimators import batch_result
+        from models.estimators._numeric import derive
         from models.sim.policies import value_params
 
-        r = batch_result(self.est, self.state, pages=pages)
+        alpha, kappa, gamma = self.change_rates(pages)
         if not self.use_pings:
-            z = np.zeros_like(r.change_rate_per_s)
-            return r.change_rate_per_s * DAY_S, z, z.copy()
-        delta, lam, nu = change_params(r.alpha_per_s * DAY_S, r.beta_s[:, 0] / DAY_S,
-                                       r.gamma_per_s[:, 0] * DAY_S)
+            z = np.zeros_like(alpha)
+            return alpha * DAY_S, z, z.copy()
+        der = derive(alpha, kappa, gamma)
+        delta, lam, nu = change_params(alpha * DAY_S, der["beta"][:, 0] / DAY_S,
+                                       gamma[:, 0] * DAY_S)
         a, b, g, _ = value_params(self.variant, np.asarray(delta), np.asarray(lam),
-                                  np.asarray(nu))
+                               np.asarray(nu))
         return a, b, g
 
     def learn_complete(self, trace: Trace, upto: float, eps: float,
@@ -315,9 +422,43 @@ class OnlineRates:
             ek = own * (4.0 * upto + 4.0)
             n = (np.searchsorted(pk, ek + end, side="right")
                  - np.searchsorted(pk, ek + end - tau_a, side="right")).astype(np.float64)
-        for r in range(int(rank.max()) + 1):
-            k = np.flatnonzero(rank == r)
-            self.update(own[k], tau_a[k], chg_a[k], n[k])  # ends: previous end + tau
+        prior, self.prior = self.prior, "global"  # the host prior is fitted once, below
+        try:
+            for r in range(int(rank.max()) + 1):
+                k = np.flatnonzero(rank == r)
+                self.update(own[k], tau_a[k], chg_a[k], n[k])  # ends: previous end + tau
+        finally:
+            self.prior = prior
+        if self.prior == "host":
+            self.fit_hosts()
+
+    def fit_hosts(self) -> None:
+        """Fit every host's prior to all its observed pages at once (batch EM,
+        :func:`models.estimators.host_prior.fit_host_prior`) and store the pages'
+        contributions under it (the start of the incremental EM)."""
+        from models.estimators.host_prior import (
+            HostPriorState,
+            fit_host_prior,
+            grid_log_likelihood,
+            page_posteriors,
+        )
+
+        seen = self.state.n_intervals > 0
+        for h in range(self.n_hosts):
+            pg = np.flatnonzero((self.host == h) & seen)
+            self.c_mean[self.host == h] = self.c_log[self.host == h] = 0.0
+            self.c_count[self.host == h] = 0.0
+            if not pg.size:
+                self.hosts[h] = HostPriorState()
+                continue
+            ll = grid_log_likelihood(self.state, pg, self._kappa(pg))
+            prior = fit_host_prior(ll)
+            post = page_posteriors(ll, prior)
+            self.c_mean[pg], self.c_log[pg], self.c_count[pg] = post.mean_per_s, post.mean_log, 1.0
+            self.hosts[h] = HostPriorState(float(pg.size), float(post.mean_per_s.sum()),
+                                           float(post.mean_log.sum()), prior)
+            self._seen_mean[h] = prior.mean_per_s
+        self.prior_moved = True
 
 
 class Hedge:
@@ -433,6 +574,7 @@ class VectorAlgorithm1(Algorithm1):
             self._warm = None
             fn(self)
             if self.learner is not None:
+                self.learner.prior_moved = False
                 self.alpha, self.beta, self.gamma = self.learner.params()
             # pings since each page's last crawl still count, on the new beta
             self.origin = np.where(np.isinf(self.beta) & (self.n_pings > 0), -np.inf,
@@ -521,6 +663,12 @@ class VectorAlgorithm1(Algorithm1):
             self.hedge.observe(self._believed_rate(pages), tau, changed)
         self.learner.update(pages, tau, changed, self.n_pings[pages], np.full(pages.size, t))
         self.n_pings[pages] = 0.0
+        if self.learner.prior_moved:  # every page ranks under the host's new prior
+            self.learner.prior_moved = False
+            self.alpha, self.beta, self.gamma = self.learner.params()
+            self.origin[pages] = t
+            self._rekey_all()
+            return
         a, b, g = self.learner.params(pages)
         self.alpha[pages], self.beta[pages], self.gamma[pages] = a, b, g
         for p, ai, bi, gi, ui in zip(pages.tolist(), a.tolist(), b.tolist(), g.tolist(),

@@ -1,0 +1,296 @@
+"""Empirical-Bayes prior over the change rates of one host's pages (a Gamma fitted to them).
+
+A page with little history says little about its rate; its host's other pages say more.
+The change rates ``lambda`` of a host's pages are modelled as draws from one
+``Gamma(shape a, rate b)``; each page's crawl observations are Cho and Garcia-Molina's
+incompletely observed Poisson process: an interval of length ``tau`` is unchanged with
+probability ``exp(-lambda*tau)`` and changed with ``1 - exp(-lambda*tau)``, so a page's
+log-likelihood is::
+
+    log L(lambda) = sum_l log(1 - exp(-lambda*t_c(l))) - lambda * sum_k t_u(k)
+
+(paper 003 Sec. 4.3: the log-likelihood whose stationarity condition is its eq. (2); with
+ping sources the App. E term of paper 004, ``P(no change) = exp(-alpha*tau - kappa.n)``,
+read here as a function of ``alpha`` at the page's ``kappa``).  ``(a, b)`` maximise the
+marginal likelihood ``sum_i log int L_i(lambda) Gamma(lambda; a, b) dlambda`` of the host's
+pages (type-II maximum likelihood, "empirical Bayes": the distribution of the pages already
+observed informs a new page's estimate, as paper 003 Sec. 4.4 asks of a prior for an
+evolving corpus).  A page's rate is then its posterior mean ``E[lambda | its data]``.
+
+Computation
+-----------
+No closed form exists for the integral with changed intervals (the product of
+``1 - exp(-lambda*t)`` terms is not conjugate to the Gamma), so it is a quadrature on a
+fixed log-spaced grid of :data:`GRID_POINTS` rates from :data:`GRID_MIN_PER_S` to
+:data:`GRID_MAX_PER_S` (1 per 300 years to 1 per 10 s, 10% apart).  A page's
+log-likelihood on the grid is read from its bounded streaming state
+(:class:`~models.estimators.batch.BatchSignalState`: the exact unchanged sums, the ring of
+recent changed intervals, the representative of older ones and, with sources, the quadratic
+summary), so the prior needs no history beyond what the estimator keeps.  Where the
+posterior is narrower than two grid steps, its mean is the Laplace value
+``exp(u + s^2/2)`` of a parabola through the three grid points around its mode (``u`` the
+vertex in ``log lambda``, ``s^2`` the inverse curvature), not the grid sum.
+
+The fit is EM (Dempster, Laird and Rubin 1977): the E-step gives each page's posterior
+``E[lambda]`` and ``E[log lambda]``; the M-step is the Gamma maximum-likelihood fit to those
+expected sufficient statistics (Minka 2002, "Estimating a Gamma distribution", eq. (7) start
+and the generalised Newton update of its Sec. 2):
+``log a - digamma(a) = log mean E[lambda] - mean E[log lambda]``, ``b = a / mean E[lambda]``.
+Online (:class:`HostPriorState`), the host keeps only the sums of its pages' current
+contributions; a page crawled again replaces its contribution with one computed under the
+current prior and the M-step is redone: the incremental EM of Neal and Hinton (1998,
+"A view of the EM algorithm that justifies incremental, sparse, and other variants",
+Sec. 4), whose every step does not decrease the free energy.  Pages never observed carry no
+contribution (their posterior is the prior and would only slow the fit down).
+
+Never-changing pages are the Gamma's mass near 0 (a fitted shape ``a < 1`` when many pages
+are quiet); a quiet page's posterior is ``Gamma(a, b + U)`` (exactly: no changed interval),
+mean ``a / (b + U)``, falling as its unchanged time ``U`` grows.  Drift is the page
+estimator's forgetting (``half_life_s``): the weights the state holds are the ones read here.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+import numpy.typing as npt
+from scipy.special import digamma, gammainc, gammaln, polygamma
+
+from . import _numeric as nm
+from .batch import BatchSignalState, _ring_weights
+
+__all__ = [
+    "GRID_MAX_PER_S",
+    "GRID_MIN_PER_S",
+    "GRID_POINTS",
+    "GammaPrior",
+    "HostPriorState",
+    "PagePosterior",
+    "fit_gamma",
+    "fit_host_prior",
+    "grid_log_likelihood",
+    "host_prior_update",
+    "page_posteriors",
+]
+
+IntArray = npt.NDArray[np.int64]
+#: the rate grid (per second): 1 per 300 years to 1 per 10 s, 24 points a decade
+GRID_MIN_PER_S = 1e-10
+GRID_MAX_PER_S = 1e-1
+GRID_POINTS = 217
+_LOG_GRID = np.linspace(math.log(GRID_MIN_PER_S), math.log(GRID_MAX_PER_S), GRID_POINTS)
+_GRID = np.exp(_LOG_GRID)
+_STEP = float(_LOG_GRID[1] - _LOG_GRID[0])
+_STEP_LOG = math.log(_STEP)
+#: bounds on the fitted shape: below 0.02 the Gamma puts nearly all its mass under the grid
+MIN_SHAPE = 0.02
+MAX_SHAPE = 1e4
+#: pages per block of the grid computation (bounds the (pages x grid) temporaries)
+_BLOCK = 4096
+
+
+@dataclass(frozen=True, slots=True)
+class GammaPrior:
+    """``Gamma(shape, rate)`` over a page's change rate (per second): mean ``shape/rate``."""
+
+    shape: float
+    rate_s: float
+
+    def __post_init__(self) -> None:
+        if not (self.shape > 0.0 and math.isfinite(self.shape)):
+            raise ValueError(f"shape must be a finite number > 0, got {self.shape!r}")
+        if not (self.rate_s > 0.0 and math.isfinite(self.rate_s)):
+            raise ValueError(f"rate_s must be a finite number > 0, got {self.rate_s!r}")
+
+    @property
+    def mean_per_s(self) -> float:
+        return self.shape / self.rate_s
+
+    def log_density(self, lam: npt.ArrayLike) -> nm.FloatArray:
+        """``log Gamma(lam; shape, rate)`` (per second)."""
+        x = np.asarray(lam, dtype=np.float64)
+        a, b = self.shape, self.rate_s
+        out: nm.FloatArray = a * math.log(b) - float(gammaln(a)) + (a - 1.0) * np.log(x) - b * x
+        return out
+
+
+@dataclass(frozen=True, slots=True)
+class PagePosterior:
+    """Per page: posterior ``E[lambda]`` (per s), ``E[log lambda]`` and the log marginal
+    likelihood of its data under the prior (up to the grid's constant)."""
+
+    mean_per_s: nm.FloatArray
+    mean_log: nm.FloatArray
+    log_marginal: nm.FloatArray
+
+
+def grid_log_likelihood(state: BatchSignalState, pages: IntArray | None = None,
+                        kappa: nm.FloatArray | None = None) -> nm.FloatArray:
+    """Each page's log-likelihood at every grid rate, ``(N, GRID_POINTS)``, from its state.
+
+    Terms (module docstring): ``-lambda*U - kappa.n_u`` over the unchanged sums, the ring's
+    changed intervals ``w log(1 - exp(-(lambda*t + kappa.n)))``, the representative of older
+    changed intervals ``w log(1 - exp(-lambda*T))``, and with sources the quadratic summary
+    ``b.theta - theta'A theta/2`` at ``theta = (lambda, kappa)``.  ``kappa`` ``(N, S)`` is
+    each page's source parameters (default: the state's running estimate).
+    """
+    idx = np.arange(state.n_pages) if pages is None else np.asarray(pages, dtype=np.int64)
+    d = state.theta.shape[1]
+    kap = state.theta[idx, 1:] if kappa is None else np.asarray(kappa, dtype=np.float64)
+    if kap.shape != (idx.size, d - 1):
+        raise ValueError(f"kappa must have shape ({idx.size}, {d - 1}), got {kap.shape}")
+    lam = _GRID[None, :]
+    unchanged = state.unchanged[idx]
+    out = -unchanged[:, :1] * lam - np.sum(unchanged[:, 1:] * kap, axis=1)[:, None]
+    ring = state.ring[idx]
+    rw = _ring_weights(ring, state.ring_len[idx], state.ring_pos[idx])
+    for j in range(ring.shape[1]):
+        w = rw[:, j]
+        if not np.any(w > 0.0):
+            continue
+        x = ring[:, j, :1] * lam + np.sum(ring[:, j, 1:d] * kap, axis=1)[:, None]
+        out += np.where(w[:, None] > 0.0, w[:, None] * _log1mexp(x), 0.0)
+    rep = state.rep[idx]
+    if np.any(rep[:, 0] > 0.0):
+        out += np.where(rep[:, :1] > 0.0, rep[:, :1] * _log1mexp(rep[:, 1:2] * lam), 0.0)
+    if d > 1:
+        qb, qa = state.quad_b[idx], state.quad_a[idx]
+        # theta = (lam, kappa): b.theta - theta'A theta/2, expanded in lam
+        c0 = (np.sum(qb[:, 1:] * kap, axis=1)
+              - 0.5 * np.einsum("ni,nij,nj->n", kap, qa[:, 1:, 1:], kap))
+        c1 = qb[:, 0] - np.einsum("nj,nj->n", qa[:, 0, 1:], kap)
+        out += c0[:, None] + c1[:, None] * lam - 0.5 * qa[:, 0, 0][:, None] * lam * lam
+    res: nm.FloatArray = out
+    return res
+
+
+def _log1mexp(x: nm.FloatArray) -> nm.FloatArray:
+    """``log(1 - exp(-x))`` for ``x >= 0`` (``-inf`` at 0), accurate at both ends."""
+    x = np.maximum(x, 1e-300)
+    small = x < math.log(2.0)
+    out: nm.FloatArray = np.log1p(-np.exp(-np.where(small, math.log(2.0), x)))
+    out = np.where(small, np.log(-np.expm1(-np.where(small, x, 1.0))), out)
+    return out
+
+
+def page_posteriors(loglik: nm.FloatArray, prior: GammaPrior) -> PagePosterior:
+    """Posterior ``E[lambda]``, ``E[log lambda]`` and log marginal likelihood of each page
+    (rows of ``loglik``, :func:`grid_log_likelihood`) under ``prior`` (grid quadrature in
+    ``u = log lambda``: weight ``L(lambda) p(lambda) lambda du``, plus the prior's mass
+    under the grid)."""
+    ll = np.asarray(loglik, dtype=np.float64)
+    if ll.ndim != 2 or ll.shape[1] != GRID_POINTS:
+        raise ValueError(f"loglik must have shape (N, {GRID_POINTS}), got {ll.shape}")
+    logp = ll + prior.log_density(_GRID)[None, :] + _LOG_GRID[None, :]
+    # the prior's mass under the grid, where the likelihood is its value at the grid's
+    # first point (constant there unless the page changed, and then negligible):
+    # P(lambda < l0) = P(a, b*l0) (regularised lower incomplete gamma), and under a
+    # density ~ lambda^(a-1) the mean is l0*a/(a+1) and E[log lambda] is log l0 - 1/a
+    a = prior.shape
+    tail_mass = float(gammainc(a, prior.rate_s * GRID_MIN_PER_S))
+    log_tail = ll[:, 0] + (math.log(tail_mass) if tail_mass > 0.0 else -math.inf) - _STEP_LOG
+    top = np.maximum(np.max(logp, axis=1), log_tail)[:, None]
+    w = np.exp(logp - top)
+    wt = np.exp(log_tail - top[:, 0])
+    z = np.sum(w, axis=1) + wt
+    mean = (w @ _GRID + wt * GRID_MIN_PER_S * a / (a + 1.0)) / z
+    mlog = (w @ _LOG_GRID + wt * (_LOG_GRID[0] - 1.0 / a)) / z
+    logm = top[:, 0] + np.log(z) + math.log(_STEP)
+    # narrow posteriors: the Laplace mean of a parabola through the mode's three grid points
+    g = np.argmax(logp, axis=1)
+    inner = (g > 0) & (g < GRID_POINTS - 1)
+    if inner.any():
+        r = np.flatnonzero(inner)
+        gi = g[r]
+        ym, y0, yp = logp[r, gi - 1], logp[r, gi], logp[r, gi + 1]
+        curv = (2.0 * y0 - ym - yp) / (_STEP * _STEP)
+        narrow = curv > 1.0 / (2.0 * _STEP) ** 2
+        if narrow.any():
+            rr, gg = r[narrow], gi[narrow]
+            c = curv[narrow]
+            u = _LOG_GRID[gg] + (yp[narrow] - ym[narrow]) / (2.0 * _STEP * _STEP * c)
+            var = 1.0 / c
+            mean[rr] = np.exp(u + 0.5 * var)
+            mlog[rr] = u
+    return PagePosterior(mean, mlog, logm)
+
+
+def fit_gamma(mean_lam: float, mean_log: float) -> GammaPrior:
+    """The Gamma whose ``E[lambda]`` and ``E[log lambda]`` are the given averages (the
+    M-step; Minka 2002 eq. (7) start, then his generalised Newton iterations), shape
+    clipped to [:data:`MIN_SHAPE`, :data:`MAX_SHAPE`]."""
+    if not (mean_lam > 0.0 and math.isfinite(mean_lam) and math.isfinite(mean_log)):
+        raise ValueError(f"mean_lam must be > 0 and both finite, got {mean_lam!r}, {mean_log!r}")
+    s = math.log(mean_lam) - mean_log
+    if not s > 1.0 / (2.0 * MAX_SHAPE):  # Jensen: s >= 0; s -> 0 is a point mass
+        return GammaPrior(MAX_SHAPE, float(MAX_SHAPE / mean_lam))
+    a = (3.0 - s + math.sqrt((s - 3.0) ** 2 + 24.0 * s)) / (12.0 * s)
+    for _ in range(20):
+        num = math.log(a) - float(digamma(a)) - s
+        den = a * a * (1.0 / a - float(polygamma(1, a)))
+        a_new = 1.0 / (1.0 / a + num / den)
+        if not (a_new > 0.0 and math.isfinite(a_new)):
+            break
+        done = abs(a_new - a) <= 1e-10 * a
+        a = a_new
+        if done:
+            break
+    a = min(max(a, MIN_SHAPE), MAX_SHAPE)
+    return GammaPrior(float(a), float(a / mean_lam))
+
+
+def fit_host_prior(loglik: nm.FloatArray, *, start: GammaPrior | None = None,
+                   iterations: int = 200, tol: float = 1e-9,
+                   weights: nm.FloatArray | None = None) -> GammaPrior:
+    """Batch EM for the Gamma maximising ``sum_i w_i log m_i(a, b)`` over the pages' grid
+    log-likelihoods (module docstring); ``start`` defaults to a wide Gamma at the median
+    page's maximum-likelihood grid rate."""
+    ll = np.asarray(loglik, dtype=np.float64)
+    if ll.ndim != 2 or ll.shape[1] != GRID_POINTS or ll.shape[0] < 1:
+        raise ValueError(f"loglik must have shape (N >= 1, {GRID_POINTS}), got {ll.shape}")
+    w = np.ones(ll.shape[0]) if weights is None else np.asarray(weights, dtype=np.float64)
+    if start is None:
+        mode = float(np.median(_GRID[np.argmax(ll, axis=1)]))
+        start = GammaPrior(0.5, 0.5 / mode)
+    prior = start
+    last = -math.inf
+    for _ in range(iterations):
+        post = page_posteriors(ll, prior)
+        total = float(np.sum(w * post.log_marginal))
+        prior = fit_gamma(float(np.average(post.mean_per_s, weights=w)),
+                          float(np.average(post.mean_log, weights=w)))
+        if total - last <= tol * max(1.0, abs(total)):
+            break
+        last = total
+    return prior
+
+
+@dataclass(frozen=True, slots=True)
+class HostPriorState:
+    """Bounded online summary of a host: the sums of its pages' current contributions
+    (``E[lambda]``, ``E[log lambda]``, one count per page) and the prior they fit."""
+
+    n_pages: float = 0.0
+    sum_mean: float = 0.0
+    sum_log: float = 0.0
+    prior: GammaPrior | None = None
+
+
+def host_prior_update(host: HostPriorState, old_mean: nm.FloatArray, old_log: nm.FloatArray,
+                      old_count: nm.FloatArray, new: PagePosterior,
+                      default: GammaPrior) -> HostPriorState:
+    """Replace pages' contributions (``old_*``; ``old_count`` 0 for a page not yet counted)
+    by their new posteriors ``new`` and redo the M-step (incremental EM, module docstring).
+    ``default`` is the prior while the host has no page."""
+    n = host.n_pages + float(new.mean_per_s.size) - float(np.sum(old_count))
+    sm = host.sum_mean + float(np.sum(new.mean_per_s)) - float(np.sum(old_count * old_mean))
+    sl = host.sum_log + float(np.sum(new.mean_log)) - float(np.sum(old_count * old_log))
+    if n < 0.5 or not sm > 0.0:
+        return HostPriorState(max(n, 0.0), max(sm, 0.0), sl, None)
+    try:
+        prior = fit_gamma(sm / n, sl / n)
+    except ValueError:
+        prior = default
+    return HostPriorState(n, sm, sl, prior)
