@@ -2,22 +2,18 @@
 and how many bytes of Redis each page takes.
 
     .venv/bin/python benchmarks/bench_rebuild.py --redis redis://127.0.0.1:6399/0 \
-        --pages 1000000 --hosts 10000 --formats binary text
+        --pages 1000000 --hosts 10000
 
 Writes ``--pages`` crawled and pinged pages on ``--hosts`` hosts into one shard, each with an
 estimator record made by the real :class:`streams.estimates.estimation.Estimation` (so every page
-takes the estimates path), a signal count and a ping fingerprint (``binary``: in the page
-buckets the host's page count gives, ``redis_store.layout_after``), then measures the Redis
-bytes per page (``INFO memory`` ``used_memory`` delta after ``MEMORY PURGE``) and times
-``Scheduler`` rebuilding the shard (arrays: ``Scheduler._load_hosts``).  ``--formats``:
-``binary`` is the record of ``streams/store/redis_store.py`` (page + estimator record in one field);
-``text`` is the same pages written as before record version 1 (text page value, text
-estimator record with the model's default ring in ``P:{host}:est``; the old per-ping
-``seen`` set, ~108 B per ping, is not written), a same-run reference that the current code
-still reads.  Same-run references per format: the Redis reads alone (``Store.dump_hosts``
-over every host: the floor any rebuild pays), and with ``--reference-pages`` the
-page-by-page path (``Scheduler._apply_or_skip`` per page) over the first pages.  The keys
-are deleted after each format.
+takes the estimates path), a signal count and a ping fingerprint (page record and estimator
+record in one field, in the page buckets the host's page count gives,
+``redis_store.layout_after``), then measures the Redis bytes per page (``INFO memory``
+``used_memory`` delta after ``MEMORY PURGE``) and times ``Scheduler`` rebuilding the shard
+(arrays: ``Scheduler._load_hosts``).  Same-run references: the Redis reads alone
+(``Store.dump_hosts`` over every host: the floor any rebuild pays), and with
+``--reference-pages`` the page-by-page path (``Scheduler._apply_or_skip`` per page) over
+the first pages.  The keys are deleted at the end.
 """
 
 from __future__ import annotations
@@ -33,13 +29,7 @@ from typing import Any
 
 from _common import set_listpack_value
 
-from streams.estimates.estimation import (
-    RECORD_VERSION,
-    Estimation,
-    EstimatorRecord,
-    Observation,
-    full_estimates,
-)
+from streams.estimates.estimation import Estimation, EstimatorRecord, Observation
 from streams.scheduler import NOT_IN_FLIGHT, Scheduler
 from streams.settings import Settings
 from streams.store.redis_store import (
@@ -55,18 +45,17 @@ from streams.store.redis_store import (
 from streams.telemetry.metrics import Metrics
 
 
-def records(fmt: str, history: str = "mixed", record_version: int = RECORD_VERSION,
-            sources: str = "two", signal_scale: int = 1) -> list[bytes | str]:
+def records(history: str = "mixed", sources: str = "two", signal_scale: int = 1
+            ) -> list[bytes]:
     """64 distinct estimator records (one to five observed intervals each); ``history``
     ``evicted``: each then crawled changed until a changed interval has left the ring (the
     quadratic summary in use: the largest record a page of the stream's ring keeps).
     ``sources``: the pings' sources, ``two`` (sitemap and push sources: two source groups),
     ``one`` (sitemap only), ``three`` (sitemap, push and cdn); ``signal_scale``: the
     counts of the ``evicted`` history's changed intervals left in the ring times this (a
-    count over 255 keeps a version 6 record's counts wide; the intervals that left the
-    ring keep theirs, so the quadratic summary is not one of certain changes)."""
-    est = (Estimation(record_version=record_version) if fmt == "binary"
-           else Estimation(ring_capacity=5))
+    count over 255 keeps a record's counts wide; the intervals that left the ring keep
+    theirs, so the quadratic summary is not one of certain changes)."""
+    est = Estimation()
 
     def sig(*raw: int, scale: int = 1) -> tuple[int, ...]:
         counts = tuple(scale * c for c in raw)
@@ -91,10 +80,7 @@ def records(fmt: str, history: str = "mixed", record_version: int = RECORD_VERSI
                                         1e9 + 3600.0 * k + i) for i, r in enumerate(recs)])
     if history == "evicted":
         assert all(any(EstimatorRecord.decode(r).state.quad_a) for r in recs)
-    if fmt == "binary":
-        return [record_bytes(r) for r in recs]
-    return [EstimatorRecord(e, EstimatorRecord.decode(r, 1e9, 5).state).encode_text()
-            for r, e in zip(recs, [full_estimates(r) for r in recs], strict=True)]
+    return [record_bytes(r) for r in recs]
 
 
 def host_sizes(n: int, hosts: int, spread: bool) -> list[int]:
@@ -109,28 +95,20 @@ def host_sizes(n: int, hosts: int, spread: bool) -> list[int]:
     return [rng.randint(1, 2 * per - 1) for _ in range(hosts)]
 
 
-async def fill(store: Store, sizes: list[int], now: float, fmt: str,
-               recs: list[bytes | str]) -> None:
+async def fill(store: Store, sizes: list[int], now: float, recs: list[bytes]) -> None:
     pipe = store.redis.pipeline(transaction=False)
     idx = 0
     for h, per in enumerate(sizes):
         layout = layout_after(per)
         host = f"host{h}.example"
         pages: dict[str, Any] = {}
-        ests: dict[str, Any] = {}
         for j in range(per):
             k, idx = idx, idx + 1
-            u = f"https://{host}/page/{k:08d}"
-            if fmt == "binary":
-                u = page_field(host, u)  # the stored field (text: written before it)
+            u = page_field(host, f"https://{host}/page/{k:08d}")  # the stored field
             st = PageState(1.0 + j % 5, None, now - 10 - k % 86400, (j % 2, 0, 0, 0, 0),
                            seen=(ping_fingerprint(f"ping{k}"),) + (0,) * (N_SEEN - 1))
-            if fmt == "binary":
-                pages[u] = st.encode(recs[k % len(recs)])
-            else:
-                pages[u] = st.encode_text()
-                ests[u] = recs[k % len(recs)]
-        if fmt == "binary" and layout != (0, 0):  # several buckets (apply_page.lua's splits)
+            pages[u] = st.encode(recs[k % len(recs)])
+        if layout != (0, 0):  # several buckets (apply_page.lua's splits)
             buckets: dict[int, dict[str, Any]] = {}
             for u, v in pages.items():
                 buckets.setdefault(bucket_of(u, layout), {})[u] = v
@@ -140,8 +118,6 @@ async def fill(store: Store, sizes: list[int], now: float, fmt: str,
                       mapping={"l": layout[0], "p": layout[1], "n": len(pages)})
         else:
             pipe.hset(store.key(host, "pages"), mapping=pages)
-        if ests:
-            pipe.hset(store.key(host, "est"), mapping=ests)
         pipe.sadd(store.shard_key(0), host)
         if h % 50 == 49:
             await pipe.execute()
@@ -155,7 +131,7 @@ async def used_memory(store: Store) -> int:
     return int(info["used_memory"])
 
 
-async def run(args: argparse.Namespace, fmt: str) -> None:
+async def run(args: argparse.Namespace) -> None:
     prefix = f"rb{uuid.uuid4().hex[:6]}"
     s = Settings(redis_url=args.redis, key_prefix=prefix, partitions=1)
     store = Store.from_url(args.redis, prefix)
@@ -165,21 +141,20 @@ async def run(args: argparse.Namespace, fmt: str) -> None:
         return None
 
     try:
-        recs = records(fmt, args.history, args.record_version, args.sources,
-                       args.signal_scale)
+        recs = records(args.history, args.sources, args.signal_scale)
         sizes = host_sizes(args.pages, args.hosts, args.host_spread)
         n_pages = sum(sizes)
         rec_bytes = sorted({len(record_bytes(r)) for r in recs})
         before = await used_memory(store)
         t0 = time.perf_counter()
-        await fill(store, sizes, now, fmt, recs)
+        await fill(store, sizes, now, recs)
         fill_s = time.perf_counter() - t0
         per_page = (await used_memory(store) - before) / n_pages
         enc: Any = await store.redis.object("encoding", store.key("host0.example", "pages"))
-        print(f"[{fmt}] filled {n_pages} pages on {args.hosts} hosts "
+        print(f"filled {n_pages} pages on {args.hosts} hosts "
               f"({'spread' if args.host_spread else 'fixed'} sizes) in {fill_s:.1f}s; "
-              f"estimator records {rec_bytes[0]}-{rec_bytes[-1]} B (version "
-              f"{args.record_version}, {args.history}, {args.sources} source groups, "
+              f"estimator records {rec_bytes[0]}-{rec_bytes[-1]} B ("
+              f"{args.history}, {args.sources} source groups, "
               f"counts x{args.signal_scale}); "
               f"redis bytes per page (INFO used_memory delta / pages): {per_page:.1f} "
               f"(pages hash encoding: {enc})")
@@ -189,7 +164,7 @@ async def run(args: argparse.Namespace, fmt: str) -> None:
         for i in range(0, len(hosts), 50):
             dumps.extend(await store.dump_hosts(hosts[i : i + 50]))
         t_read = time.perf_counter() - t0
-        print(f"[{fmt}] reference: Redis reads alone {t_read:.2f}s")
+        print(f"reference: Redis reads alone {t_read:.2f}s")
 
         sch = Scheduler(s, store, Metrics(), sink)
         prof = cProfile.Profile() if args.profile else None
@@ -203,7 +178,7 @@ async def run(args: argparse.Namespace, fmt: str) -> None:
         if prof:
             prof.disable()
             pstats.Stats(prof).sort_stats("cumulative").print_stats(25)
-        print(f"[{fmt}] rebuild (arrays): {t_bulk:.2f}s for {len(sch.shards[0].book)} pages = "
+        print(f"rebuild (arrays): {t_bulk:.2f}s for {len(sch.shards[0].book)} pages = "
               f"{t_bulk / n_pages * 1e6:.1f} us/page ({t_bulk / t_read:.1f}x the reads)")
 
         if args.reference_pages:
@@ -220,7 +195,7 @@ async def run(args: argparse.Namespace, fmt: str) -> None:
                     break
             t_one = time.perf_counter() - t0
             per_one = t_one / done * 1e6
-            print(f"[{fmt}] reference: page by page {t_one:.2f}s for {done} pages = "
+            print(f"reference: page by page {t_one:.2f}s for {done} pages = "
                   f"{per_one:.1f} us/page (x{per_one / (t_bulk / n_pages * 1e6):.1f} the "
                   "arrays' cost per page)")
     finally:
@@ -230,8 +205,7 @@ async def run(args: argparse.Namespace, fmt: str) -> None:
 
 async def main(args: argparse.Namespace) -> None:
     await set_listpack_value(args.redis, args.listpack_value)
-    for fmt in args.formats:
-        await run(args, fmt)
+    await run(args)
 
 
 if __name__ == "__main__":
@@ -241,16 +215,13 @@ if __name__ == "__main__":
                     help="CONFIG SET hash-max-listpack-value first (0: leave it)")
     ap.add_argument("--pages", type=int, default=100_000)
     ap.add_argument("--hosts", type=int, default=1_000)
-    ap.add_argument("--formats", nargs="+", choices=("binary", "text"), default=["binary"])
     ap.add_argument("--reference-pages", type=int, default=0)
     ap.add_argument("--history", choices=("mixed", "evicted"), default="mixed",
                     help="the pages' estimator records: one to five observed intervals "
                     "(mixed), or each with a changed interval gone from the ring (evicted)")
-    ap.add_argument("--record-version", type=int, choices=(3, 4, 5, 6), default=RECORD_VERSION,
-                    help="the newest estimator record version written (a same-run reference)")
     ap.add_argument("--signal-scale", type=int, default=1,
                     help="the counts of the intervals left in the ring times this (with "
-                    "--history evicted; e.g. 300: counts over 255, kept wide by version 6)")
+                    "--history evicted; e.g. 300: counts over 255, kept wide)")
     ap.add_argument("--sources", choices=("one", "two", "three"), default="two",
                     help="source groups the pages' pings come from (records()'s docstring)")
     ap.add_argument("--host-spread", action="store_true",

@@ -9,8 +9,8 @@ signals), then estimated three ways with the stream's ring of ``STREAM_RING`` ch
 intervals:
 
 * ``model``: ``SignalEstimator.update`` per interval (the running estimate ``theta``
-  refreshed by a Newton step when a changed interval leaves the ring: what the stream did
-  before estimator record version 6);
+  refreshed by a Newton step when a changed interval leaves the ring, the model's own
+  rule);
 * ``stream``: :meth:`streams.estimates.estimation.Estimation.observe` per interval (the
   posterior mode solved at every update kept as the running estimate);
 * ``full``: :func:`models.estimators.fit_signal_mle`, every interval kept (the full-data

@@ -199,12 +199,6 @@ class Settings(BaseSettings):
     shorter, more conservative intervals while estimates converge; paper 003 Sec. 5.3)."""
     estimator_half_life_s: float = Field(default=0.0, ge=0.0)
     """Estimators forget: an interval's weight halves every this many seconds (0 = never)."""
-    estimator_record_version: int = Field(default=6, ge=3, le=6)
-    """The newest estimator record version the outcomes write (``streams/estimates/
-    estimation.py``): 6, or an older one during a rolling upgrade from workers that read
-    no newer one (5 or 4 from workers of version 5 or 4, which keep a later version's
-    record as it is and skip its estimator; 3 from older ones, which would start it
-    again)."""
     resplit_gain: float = Field(default=0.5, ge=0.0)
     """Gain of the budget re-split controller on log-thresholds, per turnover of the books
     (``pages / R``): a log-weight moves by ``gain`` times its log-threshold gap per turnover

@@ -75,7 +75,7 @@ class Measured:
     #: 10^6 pages): a page whose estimator record holds a quadratic summary, signals of
     #: all three source groups and over 255 of one group in one interval, on hosts of 1 to
     #: 199 pages (``bench_rebuild.py --history evicted --sources three --host-spread
-    #: --signal-scale 300``, record version 6: 193.6 B), the most a
+    #: --signal-scale 300``: 193.6 B), the most a
     #: crawled page took there (181.9 B without the large counts; 104 B on
     #: ``bench_e2e.py``'s pages crawled twice and pinged)
     redis_bytes_per_page: float = 193.6

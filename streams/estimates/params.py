@@ -34,14 +34,11 @@ from models.estimators import conservative_change_rate
 from streams.estimates.estimation import (
     GROUP_OF,
     GROUPS,
-    HEAD_PREFIX,
     Estimates,
     estimates_of,
-    gamma_from_totals,
-    record_heads,
-    record_sizes,
     value_parameters,
 )
+from streams.estimates.record import HEADS, gamma_from_totals, record_heads, record_sizes
 from streams.events.records import SOURCES
 from streams.settings import Settings
 from streams.store.redis_store import PAGE_DTYPE, PAGE_STRUCT, PAGE_VERSION, PageState, record_bytes
@@ -108,7 +105,8 @@ def page_params(
     return PageParams(alpha, beta, gamma, state.importance, delta, betas, origin, estimated)
 
 
-#: columns of :meth:`streams.estimates.estimation.Estimates.encode` the crawl value needs
+#: columns of the estimates matrix of :func:`_estimates_many` (as the fields of
+#: :class:`streams.estimates.estimation.Estimates`)
 _N_EST = 4 + 6 * len(GROUPS) + 1
 _KAPPA = slice(4 + len(GROUPS), 4 + 2 * len(GROUPS))
 _GAMMA = slice(4, 4 + len(GROUPS))
@@ -188,22 +186,14 @@ def page_params_many(values: Sequence[str | bytes], estimators: Sequence[str | b
 
 
 _PSIZE = PAGE_STRUCT.size
-#: what a rebuild reads of an estimator record: the first bytes, alike in versions 1-4
-#: (version 5 read as the version 3 or 4 record it was: ``record_heads``)
-_EST_DTYPE = HEAD_PREFIX
-#: every size a binary estimator record can have (each version and ring length)
-_EST_SIZES = frozenset(record_sizes(np.arange(256 * 256) // 256, np.arange(256 * 256)).tolist()
-                       ) - {-1}
 
 
-def _record_dtype(size: int) -> np.dtype[Any] | None:
+def _record_dtype(size: int) -> np.dtype[Any]:
     """The dtype of a binary page value of ``size`` bytes: the page record, then none or an
-    estimator record (its bytes: which version it is, the caller checks from its first
-    byte); None if no such layout."""
+    estimator record (its bytes: whether it is one, the caller checks from its first
+    bytes)."""
     if size == _PSIZE:
         return PAGE_DTYPE
-    if size - _PSIZE not in _EST_SIZES:
-        return None
     return np.dtype([("page", PAGE_DTYPE), ("est", "u1", (size - _PSIZE,))])
 
 
@@ -246,19 +236,15 @@ def _pages_many(raw: list[bytes], estimators: Sequence[str | bytes | None]) -> t
         else:
             rows = np.flatnonzero(binary & (lens == size))
             dt = _record_dtype(size)
-            if dt is None:  # a tail that is no estimator record known here (a later
-                # version's, newer_record): the page record alone, no estimates (as
-                # page_params reads it), so the batch still goes on arrays
-                size, dt = _PSIZE, PAGE_DTYPE
-                buf = b"".join([raw[i][:_PSIZE] for i in rows.tolist()])
-            else:
-                buf = b"".join([raw[i] for i in rows.tolist()])
+            buf = b"".join([raw[i] for i in rows.tolist()])
         a = np.frombuffer(buf, dt)
         p = a if size == _PSIZE else a["page"]
         imp[rows], prior[rows], last[rows] = p["importance"], p["prior"], p["last_crawl"]
         sig[rows] = p["signals"]
         if size > _PSIZE:
-            ok = record_sizes(a["est"][:, 0], a["est"][:, 1]) == size - _PSIZE
+            # a tail that is no readable estimator record: the page record alone, no
+            # estimates (as page_params reads it)
+            ok = record_sizes(a["est"]) == size - _PSIZE
             est_rows.append(rows[ok])
             est_heads.append(record_heads(a["est"][ok]))
     text = np.flatnonzero(other)
@@ -285,72 +271,31 @@ def _estimates_many(
     records: list[tuple[int, str | bytes]], head_rows: list[npt.NDArray[np.int64]],
     heads: list[npt.NDArray[Any]],
 ) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.float64]] | None:
-    """Rows with a readable record and their numbers (``Estimates.encode`` order: alpha,
-    alpha_se, Delta, -, gamma, kappa, then only n_intervals is filled); a record that does
-    not parse counts as none, as :func:`estimates_of` reads it.  Binary records (``heads``
-    from the page values, or standalone in ``records``): their fixed heads as arrays,
-    ``gamma`` and ``Delta`` derived as :func:`streams.estimates.estimation.estimates_of` derives
-    them."""
-    rows: list[int] = []
-    texts: list[str] = []
+    """Rows with a readable record and their numbers (columns: alpha, alpha_se, Delta, -,
+    gamma, kappa, then only n_intervals is filled); a record that does not read counts as
+    none, as :func:`estimates_of` reads it.  Records' heads as arrays (``heads`` from the
+    page values, or standalone in ``records``), ``gamma`` and ``Delta`` derived as
+    :func:`streams.estimates.estimation.estimates_of` derives them."""
     brows: list[int] = []
     bheads: list[bytes] = []
     for i, r0 in records:
         r = record_bytes(r0)
-        size = int(record_sizes(np.array([r[0]]), np.array([r[1] if len(r) > 1 else 0]))[0])
-        if size > 0:
-            if len(r) == size:
-                brows.append(i)
-                bheads.append(record_heads(np.frombuffer(r, np.uint8)[None, :]).tobytes())
-            continue
-        head = r.decode("utf-8", "replace").partition("|")[0]
-        if head.count(",") == _N_EST - 1:
-            rows.append(i)
-            texts.append(head)
+        size = int(record_sizes(np.frombuffer(r[:4], np.uint8)[None, :])[0])
+        if size > 0 and len(r) == size:
+            brows.append(i)
+            bheads.append(record_heads(np.frombuffer(r, np.uint8)[None, :]).tobytes())
     if brows:
         head_rows = [*head_rows, np.array(brows, dtype=np.int64)]
-        heads = [*heads, np.frombuffer(b"".join(bheads), _EST_DTYPE)]
-    out_rows: list[npt.NDArray[np.int64]] = []
-    out_e: list[npt.NDArray[np.float64]] = []
-    if head_rows:
-        h = np.concatenate(heads)
-        e = np.full((len(h), _N_EST), np.nan)
-        alpha = h["alpha"].astype(np.float64)
-        kappa = h["kappa"].astype(np.float64)
-        gam = gamma_from_totals(h["totals"].astype(np.float64))
-        e[:, 0], e[:, 1] = alpha, h["alpha_se"]
-        e[:, 2] = nm.derive(alpha, kappa, gam)["change_rate"]
-        e[:, _GAMMA], e[:, _KAPPA] = gam, kappa
-        e[:, -1] = h["n"]
-        out_rows.append(np.concatenate(head_rows))
-        out_e.append(e)
-    text = _text_estimates_many(rows, texts)
-    if text is not None:
-        out_rows.append(text[0])
-        out_e.append(text[1])
-    if not out_rows:
+        heads = [*heads, np.frombuffer(b"".join(bheads), HEADS)]
+    if not head_rows:
         return None
-    if len(out_rows) == 1:
-        return out_rows[0], out_e[0]
-    return np.concatenate(out_rows), np.concatenate(out_e)
-
-
-def _text_estimates_many(
-    rows: list[int], texts: list[str]
-) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.float64]] | None:
-    if not rows:
-        return None
-    try:
-        e = np.array(",".join(texts).split(","), dtype=np.float64).reshape(len(rows), _N_EST)
-    except ValueError:  # a field that is not a number: read those one by one
-        keep, vals = [], []
-        for i, t in zip(rows, texts, strict=True):
-            try:
-                vals.append([float(x) for x in t.split(",")])
-                keep.append(i)
-            except ValueError:
-                continue
-        if not keep:
-            return None
-        rows, e = keep, np.array(vals, dtype=np.float64)
-    return np.array(rows, dtype=np.int64), e
+    h = np.concatenate(heads)
+    e = np.full((len(h), _N_EST), np.nan)
+    alpha = h["alpha"].astype(np.float64)
+    kappa = h["kappa"].astype(np.float64)
+    gam = gamma_from_totals(h["totals"].astype(np.float64))
+    e[:, 0], e[:, 1] = alpha, h["alpha_se"]
+    e[:, 2] = nm.derive(alpha, kappa, gam)["change_rate"]
+    e[:, _GAMMA], e[:, _KAPPA] = gam, kappa
+    e[:, -1] = h["n"]
+    return np.concatenate(head_rows), e

@@ -43,7 +43,7 @@ from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from infra.kafka import topic_config
-from streams.estimates.estimation import Estimation, Observation, newer_record
+from streams.estimates.estimation import Estimation, Observation
 from streams.events.records import (
     ControlEvent,
     HostEvent,
@@ -236,8 +236,7 @@ class Agents:
             "kafka": OutageReport("kafka", settings.kafka_bootstrap,
                                   settings.outage_report_s, log)}
         half_life = settings.estimator_half_life_s or math.inf
-        self.estimation = Estimation(half_life,
-                                     record_version=settings.estimator_record_version)
+        self.estimation = Estimation(half_life)
 
     # -- plumbing ------------------------------------------------------------------------
     async def reject(self, event: faust.types.EventT[Any], reason: str) -> None:
@@ -652,15 +651,12 @@ class Agents:
         observations: list[Observation] = []
         observed: list[int] = []
         reads: list[tuple[str | None, str | None]] = []
-        newer = 0
         for i, j in enumerate(jobs):
             o = j.record
             value, legacy = _opt(current[i][0]), _opt(current[i][1])
             reads.append((value, legacy))  # what the outcome script compares
             est = estimator_of(value, legacy)  # in the page value (or an old est hash)
-            if newer_record(est):  # a later version's: kept as it is, not rewritten here
-                newer += 1
-            elif value and o.changed is not None:
+            if value and o.changed is not None:
                 state = PageState.decode(value)
                 # a fetch at the last crawl's time (to the ms kept) is that crawl again
                 if state.crawled and float(f"{o.fetched_at:.3f}") > state.last_crawl_s:
@@ -668,10 +664,6 @@ class Agents:
                     observations.append(Observation(
                         est, o.fetched_at - state.last_crawl_s, state.signals, o.changed,
                         o.fetched_at))
-        if newer:
-            self.metrics.tally["estimators.newer"] += newer
-            log.warning("outcomes: %d estimator records of a later version than this worker "
-                        "reads: kept as they are, not updated (upgrade this worker)", newer)
         new_records: dict[int, str] = {}
         if observations:
             try:

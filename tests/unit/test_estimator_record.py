@@ -1,0 +1,315 @@
+"""The estimator record (``streams/estimates/record.py``): one layout, checked against its
+docstring's byte positions independently of the code's tables, on every path that reads or
+writes it (decode, arrays, the rebuild's heads, the next update)."""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import random
+import struct
+
+import numpy as np
+import pytest
+
+from models.estimators import CrawlInterval, SignalState, states_to_batch
+from streams.estimates import record as rec_mod
+from streams.estimates.estimation import (
+    STREAM_RING,
+    Estimation,
+    EstimatorRecord,
+    Observation,
+    estimates_of,
+    group_counts,
+)
+from streams.estimates.params import page_params, page_params_many
+from streams.estimates.record import (
+    COUNT_MAX,
+    VERSION,
+    raw_bytes,
+    record_heads,
+    record_sizes,
+    records_from_batch,
+)
+from streams.events.records import SOURCES
+from streams.settings import Settings
+from streams.store.page_record import PageState, estimator_part
+
+HOUR = 3600.0
+D, NQ = 4, 10
+#: the full record's offsets (the docstring's table)
+N_AT, ALPHA_AT, SE_AT, KAPPA_AT, THETA_AT, LIN_AT, TOTALS_AT, QUAD_AT, REP_AT, RING_AT = (
+    0, 4, 8, 12, 24, 40, 56, 72, 112, 120)
+
+
+def full_bytes(rec: EstimatorRecord) -> bytes:
+    """The full record of ``rec``, packed field by field from the docstring's table."""
+    st, e = rec.state, rec.estimates
+    weighted = any(x[-1] != 1.0 for x in st.ring)
+    lin = [u - b for u, b in zip(st.unchanged, st.quad_b, strict=True)]
+    out = struct.pack("<I2f3f4f4f4f10f2f", st.n_intervals, e.alpha_per_s, e.alpha_se_per_s,
+                      *e.kappa, *st.theta, *lin, *st.totals, *st.quad_a, *st.rep)
+    for x in st.ring:
+        out += struct.pack("<f3H", x[0], *(int(n) for n in x[1:-1]))
+        if weighted:
+            out += struct.pack("<f", x[-1])
+    return out
+
+
+def flags_of(raw: bytes) -> tuple[int, int]:
+    """(flags, header bytes) of a record: the layout byte names one of the one-byte layouts,
+    or is 0xFF followed by the flags."""
+    assert raw[0] == VERSION
+    if raw[1] == 0xFF:
+        return int.from_bytes(raw[2:4], "little"), 4
+    return rec_mod._CODES[raw[1]], 2
+
+
+def expanded(raw: bytes) -> bytes:
+    """A record as its full record, from the docstring (independently of the code's
+    tables): the left-out bytes back where they were, ``theta`` from ``alpha``, ``kappa``."""
+    flags, head = flags_of(raw)
+    ring, quad, rep = flags & 7, bool(flags >> 3 & 1), bool(flags >> 4 & 1)
+    kept, narrow, low = flags >> 5 & 7, bool(flags >> 8 & 1), flags >> 9 & 3
+    weighted, theta = bool(flags >> 11 & 1), bool(flags >> 12 & 1)
+    entry = 14 if weighted else 10
+    size = RING_AT + ring * entry
+    drop = [False] * size
+    upper = [(r, c) for r in range(D) for c in range(r, D)]
+    for g in range(3):
+        if kept >> g & 1:
+            continue
+        j = 1 + g
+        for base in (LIN_AT, TOTALS_AT):
+            drop[base + 4 * j : base + 4 * j + 4] = [True] * 4
+        for k, (r, c) in enumerate(upper):
+            if j in (r, c):
+                drop[QUAD_AT + 4 * k : QUAD_AT + 4 * k + 4] = [True] * 4
+        for r in range(ring):
+            drop[RING_AT + entry * r + 4 + 2 * g : RING_AT + entry * r + 6 + 2 * g] = [True] * 2
+    if not theta:
+        drop[THETA_AT : THETA_AT + 16] = [True] * 16
+    if not quad:
+        drop[QUAD_AT : QUAD_AT + 40] = [True] * 40
+    if not rep:
+        drop[REP_AT : REP_AT + 8] = [True] * 8
+    if narrow:
+        drop[N_AT + 2] = drop[N_AT + 3] = True
+        for r in range(ring):
+            for g in range(3):
+                drop[RING_AT + entry * r + 5 + 2 * g] = True
+    for g in range(3):
+        for b in range(low):
+            drop[TOTALS_AT + 4 * (1 + g) + b] = True
+    kept_at = [i for i in range(size) if not drop[i]]
+    assert len(kept_at) == len(raw) - head
+    full = bytearray(size)
+    for i, x in zip(kept_at, raw[head:], strict=True):
+        full[i] = x
+    if not theta:
+        full[THETA_AT : THETA_AT + 16] = full[ALPHA_AT : ALPHA_AT + 4] + full[KAPPA_AT:THETA_AT]
+    return bytes(full)
+
+
+def check(record: str | bytes, end_s: float = -math.inf) -> EstimatorRecord:
+    """Every reader of ``record`` agrees with the docstring's layout and with each other."""
+    raw = raw_bytes(record)
+    back = EstimatorRecord.decode(record, end_s)
+    assert expanded(raw) == full_bytes(back)  # every byte where the docstring puts it
+    assert back.to_bytes() == raw  # written again: the same bytes
+    assert estimates_of(record) == back.estimates
+    assert record_sizes(np.frombuffer(raw[:4], np.uint8)[None, :]).tolist() == [len(raw)]
+    heads = record_heads(np.frombuffer(raw, np.uint8)[None, :])
+    assert heads["n"][0] == back.state.n_intervals
+    assert heads["alpha"][0] == np.float32(back.estimates.alpha_per_s)
+    assert heads["totals"][0].tolist() == list(back.state.totals)
+    est = Estimation(ring_capacity=max(STREAM_RING, len(back.state.ring)))
+    arrays = est.states_of([record], np.array([end_s]))
+    assert arrays.page_state(0, est.estimator.ring_capacity) == dataclasses.replace(
+        back.state, ring_capacity=est.estimator.ring_capacity)
+    return back
+
+
+def crawled(patterns: list[tuple[int, ...]], changes: list[list[bool]]
+            ) -> list[tuple[float, list[str]]]:
+    """Pages pinged by the sources of ``patterns`` (positions in SOURCES), crawled hourly,
+    changed as ``changes`` says; the stream's records after each crawl (arrays and objects:
+    the same bytes)."""
+    est = Estimation()
+    end = 1e6
+    recs: list[str | None] = [None] * len(patterns)
+    out = []
+    for i in range(len(changes[0])):
+        end += HOUR
+        obs = [Observation(r, HOUR, tuple(1 + (i + s) % 2 if s in p else 0
+                                          for s in range(len(SOURCES))), c[i], end)
+               for r, p, c in zip(recs, patterns, changes, strict=True)]
+        new = est.observe(obs)
+        assert new == est.observe_states(obs)
+        out.append((end, new))
+        recs = list(new)
+    return out
+
+
+def test_the_layout_leaves_out_only_what_it_puts_back() -> None:
+    """Stream records of pages pinged by no source, one, two or three groups, changed often
+    or never: each is its full record without the bytes the docstring names, on every
+    path; ``theta`` is the estimates (the stream's running estimate is the mode)."""
+    patterns = [(), (0,), (1, 2), (3,), (0, 2), (0, 1, 4), (1,), ()]
+    often = [i % 3 != 1 for i in range(STREAM_RING + 4)]
+    changes = [often] * (len(patterns) - 2) + [[False] * len(often), [True] * len(often)]
+    seen = set()
+    for end, recs in crawled(patterns, changes):
+        for r in recs:
+            back = check(r, end)
+            assert back.state.theta == (back.estimates.alpha_per_s, *back.estimates.kappa)
+            flags, head = flags_of(raw_bytes(r))
+            assert head == 2  # a stream record of the default configuration: one byte
+            seen.add(flags & 0b11111)
+    # every ring length; the quadratic summary (a changed interval with signals left the
+    # ring) and the representative interval (one without) each kept only when present
+    assert {0, 1, 2, 2 | 8, 2 | 16} <= seen
+
+
+def test_the_summaries_cost_bytes_only_when_present() -> None:
+    """``quad_a`` (40 bytes, less the rows of groups without signals) and ``rep`` (8 bytes)
+    are stored only when not zero: a page whose evicted changed intervals all had signals
+    keeps no representative interval, one whose evicted intervals had none no ``quad_a``."""
+    n = STREAM_RING + 3
+    (_, last), = crawled([(0, 1, 3), ()], [[True] * n, [True] * n])[-1:]
+    signalled, silent = (EstimatorRecord.decode(r) for r in last)
+    assert any(signalled.state.quad_a) and signalled.state.rep == (0.0, 0.0)
+    assert not any(silent.state.quad_a) and silent.state.rep[0] > 0.0
+    # three groups, a ring of 2, narrow counts, the totals' two low bytes zero: the full
+    # record (120 + 2 x 10) less theta (16), the rep (8), the 8 narrow bytes (n_intervals'
+    # high two, each ring count's high byte) and the 6 low bytes of the groups' totals
+    assert len(raw_bytes(last[0])) == 2 + 140 - 16 - 8 - 8 - 6
+    both = dataclasses.replace(signalled.state, rep=(2.0, HOUR))
+    assert len(EstimatorRecord(signalled.estimates, both).to_bytes()) == 2 + 140 - 16 - 8 - 6
+    # no group: quad_a not stored, the rep kept; each group's lin, totals and ring counts go
+    assert len(raw_bytes(last[1])) == 2 + 140 - 16 - 40 - 3 * (8 + 2 * 2) - 2
+    for r in last:
+        check(r)
+
+
+def test_other_states_take_the_escape_layout_exactly() -> None:
+    """A state outside the one-byte layouts is written exactly with its flags after 0xFF:
+    ring weights (an estimator half-life), a ``theta`` that is not the estimates, a ring
+    longer than the stream's; counts over 255 or 65,535 intervals keep their high bytes."""
+    half = Estimation(half_life_s=100 * HOUR)
+    rng = random.Random(3)
+    r: str | None = None
+    for i in range(8):
+        (r,) = half.observe([Observation(r, HOUR * (1 + rng.random()), (i % 2, 1, 0, 0, 0),
+                                         i % 3 != 0, 1e6 + i * 3 * HOUR)])
+    assert r is not None
+    back = check(r)
+    flags, head = flags_of(raw_bytes(r))
+    assert head == 4 and flags >> 11 & 1 and any(x[-1] != 1.0 for x in back.state.ring)
+    st, e = back.state, back.estimates
+    other = dataclasses.replace(st, theta=(2 * e.alpha_per_s, *e.kappa))
+    raw = EstimatorRecord(e, other).to_bytes()
+    assert flags_of(raw)[0] >> 12 & 1
+    assert EstimatorRecord.decode(raw).state.theta[0] == pytest.approx(2 * e.alpha_per_s)
+    check(raw)
+    five = Estimation(ring_capacity=5)
+    r = None
+    for i in range(7):
+        (r,) = five.observe([Observation(r, HOUR, (0, 1, 0, 0, 0), True, 1e6 + i * HOUR)])
+    assert r is not None and flags_of(raw_bytes(r))[0] & 7 == 5
+    assert check(r).state.ring[0][2] == 1.0
+    # too long for the stream's estimator: its state starts again from the prior
+    assert Estimation().state_of(r) == Estimation().estimator.init()
+    assert Estimation().states_of([r]).n_intervals.tolist() == [0]
+    # wide counts: the high bytes kept; of the totals' two zero low bytes one left out (a
+    # one-byte layout)
+    (_, last), = crawled([(0, 1, 3)], [[True] * (STREAM_RING + 3)])[-1:]
+    st = EstimatorRecord.decode(last[0]).state
+    (e,) = Estimation().results([st])
+    for case in (dataclasses.replace(st, ring=((HOUR, 300.0, 0.0, 1.0, 1.0), st.ring[1])),
+                 dataclasses.replace(st, n_intervals=70_000)):
+        case = dataclasses.replace(case, theta=(e.alpha_per_s, *e.kappa))
+        raw = EstimatorRecord(e, case).to_bytes()
+        flags, head = flags_of(raw)
+        assert head == 2 and not flags >> 8 & 1 and flags >> 9 & 3 == 1
+        back = check(raw)
+        assert (back.state.n_intervals, back.state.ring) == (case.n_intervals, case.ring)
+
+
+def test_counts_saturate_and_bad_records_restart_from_the_prior() -> None:
+    """A group's count in one interval saturates at 65,535 (as the page record's per-source
+    counts); a count no record holds is refused; a record of another version byte, an
+    unknown layout, or a wrong length is unreadable: estimates none, the prior's state on
+    both paths."""
+    assert group_counts((3, COUNT_MAX, 5, 2, 4)) == (3.0, COUNT_MAX, 6.0)
+    est = Estimation()
+    obs = [Observation(None, HOUR, (0, COUNT_MAX, COUNT_MAX, 0, 0), True, 1e6)]
+    (r,) = est.observe(obs)
+    assert r == est.observe_states(obs)[0]
+    assert EstimatorRecord.decode(r).state.ring[0][2] == COUNT_MAX
+    st = EstimatorRecord.decode(r).state
+    for bad_count in (0.5, COUNT_MAX + 1.0, -1.0):
+        bad = dataclasses.replace(st, ring=((HOUR, 0.0, bad_count, 0.0, 1.0),))
+        with pytest.raises(ValueError, match="ring count"):
+            records_from_batch(states_to_batch([bad], STREAM_RING, 3), np.ones(1),
+                               np.ones(1), np.ones((1, 3)))
+    raw = raw_bytes(r)
+    for bad_raw in (bytes((VERSION + 1,)) + raw[1:], raw[:1] + bytes((250,)) + raw[2:],
+                    raw[:-1], raw + b"\0", b"1,2|x", raw[:1]):
+        text = bad_raw.decode("utf-8", "surrogateescape")
+        assert estimates_of(text) is None
+        assert est.state_of(text) == est.estimator.init()
+        assert est.states_of([text]).n_intervals.tolist() == [0]
+        with pytest.raises(ValueError):
+            EstimatorRecord.decode(bad_raw)
+    # an escape layout byte with flags no layout has (low 3)
+    flags, _ = flags_of(raw)
+    bad_raw = raw[:1] + b"\xff" + (flags | 3 << 9).to_bytes(2, "little") + raw[2:]
+    assert estimates_of(bad_raw) is None
+
+
+def test_the_rebuild_reads_what_a_page_reads() -> None:
+    """``page_params_many`` (the rebuild, on arrays) gives every record's page the
+    parameters ``page_params`` gives it, one-byte and escape layouts mixed, and a page whose
+    tail is no readable record its prior parameters."""
+    recs: list[str] = []
+    for _, out in crawled([(), (0,), (1, 2), (0, 1, 4)],
+                          [[i % 3 != 1 for i in range(STREAM_RING + 3)]] * 4):
+        recs += out
+    half = Estimation(half_life_s=50 * HOUR)
+    (w,) = half.observe([Observation(None, HOUR, (0, 1, 0, 0, 0), True, 1e6)])
+    (w,) = half.observe([Observation(w, HOUR, (0, 1, 0, 0, 0), True, 1e6 + HOUR)])
+    recs.append(w)
+    values = [PageState(1.0 + i % 3, None, 2e6, (i % 2, 1, 0, 0, 0)).encode(r)
+              for i, r in enumerate(recs)]
+    values.append(PageState(1.0, None, 2e6).encode(b"\x09garbage"))
+    many = page_params_many(values, [None] * len(values), Settings())
+    assert many is not None
+    for i, v in enumerate(values):
+        one = page_params(PageState.decode(v), estimator_part(v), Settings())
+        assert bool(many.estimated[i]) == one.estimated == (i < len(recs))
+        assert many.alpha[i] == pytest.approx(one.alpha_per_s, rel=1e-12)
+        assert many.gamma[i] == pytest.approx(one.gamma_per_s, rel=1e-12)
+        assert many.origin[i] == pytest.approx(one.origin_s, rel=1e-12)
+
+
+def test_a_record_holds_the_model_state_of_any_history() -> None:
+    """The model's own scalar update (its quad_b not zero once a changed interval with
+    signals has left the ring), the mode as theta: read back as ``unchanged - quad_b`` in one
+    sum, the same estimates on the next update."""
+    est = Estimation()
+    st: SignalState = est.estimator.init()
+    rng = random.Random(7)
+    for i in range(9):
+        st = est.estimator.update(st, CrawlInterval(
+            HOUR * (1 + rng.random()), rng.random() < 0.6,
+            (float(i % 2), float(rng.randrange(3)), 0.0), end_s=1e6 + (i + 1) * 2 * HOUR))
+    assert any(st.quad_b)
+    (e,) = est.results([st])
+    st = dataclasses.replace(st, theta=(e.alpha_per_s, *e.kappa))
+    back = check(EstimatorRecord(e, st).to_bytes(), st.end_s)
+    assert back.state.quad_b == (0.0,) * D
+    assert back.state.unchanged == pytest.approx(
+        [u - b for u, b in zip(st.unchanged, st.quad_b, strict=True)], rel=1e-6)
+    (again,) = est.results([back.state])
+    assert again.alpha_per_s == pytest.approx(e.alpha_per_s, rel=1e-4)
