@@ -20,6 +20,7 @@ from aiokafka.errors import (
     LeaderNotAvailableError,
     NotLeaderForPartitionError,
     OutOfOrderSequenceNumber,
+    ProducerClosed,
     ProducerFenced,
     UnknownProducerId,
 )
@@ -52,7 +53,8 @@ class OrdersProducer:
     #: later one): the producer is replaced and the batch sent again, same order ids
     REPLACE_ON = (OutOfOrderSequenceNumber, UnknownProducerId, InvalidProducerEpoch,
                   ProducerFenced, LeaderNotAvailableError, NotLeaderForPartitionError)
-    #: seconds a replaced producer gets to stop
+    #: seconds the orders a replaced producer refused wait for it to stop before they are
+    #: sent again (its stop goes on in the background: :meth:`_replace`)
     STOP_S = 5.0
 
     def __init__(self, bootstrap: str, max_request_bytes: int = 1_048_576,
@@ -67,6 +69,11 @@ class OrdersProducer:
         self._partition_of: dict[tuple[bytes, int], int] = {}
         #: the tasks awaiting the deliveries (:meth:`_watch`)
         self._watchers: set[asyncio.Task[None]] = set()
+        #: per producer, done once its stop returned: a batch of it still unsettled then
+        #: never will be (:meth:`_delivered`)
+        self._closed: dict[AIOKafkaProducer, asyncio.Future[None]] = {}
+        #: replaced producers' stops going on in the background (:meth:`_replace`)
+        self._stopping: set[asyncio.Task[None]] = set()
         #: orders sent again on a new producer, and orders whose delivery failed otherwise
         self.resent = 0
         self.undelivered = 0
@@ -97,8 +104,17 @@ class OrdersProducer:
                 outcome.set_exception(error)
             else:
                 outcome.set_result(given_up)
+        closed = self._closed.get(p)
         try:
-            await fut
+            if closed is not None and not fut.done():
+                await asyncio.wait([fut, closed], return_when=asyncio.FIRST_COMPLETED)
+            if not fut.done():
+                # the producer stopped and will never settle it: aiokafka's add_batch appends
+                # a batch that waited for its partition's previous one to drain without
+                # checking again whether the producer closed meanwhile, and a stop cancels
+                # the sender without failing what it still holds.  Never sent: sent again.
+                raise ProducerClosed()
+            fut.result()
             settle([])
             return
         except asyncio.CancelledError:
@@ -106,7 +122,7 @@ class OrdersProducer:
             raise
         except Exception as exc:
             error: Exception = exc
-        if not isinstance(error, self.REPLACE_ON):
+        if not isinstance(error, (*self.REPLACE_ON, ProducerClosed)):
             self.undelivered += len(records)
             log.error("%d orders not delivered (%r)", len(records), error)
             settle(list(range(len(records))), error)
@@ -139,18 +155,31 @@ class OrdersProducer:
         settle(given_up, error)
 
     async def _replace(self, p: AIOKafkaProducer) -> None:
-        """Drop ``p`` (if still the current producer): the next send starts a new one."""
-        old = p
+        """Drop ``p`` (if still the current producer): the next send starts a new one.  Its
+        stop (which waits for its batches to settle) gets :data:`STOP_S` here, then goes on
+        in the background: never cut, so that every batch it holds is settled, by it or,
+        once it has stopped, by :meth:`_delivered`."""
         async with self._lock:
             if self._producer is not p:
                 return
             self._producer = None
+        task = asyncio.ensure_future(self._stop_replaced(p))
+        self._stopping.add(task)
+        task.add_done_callback(self._stopping.discard)
+        done, _ = await asyncio.wait({task}, timeout=self.STOP_S)
+        if not done:
+            log.warning("replaced orders producer still stopping after %.0f s: its batches "
+                        "are settled when it has stopped", self.STOP_S)
+
+    async def _stop_replaced(self, p: AIOKafkaProducer) -> None:
         try:
-            await asyncio.wait_for(old.stop(), self.STOP_S)
-        except asyncio.CancelledError:
-            raise
-        except Exception as exc:  # (its buffered batches fail and are sent again)
+            await p.stop()
+        except Exception as exc:  # (its batches fail, and are sent again)
             log.warning("replaced orders producer did not stop cleanly (%r)", exc)
+        finally:
+            closed = self._closed.pop(p, None)
+            if closed is not None and not closed.done():
+                closed.set_result(None)
 
     async def _started(self) -> AIOKafkaProducer:
         async with self._lock:
@@ -170,6 +199,7 @@ class OrdersProducer:
                     await p.stop()
                     raise
                 self._producer = p
+                self._closed[p] = asyncio.get_running_loop().create_future()
             return self._producer
 
     async def send(self, topic: str, key: bytes, value: bytes) -> asyncio.Future[list[int]]:
@@ -261,6 +291,9 @@ class OrdersProducer:
             if self._producer is not None:
                 await self._producer.stop()  # flushes first
                 self._producer = None
+        for task in list(self._stopping):  # replaced producers: stop them now
+            task.cancel()
+        await asyncio.gather(*self._stopping, return_exceptions=True)
         for task in list(self._watchers):  # every delivery is settled by the flush
             task.cancel()
 
