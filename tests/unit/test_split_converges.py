@@ -162,3 +162,55 @@ def test_the_threshold_average() -> None:
     assert budget.observe_value(lt, 0.0, 10.0, 2.0) == lt
     assert budget.observe_value(lt, math.inf, 10.0, 2.0) == lt
     assert budget.observe_value(None, math.nan, 10.0, 2.0) is None
+
+
+def test_the_schedulers_resplit_paces_its_step_by_all_live_books() -> None:
+    """``Scheduler.resplit`` (no Redis: a store holding the shard table in memory) moves
+    its shard's weight by gain / T * gap * dt with T the turnover of every live shard's
+    book (its own pages and the other workers' ``pages`` entries) over R, plus the
+    threshold's lag; a dead worker's entry (older than SHARD_ALIVE_S) counts for
+    nothing."""
+    import asyncio
+    import time
+
+    from streams.scheduler import SHARD_ALIVE_S, Scheduler
+    from streams.scheduler.core import EWMA_S
+    from streams.scheduler.heartbeat import RESPLIT_S as SERVICE_RESPLIT_S
+    from streams.settings import Settings
+    from streams.telemetry.metrics import Metrics
+
+    now = time.time()
+
+    class TableStore:
+        async def get_shards(self) -> dict[int, dict[str, object]]:
+            return {
+                # another worker, alive, crawling at e^0 with 1,000 pages
+                7: {"weight": 1.0, "log_threshold": 0.0, "pages": 1000, "ts": now},
+                # a dead worker's entry: its 10^6 pages are no one's now
+                8: {"weight": 1.0, "log_threshold": 0.0, "pages": 10**6,
+                    "ts": now - SHARD_ALIVE_S - 1.0},
+            }
+
+        async def put_shards(self, own: dict[int, dict[str, object]]) -> None:
+            return None
+
+        async def server_time(self) -> float:
+            return now
+
+    async def sink(k: bytes, v: bytes) -> None:
+        return None
+
+    st = Settings(web_enabled=False, budget_per_s=20.0, resplit_gain=0.5)
+    sch = Scheduler(st, store=TableStore(), metrics=Metrics(),  # type: ignore[arg-type]
+                    send_order=sink)
+    shard = sch.new_shard(0)
+    shard.ready = True
+    for i in range(200):
+        shard.book.set_page(f"u{i}", "a.org", crawled=False, origin=0.0, alpha=1.0,
+                            beta=0.0, gamma=0.0, mu=1.0, max_value=1.0)
+    sch.shards[0] = shard
+    sch.log_threshold = 1.0  # e^1 here against e^0 there: gap +1, mean 0.5
+    sch.wanted = sch.emitted = 1  # it ordered in the interval: no best-value lookup
+    asyncio.run(sch.resplit(0.25))
+    turnover = (200 + 1000) / 20.0 + EWMA_S + SERVICE_RESPLIT_S
+    assert math.log(shard.weight) == pytest.approx(0.5 / turnover * 0.5 * 0.25)
