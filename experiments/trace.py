@@ -15,10 +15,10 @@ recrawl       Algorithm 1 with everything learned online from its own crawls and
               (:class:`models.sim.trace.VectorAlgorithm1` with
               :class:`models.sim.trace.OnlineRates`: Greedy without pings, Greedy-NCIS
               with them), starting from the estimator's default prior as a live worker
-              starts; each rate is its posterior mean under the site's empirical-Bayes
-              Gamma prior once 20 pages are crawled (``--prior host``, default;
-              :mod:`models.estimators.host_prior`; ``--prior global``: the default
-              prior's estimate throughout), hedged (:class:`models.sim.trace.Hedge`:
+              starts; each rate is its posterior mean under its host's empirical-Bayes
+              Gamma prior once 20 of the host's pages are crawled (default,
+              ``--prior host``; :mod:`models.estimators.host_prior`; ``--prior global``:
+              the default prior's estimate throughout), hedged (:class:`models.sim.trace.Hedge`:
               crawls go back to the pages crawled longest ago while the learned rates
               predict the crawls' findings no better than one rate for the whole site)
 nutch         Apache Nutch AdaptiveFetchSchedule (:class:`models.sim.NutchAdaptive`)
@@ -114,6 +114,8 @@ def _save(trace: Trace, folder: Path, pings: tuple[np.ndarray, np.ndarray] | Non
     arrays: dict[str, Any] = {
         "mu": trace.mu, "change_time": trace.change_time, "change_start": trace.change_start,
         "horizon": trace.horizon, "start_s": trace.start_s}
+    if trace.host is not None:
+        arrays["host"] = trace.host
     if pings is not None:
         arrays.update(ping_page=pings[0], ping_day=pings[1])
     np.savez(path, **arrays)
@@ -123,7 +125,7 @@ def _save(trace: Trace, folder: Path, pings: tuple[np.ndarray, np.ndarray] | Non
 def _load(path: str) -> tuple[Trace, tuple[np.ndarray, np.ndarray] | None]:
     with np.load(path) as z:
         tr = Trace(z["mu"], z["change_time"], z["change_start"], float(z["horizon"]),
-                   float(z["start_s"]))
+                   float(z["start_s"]), z.get("host"))
         pings = (z["ping_page"], z["ping_day"]) if "ping_page" in z else None
     return tr, pings
 
@@ -165,7 +167,7 @@ def _policy(kind: str, trace: Trace, R: float, learn_days: float, ev: Any,
         return VectorAlgorithm1("hindsight", trace.mu, *params(0.0, learn_days),
                                 warm=(learn_days, switch))
     if kind in ("recrawl", "recrawl-cold", "recrawl-unhedged"):
-        learner = OnlineRates(m, use_pings=use_pings, prior=prior,
+        learner = OnlineRates(m, use_pings=use_pings, prior=prior, host=trace.host,
                               half_life_days=half_life_days)
         hedge = None if kind == "recrawl-unhedged" or not hedge_share else Hedge(
             max_share=hedge_share)

@@ -77,6 +77,8 @@ class Trace:
         Window length in days.
     start_s : float
         Unix time of ``t = 0``.
+    host : ndarray of int or None
+        Each page's host (an index; ``None``: one host), for the learner's per-host prior.
     """
 
     mu: FloatArray
@@ -84,6 +86,7 @@ class Trace:
     change_start: IntArray
     horizon: float
     start_s: float = 0.0
+    host: IntArray | None = None
 
     @property
     def m(self) -> int:
@@ -102,11 +105,13 @@ class Trace:
 
 
 def trace_from_arrays(mu: npt.ArrayLike, page: npt.ArrayLike, time_s: npt.ArrayLike, *,
-                      start_s: float | None = None, stop_s: float | None = None) -> Trace:
+                      start_s: float | None = None, stop_s: float | None = None,
+                      host: npt.ArrayLike | None = None) -> Trace:
     """A :class:`Trace` from per-change ``(page, unix time)`` arrays (any order).
 
     The window is ``[start_s, stop_s]``, by default the earliest and latest change.
     Changes outside it, and at its start (already in the initial copy), are dropped.
+    ``host``: each page's host index (default: one host).
     """
     mu_a = np.asarray(mu, dtype=np.float64)
     p = np.asarray(page, dtype=np.int64)
@@ -129,7 +134,12 @@ def trace_from_arrays(mu: npt.ArrayLike, page: npt.ArrayLike, time_s: npt.ArrayL
     order = np.lexsort((days, p))
     p, days = p[order], days[order]
     start = np.searchsorted(p, np.arange(mu_a.size + 1)).astype(np.int64)
-    return Trace(mu_a, days, start, (hi - lo) / DAY_S, lo)
+    hosts = None
+    if host is not None:
+        hosts = np.asarray(host, dtype=np.int64)
+        if hosts.shape != mu_a.shape or (hosts.size and hosts.min() < 0):
+            raise ValueError(f"host must be {mu_a.size} host indices >= 0")
+    return Trace(mu_a, days, start, (hi - lo) / DAY_S, lo, hosts)
 
 
 def average_rates(trace: Trace, start: float = 0.0, stop: float | None = None) -> FloatArray:

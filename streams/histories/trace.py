@@ -1,6 +1,7 @@
 """A history file as a :class:`models.sim.trace.Trace` (``recrawl experiments trace``).
 
-Every page of the file is known (declared, changed or captured).  A change log gives the
+Every page of the file is known (declared, changed or captured); a page's host (its URL's
+host name) groups it with the pages the learner's site prior is fitted to.  A change log gives the
 changes themselves; a capture file (CDX, WARC, Kolobov) gives each change at the capture
 that found it (``changed`` true): the earliest time the archive knew of it, so a capture
 trace is a change history at the archive's resolution.  Memory: a dict of URLs and 16
@@ -12,6 +13,7 @@ from __future__ import annotations
 from array import array
 from dataclasses import dataclass
 from pathlib import Path
+from urllib.parse import urlsplit
 
 import numpy as np
 
@@ -29,6 +31,15 @@ class LoadedTrace:
     urls: list[str]
     changes_read: int
     report: ReadReport
+
+
+def _host(url: str) -> str:
+    """The URL's host name (lower case; the whole URL if it has none)."""
+    try:
+        name = urlsplit(url).hostname
+    except ValueError:
+        name = None
+    return name or url
 
 
 def load_trace(path: str | Path, fmt: str | None = None, *, strict: bool = False) -> LoadedTrace:
@@ -59,9 +70,12 @@ def load_trace(path: str | Path, fmt: str | None = None, *, strict: bool = False
                 times.append(rec.time_s)
     if not mu:
         raise ValueError(f"{path}: no page in the file ({report.bad} bad lines)")
+    hosts: dict[str, int] = {}
+    host = np.fromiter((hosts.setdefault(_host(u), len(hosts)) for u in index),
+                       dtype=np.int64, count=len(index))
     trace = trace_from_arrays(np.frombuffer(mu, dtype=np.float64).copy(),
                               np.frombuffer(pages, dtype=np.int64),
-                              np.frombuffer(times, dtype=np.float64))
+                              np.frombuffer(times, dtype=np.float64), host=host)
     return LoadedTrace(trace, list(index), len(times), report)
 
 

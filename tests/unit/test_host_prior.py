@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import math
 
 import numpy as np
@@ -180,3 +181,48 @@ def test_online_rates_forget_at_the_half_life_and_a_bad_one_is_refused() -> None
     tr = trace_from_arrays(np.ones(2), [0, 1], [0.0, DAY])
     with pytest.raises(ValueError, match="half-life"):
         trace_rows(tr, [1.0], half_life_days=0.0)
+
+
+def test_a_loaded_trace_groups_pages_by_host_and_the_replay_keeps_it(tmp_path: object) -> None:
+    from pathlib import Path
+
+    from experiments.trace import _load, _save
+    from streams.histories.trace import load_trace
+
+    folder = Path(str(tmp_path))
+    log = folder / "changes.jsonl"
+    lines = [{"url": "https://a.example/x", "time": 1_700_000_000},
+             {"url": "https://B.example/y", "time": 1_700_086_400},
+             {"url": "https://a.example/z", "time": 1_700_172_800},
+             {"url": "not a url", "time": 1_700_172_900}]
+    log.write_text("".join(json.dumps(x) + "\n" for x in lines))
+    tr = load_trace(log).trace
+    assert tr.host is not None
+    assert tr.host.tolist() == [0, 1, 0, 2]  # a.example, b.example, a.example, the URL itself
+    back, _ = _load(str(_save(tr, folder, None)))
+    assert back.host is not None and back.host.tolist() == [0, 1, 0, 2]
+    learner = OnlineRates(4, use_pings=False, host=back.host)
+    assert len(learner.hosts) == 3
+
+
+def test_online_rates_fit_one_prior_per_host() -> None:
+    rng = np.random.default_rng(5)
+    n = 300
+    host = np.repeat([0, 1], n)
+    lam_day = np.concatenate([rng.gamma(4.0, 0.5, n), rng.gamma(4.0, 0.01, n)])  # 2 vs 1/25
+    per_host = OnlineRates(2 * n, use_pings=False, host=host)
+    one = OnlineRates(2 * n, use_pings=False)
+    pages = np.arange(2 * n)
+    for _ in range(4):
+        tau = rng.uniform(0.5, 1.5, 2 * n)
+        changed = rng.uniform(size=2 * n) < -np.expm1(-lam_day * tau)
+        for learner in (per_host, one):
+            learner.update(pages, tau, changed, np.zeros(2 * n))
+    fast, slow = per_host.host_prior(0), per_host.host_prior(1)
+    assert fast is not None and slow is not None
+    assert fast.mean_per_s > 10 * slow.mean_per_s
+
+    def err(learner: OnlineRates) -> float:
+        return float(np.mean(np.log(learner.params()[0] / lam_day) ** 2))
+
+    assert err(per_host) < 0.7 * err(one)
