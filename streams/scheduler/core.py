@@ -312,12 +312,15 @@ class Scheduler(OrderIssuing):
         own: dict[int, dict[str, Any]] = {}
         starved_all = self.wanted > 0 and self.emitted == 0 and not self.control.paused
         self.wanted = self.emitted = 0
-        # how fast thresholds answer a change of share: one turnover of all the books
+        # how fast thresholds answer a change of share: one turnover of all the books; while
+        # paused nothing is ordered, the thresholds stand still and so do the weights (a
+        # stale gap would otherwise push them to the clamps over a long pause)
         pages = sum(len(s.book) for s in self.shards.values())
         for e in live.values():
             with contextlib.suppress(TypeError, ValueError):
                 pages += max(0, int(e.get("pages", 0)))
-        turnover = budget.turnover_s(pages, self.control.budget_per_s, EWMA_S + RESPLIT_S)
+        turnover = (math.inf if self.control.paused else
+                    budget.turnover_s(pages, self.control.budget_per_s, EWMA_S + RESPLIT_S))
         for p, s in self.shards.items():
             starved = s.ready and starved_all
             s.weight = budget.update_weight(

@@ -164,12 +164,13 @@ def test_the_threshold_average() -> None:
     assert budget.observe_value(None, math.nan, 10.0, 2.0) is None
 
 
-def test_the_schedulers_resplit_paces_its_step_by_all_live_books() -> None:
+def test_the_schedulers_resplit_paces_its_step_by_all_live_books_and_holds_when_paused(
+) -> None:
     """``Scheduler.resplit`` (no Redis: a store holding the shard table in memory) moves
     its shard's weight by gain / T * gap * dt with T the turnover of every live shard's
     book (its own pages and the other workers' ``pages`` entries) over R, plus the
     threshold's lag; a dead worker's entry (older than SHARD_ALIVE_S) counts for
-    nothing."""
+    nothing; while the budget is paused the weight does not move."""
     import asyncio
     import time
 
@@ -214,3 +215,15 @@ def test_the_schedulers_resplit_paces_its_step_by_all_live_books() -> None:
     asyncio.run(sch.resplit(0.25))
     turnover = (200 + 1000) / 20.0 + EWMA_S + SERVICE_RESPLIT_S
     assert math.log(shard.weight) == pytest.approx(0.5 / turnover * 0.5 * 0.25)
+    # paused: nothing is ordered, the gap is stale: the weight stays (for any length of
+    # pause), and moves again once resumed
+    sch.control.paused = True
+    held = shard.weight
+    for _ in range(40):
+        sch.wanted = sch.emitted = 0
+        asyncio.run(sch.resplit(60.0))
+    assert shard.weight == held
+    sch.control.paused = False
+    sch.wanted = sch.emitted = 1
+    asyncio.run(sch.resplit(0.25))
+    assert shard.weight > held
