@@ -189,7 +189,7 @@ async def run(args: argparse.Namespace) -> None:
             for d in dumps:
                 for url, value in d.pages.items():
                     one._apply_or_skip(shard, d.host, url, PageState.decode(value),
-                                       d.estimators.get(url), NOT_IN_FLIGHT)
+                                       d.estimator(url), NOT_IN_FLIGHT)
                     done += 1
                 if done >= args.reference_pages:
                     break

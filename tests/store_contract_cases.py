@@ -94,11 +94,11 @@ async def test_outcome_codes_and_flight(store: StateStore) -> None:
     (r,) = await store.apply_outcomes([OutcomeOp(u, h, "o1", 50.0, None, "t.out", 0, 1)])
     assert r[0] == "dup-offset"
     (r,) = await store.apply_outcomes([OutcomeOp(u, h, None, 200.0, "X", "t.out", 0, 2,
-                                                 expect=("stale value", None))])
+                                                 expect="stale value")])
     assert r[0] == "conflict"
     cur = await store.get_page_raw(h, u)
     (r,) = await store.apply_outcomes([OutcomeOp(u, h, None, 200.0, "X", "t.out", 0, 2,
-                                                 expect=(cur, None))])
+                                                 expect=cur)])
     assert r[0] == "applied" and estimator_part(r[1]) == "X"
     (r,) = await store.apply_outcomes([OutcomeOp("https://a.org/none", h, None, 1.0, None,
                                                  "t.out", 0, 3)])
@@ -197,7 +197,7 @@ async def test_a_host_of_many_pages(store: StateStore) -> None:
     assert [(c, n) for c, _, n in outs] == [("unknown", 0) if u in gone else ("applied", 1)
                                             for u in urls[:20]]
     read = await store.read_pages([(h, u) for u in urls])
-    for i, (u, (value, _est)) in enumerate(zip(urls, read, strict=True)):
+    for i, (u, value) in enumerate(zip(urls, read, strict=True)):
         if u in gone:
             assert value is None and await store.get_page(h, u) is None
             continue

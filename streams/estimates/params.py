@@ -38,7 +38,7 @@ from streams.estimates.estimation import (
     estimates_of,
     value_parameters,
 )
-from streams.estimates.record import HEADS, gamma_from_totals, record_heads, record_sizes
+from streams.estimates.record import gamma_from_totals, record_heads, record_sizes
 from streams.events.records import SOURCES
 from streams.settings import Settings
 from streams.store.redis_store import PAGE_DTYPE, PAGE_STRUCT, PAGE_VERSION, PageState, record_bytes
@@ -130,17 +130,16 @@ class ParamsMany:
     max_value: npt.NDArray[np.float64]
 
 
-def page_params_many(values: Sequence[str | bytes], estimators: Sequence[str | bytes | None],
-                     settings: Settings) -> ParamsMany | None:
-    """:func:`page_params` of many stored pages at once (their ``P:{host}:pages`` values
-    and estimator records, None for none): the same formulas on arrays, so a shard of 10^6
+def page_params_many(values: Sequence[str | bytes], settings: Settings) -> ParamsMany | None:
+    """:func:`page_params` of many stored pages at once (their ``P:{host}:pages`` values,
+    each its page record and estimator record): the same formulas on arrays, so a shard of 10^6
     pages is rebuilt without 10^6 Python calls (binary records: ``numpy.frombuffer``).
     None if a stored value does not parse (the caller then goes page by page, which counts
     the bad ones); ``tests/integration/test_params_many.py`` checks it equals
     :func:`page_params`."""
     n, n_src = len(values), len(SOURCES)
     raw = [record_bytes(v) for v in values]
-    pages = _pages_many(raw, estimators)
+    pages = _pages_many(raw)
     if pages is None:
         return None
     imp, prior, last, sig, est = pages
@@ -200,12 +199,12 @@ def _record_dtype(size: int) -> np.dtype[Any]:
 _Arr = npt.NDArray[np.float64]
 
 
-def _pages_many(raw: list[bytes], estimators: Sequence[str | bytes | None]) -> tuple[
+def _pages_many(raw: list[bytes]) -> tuple[
         _Arr, _Arr, _Arr, _Arr, tuple[npt.NDArray[np.int64], _Arr] | None] | None:
     """importance, prior (NaN: none), last crawl, signals ``(n, sources)`` of stored page
     values and their estimates (:func:`_estimates_many`): binary values grouped by length,
     each group one ``numpy.frombuffer`` (page and estimator record together); old text
-    values parsed; an estimator record not in its page value taken from ``estimators``."""
+    values parsed (they hold no estimator record)."""
     n, n_src = len(raw), len(SOURCES)
     imp = np.empty(n)
     prior = np.empty(n)
@@ -258,36 +257,16 @@ def _pages_many(raw: list[bytes], estimators: Sequence[str | bytes | None]) -> t
                                  dtype=np.float64).reshape(len(parts), n_src)
         except (ValueError, IndexError, UnicodeDecodeError):
             return None
-    # estimator records outside the page values (old est hash): only rows without one inside
-    inside = np.zeros(n, dtype=bool)
-    for r in est_rows:
-        inside[r] = True
-    legacy = [(i, e) for i, e in enumerate(estimators) if e and not inside[i]]
-    est = _estimates_many(legacy, est_rows, est_heads)
-    return imp, prior, last, sig, est
+    return imp, prior, last, sig, _estimates_many(est_rows, est_heads)
 
 
 def _estimates_many(
-    records: list[tuple[int, str | bytes]], head_rows: list[npt.NDArray[np.int64]],
-    heads: list[npt.NDArray[Any]],
+    rows: list[npt.NDArray[np.int64]], heads: list[npt.NDArray[Any]],
 ) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.float64]] | None:
     """Rows with a readable record and their numbers (columns: alpha, alpha_se, Delta, -,
-    gamma, kappa, then only n_intervals is filled); a record that does not read counts as
-    none, as :func:`estimates_of` reads it.  Records' heads as arrays (``heads`` from the
-    page values, or standalone in ``records``), ``gamma`` and ``Delta`` derived as
-    :func:`streams.estimates.estimation.estimates_of` derives them."""
-    brows: list[int] = []
-    bheads: list[bytes] = []
-    for i, r0 in records:
-        r = record_bytes(r0)
-        size = int(record_sizes(np.frombuffer(r[:4], np.uint8)[None, :])[0])
-        if size > 0 and len(r) == size:
-            brows.append(i)
-            bheads.append(record_heads(np.frombuffer(r, np.uint8)[None, :]).tobytes())
-    if brows:
-        head_rows = [*head_rows, np.array(brows, dtype=np.int64)]
-        heads = [*heads, np.frombuffer(b"".join(bheads), HEADS)]
-    if not head_rows:
+    gamma, kappa, then only n_intervals is filled) from the records' heads, ``gamma`` and
+    ``Delta`` derived as :func:`streams.estimates.estimation.estimates_of` derives them."""
+    if not rows:
         return None
     h = np.concatenate(heads)
     e = np.full((len(h), _N_EST), np.nan)
@@ -298,4 +277,4 @@ def _estimates_many(
     e[:, 2] = nm.derive(alpha, kappa, gam)["change_rate"]
     e[:, _GAMMA], e[:, _KAPPA] = gam, kappa
     e[:, -1] = h["n"]
-    return np.concatenate(head_rows), e
+    return np.concatenate(rows), e

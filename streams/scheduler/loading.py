@@ -90,8 +90,8 @@ class ShardLoading:
         at once (:meth:`models.decision.core.ShardBook.set_pages`).  A page whose parameters
         do not all come from its stored value goes through :meth:`_apply` as one: an
         estimator given as :class:`Estimates`, or other than the one stored in the value,
-        or none given for a page the book holds as estimated whose value has no record (an
-        old ``est`` hash: the book's parameters are kept).  (A page whose value holds a
+        or none given for a page the book holds as estimated whose value has no record
+        (the book's parameters are kept).  (A page whose value holds a
         record the book has not seen takes it, as a rebuild would; :meth:`on_page` would
         keep the prior, which the book only holds for such a page if it missed an update.)
         A value that does not parse, or whose parameters are not usable, leaves the page out
@@ -129,7 +129,6 @@ class ShardLoading:
         urls: list[str] = []
         hosts: list[str] = []
         raws: list[bytes] = []
-        ests: list[str | None] = []
         one: list[tuple[str, str, str, bool, str | Estimates | None]] = []
         for url, (host, value, cleared, est) in pages.items():
             raw = record_bytes(value)
@@ -138,15 +137,14 @@ class ShardLoading:
             estimated = slot is not None and bool(t.estimated[slot])
             if (not isinstance(est, str | None)
                     or (inner and est is not None and record_bytes(est) != raw[_PAGE_SIZE:])
-                    or (not inner and est is None and estimated)):
+                    or (not inner and (est is not None or estimated))):
                 one.append((host, url, value, cleared, est))
                 continue
             urls.append(url)
             hosts.append(host)
             raws.append(raw)
-            ests.append(est if isinstance(est, str) and not inner else None)
         if urls:
-            many = page_params_many(raws, ests, self.settings)
+            many = page_params_many(raws, self.settings)
             if many is None:  # some value does not parse: all of them one by one
                 one += [(h, u, *pages[u][1:]) for u, h in zip(urls, hosts, strict=True)]
             else:
@@ -304,8 +302,6 @@ class ShardLoading:
         urls: list[str] = []
         hosts: list[str] = []
         values: list[str | bytes] = []
-        #: estimator records still in the old est hash (the others are in the values)
-        ests: list[str | None] = []
         for dump in dumps:
             info = dump.info
             blocked = shard.blocked.get(dump.host, ())
@@ -317,13 +313,9 @@ class ShardLoading:
             urls.extend(pages)
             hosts.extend([dump.host] * len(pages))
             values.extend(pages.values())
-            if dump.estimators:
-                ests.extend(dump.estimators.get(u) for u in pages)
-            else:
-                ests.extend([None] * len(pages))
         if not urls:
             return
-        many = page_params_many(values, ests, self.settings)
+        many = page_params_many(values, self.settings)
         if many is None:
             bulk = np.zeros(len(urls), dtype=bool)
         else:

@@ -30,7 +30,6 @@ from streams.store.page_record import (
     N_SEEN,
     N_SOURCES,
     PageState,
-    estimator_of,
     estimator_part,
     ping_fingerprint,
     record_bytes,
@@ -104,8 +103,6 @@ class MemoryStore:
         self.epoch_of: Callable[[str, int], int] = lambda _topic, _partition: 0
         self.pages: dict[str, dict[str, str]] = {}
         self.inflight: dict[str, dict[str, str]] = {}
-        #: estimator records in the old ``est`` hash (written before record version 1)
-        self.est: dict[str, dict[str, str]] = {}
         self.hosts: dict[str, dict[str, str]] = {}
         self.blocked: dict[str, set[str]] = {}
         self.offsets: dict[str, dict[str, str]] = {}
@@ -156,7 +153,7 @@ class MemoryStore:
         if self._guard(offsets, op.topic, op.partition, op.offset):
             return ("dup-offset", pages.get(op.url, ""))
         if op.deleted:
-            for table in (self.pages, self.inflight, self.est):
+            for table in (self.pages, self.inflight):
                 table.get(op.host, {}).pop(op.url, None)
             return ("deleted", "")
         cur = pages.get(op.url)
@@ -208,10 +205,8 @@ class MemoryStore:
             offsets[field] = str(top)
         return out
 
-    async def read_pages(self, items: Sequence[tuple[str, str]]
-                         ) -> list[tuple[str | None, str | None]]:
-        return [(self.pages.get(h, {}).get(u) or None, self.est.get(h, {}).get(u) or None)
-                for h, u in items]
+    async def read_pages(self, items: Sequence[tuple[str, str]]) -> list[str | None]:
+        return [self.pages.get(h, {}).get(u) or None for h, u in items]
 
     async def apply_outcomes(self, ops: Sequence[OutcomeOp]) -> list[Any]:
         return _each(self._outcome, ops)
@@ -223,9 +218,7 @@ class MemoryStore:
         if self._applied(offsets, field, op.offset):
             return ("dup-offset", pages.get(op.url, ""), 0)
         cur = pages.get(op.url)
-        est = self.est.get(op.host, {})
-        if op.expect is not None and ((cur or "") != (op.expect[0] or "")
-                                      or est.get(op.url, "") != (op.expect[1] or "")):
+        if op.expect is not None and (cur or "") != op.expect:
             return ("conflict", cur or "", 0)
         offsets[field] = str(op.offset)
         if not cur:
@@ -245,7 +238,6 @@ class MemoryStore:
             rest = estimator_part(cur)
             if op.new_estimator:
                 rest = op.new_estimator
-                est.pop(op.url, None)
             v = pages[op.url] = _value(st.after_crawl(fetched), rest)
         cleared = 0
         flights = self.inflight.get(op.host, {})
@@ -368,9 +360,8 @@ class MemoryStore:
 
     async def get_pages(self, host: str, urls: Sequence[str]
                         ) -> dict[str, tuple[str | None, ...]]:
-        pages, fl, est = (t.get(host, {}) for t in (self.pages, self.inflight, self.est))
-        return {u: (pages.get(u), fl.get(u), estimator_of(pages.get(u), est.get(u)))
-                for u in urls}
+        pages, fl = (t.get(host, {}) for t in (self.pages, self.inflight))
+        return {u: (pages.get(u), fl.get(u), estimator_part(pages.get(u))) for u in urls}
 
     async def explain_data(self, host: str, url: str) -> dict[str, Any]:
         page = self.pages.get(host, {}).get(url)
@@ -378,7 +369,7 @@ class MemoryStore:
         return {
             "page": PageState.decode(page) if page else None,
             "in_flight": _in_flight(fl) if fl else None,
-            "estimator": estimator_of(page, self.est.get(host, {}).get(url)),
+            "estimator": estimator_part(page),
             "host": _host_info(self.hosts.get(host, {})),
             "blocked": url in self.blocked.get(host, set()),
         }
@@ -400,7 +391,7 @@ class MemoryStore:
         return [HostDump(
             h, {u: record_bytes(v) for u, v in self.pages.get(h, {}).items()},
             {u: _in_flight(v) for u, v in self.inflight.get(h, {}).items()},
-            dict(self.est.get(h, {})), _host_info(self.hosts.get(h, {})),
+            _host_info(self.hosts.get(h, {})),
             set(self.blocked.get(h, set()))) for h in hosts]
 
     async def blocked_among(self, host: str, urls: Sequence[str]) -> set[str]:
@@ -431,7 +422,7 @@ class MemoryStore:
         """Nothing to load."""
 
     async def delete_all(self) -> int:
-        tables: list[dict[Any, Any]] = [self.pages, self.inflight, self.est, self.hosts,
+        tables: list[dict[Any, Any]] = [self.pages, self.inflight, self.hosts,
                                         self.blocked, self.offsets, self.shards]
         n = sum(len(t) for t in tables)
         self.__init__(self.prefix, self.clock)  # type: ignore[misc]

@@ -53,7 +53,6 @@ __all__ = [
     "PAGE_STRUCT",
     "PAGE_VERSION",
     "PageState",
-    "estimator_of",
     "estimator_part",
     "pack_seen",
     "ping_fingerprint",
@@ -105,12 +104,6 @@ def estimator_part(value: str | bytes | None) -> str | None:
     if raw[0] != PAGE_VERSION or len(raw) <= PAGE_STRUCT.size:
         return None
     return raw[PAGE_STRUCT.size :].decode("utf-8", "surrogateescape")
-
-
-def estimator_of(value: str | None, legacy: str | None) -> str | None:
-    """A page's estimator record: in its page value, else (state written before record
-    version 1) the one in ``P:{host}:est``."""
-    return estimator_part(value) or legacy or None
 
 
 @dataclass(frozen=True, slots=True)

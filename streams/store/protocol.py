@@ -41,7 +41,7 @@ from typing import Any, Protocol, runtime_checkable
 
 from streams.errors import RecrawlError
 from streams.events.records import MAX_IN_FLIGHT, MAX_RATE_PER_S
-from streams.store.page_record import PageState, estimator_of
+from streams.store.page_record import PageState, estimator_part
 
 __all__ = [
     "ControlOp",
@@ -94,8 +94,8 @@ class PingBatch:
 @dataclass(frozen=True, slots=True)
 class OutcomeOp:
     """A crawl outcome.  ``new_estimator``: the page's estimator record after this crawl
-    ('' or None: keep).  ``expect``: (page value, old estimator record) it was computed
-    from: nothing is written unless both are still stored (``conflict``).
+    ('' or None: keep).  ``expect``: the page value (page record and estimator record) it
+    was computed from: nothing is written unless it is still stored (``conflict``).
     ``disallowed``: robots.txt forbade the fetch (``robots_digest``: which one)."""
 
     url: str
@@ -106,7 +106,7 @@ class OutcomeOp:
     topic: str
     partition: int
     offset: int
-    expect: tuple[str | None, str | None] | None = None
+    expect: str | None = None
     disallowed: bool = False
     robots_digest: str | None = None
 
@@ -167,18 +167,13 @@ class HostDump:
     #: (bytes when read through :attr:`Store.raw`)
     pages: dict[str, str | bytes]
     in_flight: dict[str, tuple[str, float]]
-    #: url -> estimator record still in the old ``est`` hash (state written before record
-    #: version 1); the current ones are in the page values: :meth:`estimator`
-    estimators: dict[str, str]
     info: HostInfo
     #: urls its robots.txt disallows
     blocked: set[str] = field(default_factory=set)
 
     def estimator(self, url: str) -> str | None:
-        """The page's estimator record (its value's tail, else an old one)."""
-        v = self.pages.get(url)
-        return estimator_of(v if v is None or isinstance(v, str) else
-                            v.decode("utf-8", "surrogateescape"), self.estimators.get(url))
+        """The page's estimator record (its value's tail)."""
+        return estimator_part(self.pages.get(url))
 
 
 def _host_info(raw: dict[str, str]) -> HostInfo:
@@ -227,10 +222,9 @@ class StateStore(Protocol):
     async def apply_pings(self, batches: Sequence[PingBatch], *, t_delay_s: float
                           ) -> list[Any]: ...
 
-    async def read_pages(self, items: Sequence[tuple[str, str]]
-                         ) -> list[tuple[str | None, str | None]]:
-        """(page value, old-form estimator record) of each ``(host, url)``: what an
-        outcome's compare-and-set compares."""
+    async def read_pages(self, items: Sequence[tuple[str, str]]) -> list[str | None]:
+        """The page value of each ``(host, url)``: what an outcome's compare-and-set
+        compares."""
         ...
 
     async def apply_outcomes(self, ops: Sequence[OutcomeOp]) -> list[Any]: ...

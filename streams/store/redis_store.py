@@ -7,16 +7,13 @@ same code runs on one Redis node and on a Redis Cluster, :mod:`streams.store.red
 
     P:{host}:pages      HASH  field -> page record (streams/store/page_record.py), followed by the
                               page's estimator record once it has an observed crawl interval
-                              (streams/estimates/estimation.py); bucket 0 of the host's pages;
+                              (streams/estimates/record.py); bucket 0 of the host's pages;
                               the field is the url without https://<host> ("Short fields")
     P:{host}:pages:<b>  HASH  the same, bucket b >= 1 (only hosts past 120 pages: "Page
                               buckets" below)
     P:{host}:buckets    HASH  l, p (the buckets' layout), n (pages in them); absent: one
                               bucket
     P:{host}:inflight   HASH  url -> "order_id|issued_at"   (only pages with an order out)
-    P:{host}:est        HASH  url -> estimator record in the old text form (only state
-                              written before record version 1: read, and deleted when the
-                              page's next estimator record is written into its page value)
     P:{host}:host       HASH  rate, mif (capacity), tokens, ts (the token bucket); rate is
                               the smallest of rate_operator, rate_robots, rate_pushback (who
                               set it: HostEvent.source) with reason_<source>; robots: the
@@ -76,7 +73,7 @@ hash is of the stored field.  A page stored before short fields (under its url, 
 bucket of ``sha1(url)``) is still found (lib.lua's ``find``: a second ``HGET`` when the short
 field is absent) and moves to its short field at its next write, in the same script.  23 of
 the bench's 37-byte urls (``docs/benchmarks.md``); the other per-url hashes (``inflight``,
-``blocked``, ``est``, few entries each) keep the url.
+``blocked``, few entries each) keep the url.
 
 Each event's change is one Lua script that first compares the event's offset with the last
 applied offset of its (host, topic, partition) and records it, so a redelivered event
@@ -121,7 +118,6 @@ from streams.store.page_record import (
     PAGE_STRUCT,
     PAGE_VERSION,
     PageState,
-    estimator_of,
     estimator_part,
     ping_fingerprint,
     record_bytes,
@@ -156,7 +152,6 @@ __all__ = [
     "PageState",
     "PingItem",
     "Store",
-    "estimator_of",
     "estimator_part",
     "page_field",
     "page_url",
@@ -481,8 +476,7 @@ class Store:
 
     # -- the scripts' calls: (script, keys, args) of one item ------------------------------
     def _page_call(self, op: PageOp) -> _Call:
-        keys = [self.key(op.host, k)
-                for k in ("pages", "offsets", "inflight", "est", "buckets")]
+        keys = [self.key(op.host, k) for k in ("pages", "offsets", "inflight", "buckets")]
         args: list[Any] = [
             self.offset_field(op.topic, op.partition), op.offset, op.url,
             "1" if op.deleted else "0", repr(float(op.importance)),
@@ -504,7 +498,7 @@ class Store:
 
     def _outcome_call(self, op: OutcomeOp) -> _Call:
         keys = [self.key(op.host, k)
-                for k in ("pages", "offsets", "inflight", "est", "blocked", "host", "buckets")]
+                for k in ("pages", "offsets", "inflight", "blocked", "host", "buckets")]
         expect = op.expect
         args: list[Any] = [
             self.offset_field(op.topic, op.partition), op.offset, op.url, op.order_id or "",
@@ -512,8 +506,7 @@ class Store:
             # surrogate escapes, which it cannot encode)
             f"{op.fetched_at:.3f}", record_bytes(op.new_estimator or ""),
             "0" if expect is None else "1",
-            b"" if expect is None else record_bytes(expect[0] or ""),
-            b"" if expect is None else record_bytes(expect[1] or ""),
+            b"" if expect is None else record_bytes(expect),
             "1" if op.disallowed else "0", op.robots_digest or "",
         ]
         return self.apply_outcome_script, keys, args
@@ -581,33 +574,31 @@ class Store:
         return [r if isinstance(r, Exception) else _pairs(r) for r in res]
 
     def _read_call(self, host: str, urls: Sequence[str]) -> _Call:
-        keys = [self.key(host, k) for k in ("pages", "buckets", "est")]
+        keys = [self.key(host, k) for k in ("pages", "buckets")]
         return self.read_pages_script, keys, list(urls)
 
-    async def read_pages(self, items: Sequence[tuple[str, str]]
-                         ) -> list[tuple[str | None, str | None]]:
-        """(page value, old-form estimator record) of each (host, url): one read script
-        call per host (its pages may be in several buckets)."""
+    async def read_pages(self, items: Sequence[tuple[str, str]]) -> list[str | None]:
+        """The page value of each (host, url): one read script call per host (its pages may
+        be in several buckets)."""
         by_host: dict[str, list[int]] = {}
         for i, (host, _url) in enumerate(items):
             by_host.setdefault(host, []).append(i)
         hosts = list(by_host)
         res = await self._batch([self._read_call(h, [items[i][1] for i in by_host[h]])
                                  for h in hosts])
-        out: list[tuple[str | None, str | None]] = [(None, None)] * len(items)
+        out: list[str | None] = [None] * len(items)
         for h, r in zip(hosts, res, strict=True):
             if isinstance(r, Exception):
                 raise r
             for j, i in enumerate(by_host[h]):
-                out[i] = (r[2 * j] or None, r[2 * j + 1] or None)
+                out[i] = r[j] or None
         return out
 
-    async def _read_host(self, host: str, urls: Sequence[str]
-                         ) -> list[tuple[str | None, str | None]]:
+    async def _read_host(self, host: str, urls: Sequence[str]) -> list[str | None]:
         """:meth:`read_pages` of one host's urls through the decoded client."""
         r: Any = await self.read_pages_script(keys=self._read_call(host, urls)[1],
                                               args=list(urls), client=self.redis)
-        return [(r[2 * j] or None, r[2 * j + 1] or None) for j in range(len(urls))]
+        return [r[j] or None for j in range(len(urls))]
 
     async def apply_outcomes(self, ops: Sequence[OutcomeOp]) -> list[Any]:
         return [r if isinstance(r, Exception) else (_text(r[0]), _text(r[1]), int(r[2]))
@@ -647,15 +638,15 @@ class Store:
 
     # -- reads ---------------------------------------------------------------------------
     async def get_page(self, host: str, url: str) -> PageState | None:
-        ((v, _est),) = await self._read_host(host, [url])
+        (v,) = await self._read_host(host, [url])
         return PageState.decode(v) if v else None
 
     async def get_page_raw(self, host: str, url: str) -> str | None:
-        ((v, _est),) = await self._read_host(host, [url])
+        (v,) = await self._read_host(host, [url])
         return str(v) if v else None
 
     async def explain_data(self, host: str, url: str) -> dict[str, Any]:
-        ((page, est),) = await self._read_host(host, [url])
+        (page,) = await self._read_host(host, [url])
         pipe = self.redis.pipeline(transaction=False)
         pipe.hget(self.key(host, "inflight"), url)
         pipe.hgetall(self.key(host, "host"))
@@ -664,7 +655,7 @@ class Store:
         return {
             "page": PageState.decode(page) if page else None,
             "in_flight": _in_flight(fl) if fl else None,
-            "estimator": estimator_of(page, est),
+            "estimator": estimator_part(page),
             "host": _host_info(hinfo),
             "blocked": bool(blocked),
         }
@@ -692,20 +683,20 @@ class Store:
     async def dump_hosts(self, hosts: Sequence[str]) -> list[HostDump]:
         """Everything of ``hosts`` a shard needs, in one round trip (through :attr:`raw` when
         there is one: page values stay bytes, for ``numpy.frombuffer``), its replies read
-        straight off the connection (:func:`_run`: no redis-py pipeline per command, six
+        straight off the connection (:func:`_run`: no redis-py pipeline per command, five
         commands per host)."""
         client = self.raw or self.batch
         commands: list[tuple[str, ...]] = []
         for h in hosts:
             commands += [("HGETALL", self.key(h, "pages")), ("HGETALL", self.key(h, "inflight")),
-                         ("HGETALL", self.key(h, "est")), ("HGETALL", self.key(h, "host")),
+                         ("HGETALL", self.key(h, "host")),
                          ("SMEMBERS", self.key(h, "blocked")),
                          ("HMGET", self.key(h, "buckets"), "l", "p")]
         res = _raise_errors(await _run(client, commands))
-        pages = [_hash_pairs(res[6 * i]) for i in range(len(hosts))]
+        pages = [_hash_pairs(res[5 * i]) for i in range(len(hosts))]
         # hosts in several buckets: the other buckets in a second round trip
         more = [(i, (1 << lv) + sp) for i in range(len(hosts))
-                for lv, sp in [_layout(res[6 * i + 5])] if (lv, sp) != (0, 0)]
+                for lv, sp in [_layout(res[5 * i + 4])] if (lv, sp) != (0, 0)]
         if more:
             rest = iter(_raise_errors(await _run(client, [
                 ("HGETALL", self.bucket_key(hosts[i], b)) for i, count in more
@@ -717,27 +708,26 @@ class Store:
                     pages[i][1].extend(v)
         out = []
         for i, h in enumerate(hosts):
-            fl, est, info = (_hash_dict(res[6 * i + k]) for k in (1, 2, 3))
+            fl, info = (_hash_dict(res[5 * i + k]) for k in (1, 2))
             out.append(
                 HostDump(
                     h,
                     _url_keys(h, *pages[i]),
                     {_text(u): _in_flight(_text(v)) for u, v in fl.items()},
-                    {_text(u): _text(v) for u, v in est.items()},
                     _host_info({_text(k): _text(v) for k, v in info.items()}),
-                    {_text(u) for u in res[6 * i + 4]},
+                    {_text(u) for u in res[5 * i + 3]},
                 )
             )
         return out
 
     async def get_pages(self, host: str, urls: Sequence[str]) -> dict[str, tuple[str | None, ...]]:
         """For each url: (page value, in flight, estimator record) as stored (None when
-        absent; the estimator record is the page value's tail, or an old one in ``est``)."""
+        absent; the estimator record is the page value's tail)."""
         if not urls:
             return {}
         read = await self._read_host(host, urls)
         fl: Any = await self.redis.hmget(self.key(host, "inflight"), list(urls))
-        return {u: (read[i][0], fl[i], estimator_of(*read[i])) for i, u in enumerate(urls)}
+        return {u: (read[i], fl[i], estimator_part(read[i])) for i, u in enumerate(urls)}
 
     async def blocked_among(self, host: str, urls: Sequence[str]) -> set[str]:
         """The ``urls`` that the host's robots.txt disallows (``P:{host}:blocked``)."""

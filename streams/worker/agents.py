@@ -69,7 +69,7 @@ from streams.store import (
     StoreUnavailable,
 )
 from streams.store.logs import CatalogueLost, LogEpochs, kafka_probe
-from streams.store.page_record import PageState, estimator_of
+from streams.store.page_record import PageState, estimator_part
 from streams.store.redis_store import (
     TRANSIENT_REPLY_PREFIXES,
     TRANSIENT_REPLY_TYPES,
@@ -650,12 +650,12 @@ class Agents:
             [(j.record.host, j.record.url) for j in jobs]))
         observations: list[Observation] = []
         observed: list[int] = []
-        reads: list[tuple[str | None, str | None]] = []
+        reads: list[str | None] = []
         for i, j in enumerate(jobs):
             o = j.record
-            value, legacy = _opt(current[i][0]), _opt(current[i][1])
-            reads.append((value, legacy))  # what the outcome script compares
-            est = estimator_of(value, legacy)  # in the page value (or an old est hash)
+            value = _opt(current[i])
+            reads.append(value)  # what the outcome script compares
+            est = estimator_part(value)  # the page value's tail
             if value and o.changed is not None:
                 state = PageState.decode(value)
                 # a fetch at the last crawl's time (to the ms kept) is that crawl again
@@ -687,7 +687,7 @@ class Agents:
                 decision = (f"{o.fetched_at:.3f} not fetched: {o.error or 'robots.txt disallows'}"
                             "; not ordered until the host's robots.txt changes")
             plans.append((j, new_est, decision,
-                          new_est or estimator_of(reads[i][0], reads[i][1])))
+                          new_est or estimator_part(reads[i])))
 
         ops = [OutcomeOp(j.record.url, j.record.host, j.record.order_id, j.record.fetched_at,
                          new_est, j.topic, j.partition, j.offset,

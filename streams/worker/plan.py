@@ -4,7 +4,7 @@ current estimates in Redis (``recrawl plan``, ``GET /plan``).
 Every page's crawl-value parameters ``(alpha, beta, gamma, mu)`` are the worker's own
 (:func:`streams.estimates.params.page_params`: the estimator record once the page has an observed
 interval, its prior before), read from the same keys the scheduler rebuilds a shard from
-(``P:shard:{p}:hosts``, then each host's ``pages`` and ``est`` hashes).  For each budget
+(``P:shard:{p}:hosts``, then each host's ``pages`` hashes).  For each budget
 ``R`` the planner solves the optimal continuous policy with signals (eq. 4 and Theorem 1 of
 Busa-Fekete et al., paper 004: thresholds ``iota_i`` with ``V_i(iota_i) = Lambda`` and
 ``sum_i f(iota_i) = R``; :func:`models.policies.optimal_thresholds`) and reports its

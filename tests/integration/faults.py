@@ -35,7 +35,7 @@ from streams.estimates.estimation import EstimatorRecord
 from streams.events.records import SOURCES
 from streams.settings import Settings
 from streams.store.redis_conn import connect_sync as connect_redis_sync
-from streams.store.redis_store import PageState, estimator_of, page_url
+from streams.store.redis_store import PageState, estimator_part, page_url
 
 INPUT = ("pages", "pings", "outcomes", "hosts", "control")
 
@@ -390,13 +390,13 @@ def page_state(s: Settings) -> dict[str, dict[str, dict[str, str]]]:
     r = connect_redis_sync(s.redis_url, decode_responses=True, encoding_errors="surrogateescape")
     out: dict[str, dict[str, str]] = {"pages": {}, "est": {}, "inflight": {}}
     for h in CRAWL_HOSTS + PING_HOSTS:
-        for kind in ("pages", "est", "inflight"):
+        for kind in ("pages", "inflight"):
             got = r.hgetall(f"{s.key_prefix}:{{{h}}}:{kind}")
             if kind == "pages":  # fields are urls without https://<host> (page_url maps back)
                 got = {page_url(h, f): v for f, v in got.items()}
             out[kind].update(got)
     for u, v in out["pages"].items():
-        e = estimator_of(v, out["est"].get(u))
+        e = estimator_part(v)
         if e:
             out["est"][u] = e
     return {k: v for k, v in out.items()}  # type: ignore[misc]

@@ -247,12 +247,12 @@ async def test_a_write_that_lost_the_race_is_not_applied(redis_url: str) -> None
     await h.feed("pages", [js(url=url)])
     value = await h.store.get_page_raw(host, url)
     (res,) = await h.store.apply_outcomes([OutcomeOp(
-        url, host, None, 100.0, "x|y", "t", 0, 7, expect=(value + "stale", None))])
+        url, host, None, 100.0, "x|y", "t", 0, 7, expect=value + "stale")])
     assert res[0] == "conflict"
     assert await h.store.get_pages(host, [url]) == {url: (value, None, None)}
     assert await h.store.redis.hget(h.store.key(host, "offsets"), "t:0") is None  # not consumed
     (res,) = await h.store.apply_outcomes([OutcomeOp(
-        url, host, None, 100.0, "x|y", "t", 0, 7, expect=(value, None))])
+        url, host, None, 100.0, "x|y", "t", 0, 7, expect=value)])
     assert res[0] == "applied"
     assert (await h.store.get_pages(host, [url]))[url][2] == "x|y"
 

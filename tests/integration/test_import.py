@@ -43,7 +43,7 @@ def stored(settings: Settings, urls: list[str]) -> dict[str, bytes | None]:
     """Each page's stored value (page record and estimator record), as bytes."""
     from streams.events.records import host_of
 
-    async def go() -> list[tuple[str | None, str | None]]:
+    async def go() -> list[str | None]:
         store = Store.from_url(settings.redis_url, settings.key_prefix)
         try:
             return await store.read_pages([(host_of(u), u) for u in urls])
@@ -51,8 +51,7 @@ def stored(settings: Settings, urls: list[str]) -> dict[str, bytes | None]:
             await store.close()
 
     out: dict[str, bytes | None] = {}
-    for u, (value, legacy) in zip(urls, asyncio.run(go()), strict=True):
-        assert legacy is None
+    for u, value in zip(urls, asyncio.run(go()), strict=True):
         out[u] = None if value is None else value.encode("utf-8", "surrogateescape")
     return out
 

@@ -32,7 +32,6 @@ def test_vectorised_parameters_equal_page_params(quantile: float) -> None:
     settings = Settings(estimate_quantile=quantile)
     rng = random.Random(7)
     recs = _records()
-    old = recs[:5]  # records in the est hash
     values: list[str | bytes] = []
     ests: list[str | None] = []
     states: list[PageState] = []
@@ -44,13 +43,16 @@ def test_vectorised_parameters_equal_page_params(quantile: float) -> None:
             last_crawl_s=1.7e9 + rng.random() * 1e5 if crawled else 0.0,
             signals=tuple(rng.choice([0, 0, 1, 3]) for _ in SOURCES),
         )
-        est = rng.choice([None, None, *recs, *old, "garbage", "1,2,3|xx", ""])
-        # as stored (float32 importance and prior); every 5th page in the old text form
+        # an unreadable tail (not an estimator record) reads as none on both paths
+        est = rng.choice([None, None, *recs, "garbage", "1,2,3|xx", ""])
+        # as stored (float32 importance and prior), the estimator record after the page
+        # record; every 5th page in the old text form, which holds none
         text = len(values) % 5 == 4
-        values.append(st.encode_text() if text else st.encode())
+        est = None if text else est
+        values.append(st.encode_text() if text else st.encode(est or None))
         states.append(PageState.decode(values[-1]))
         ests.append(est)
-    many = page_params_many(values, ests, settings)
+    many = page_params_many(values, settings)
     assert many is not None
     for i, (st, est) in enumerate(zip(states, ests, strict=True)):
         one = page_params(st, est, settings)
@@ -78,7 +80,7 @@ def test_an_unreadable_record_reads_as_none_on_arrays() -> None:
         st = PageState(1.0 + i, None, 1.7e9 + i, (i % 2, 0, 1, 0, 0))
         tail = rec if i % 2 else "\x02" + rec[1:] + "xyz"[: i % 4]  # readable, or not
         values.append(st.encode(tail))
-    many = page_params_many(values, [None] * len(values), settings)
+    many = page_params_many(values, settings)
     assert many is not None
     for i, v in enumerate(values):
         one = page_params(PageState.decode(v), estimator_part(v), settings)
@@ -89,9 +91,9 @@ def test_an_unreadable_record_reads_as_none_on_arrays() -> None:
 
 
 def test_unparseable_values_fall_back() -> None:
-    assert page_params_many(["1.0||0|0,0,0,0,0", "nonsense"], [None, None], Settings()) is None
-    assert page_params_many(["1.0||0|0,0,0"], [None], Settings()) is None
-    ok = page_params_many(["1.0||0|0,0,0,0,0"], [None], Settings())
+    assert page_params_many(["1.0||0|0,0,0,0,0", "nonsense"], Settings()) is None
+    assert page_params_many(["1.0||0|0,0,0"], Settings()) is None
+    ok = page_params_many(["1.0||0|0,0,0,0,0"], Settings())
     assert ok is not None and np.isfinite(ok.max_value).all()
 
 
@@ -114,7 +116,6 @@ def test_a_bulk_rebuild_equals_a_page_by_page_one(redis_url: str) -> None:
         store = Store.from_url(redis_url, prefix)
         rng = random.Random(3)
         recs = _records()
-        old = recs[:5]  # records in the est hash
         now = 1.8e9
         data: dict[str, dict[str, dict[str, str]]] = {}
         for h in range(12):
@@ -133,19 +134,15 @@ def test_a_bulk_rebuild_equals_a_page_by_page_one(redis_url: str) -> None:
                     ests[u] = rec
                     pages[u] = PageState.decode(pages[u]).encode(rec).decode(
                         "utf-8", "surrogateescape")
-                elif r < 0.5:  # alone in the old est hash (written before version 1)
-                    ests[u] = rng.choice(old)
+                elif r < 0.5:  # the old text page value (no estimator record)
                     pages[u] = PageState.decode(pages[u]).encode_text()
-                elif r < 0.6:
-                    ests[u] = rng.choice(old)
                 if rng.random() < 0.1:
                     fl[u] = f"o{h}-{j}|{now - 5}"
             if h == 3:
                 pages[f"https://{host}/bad"] = "not|a|page"  # unreadable: left out, counted
             data[host] = {"pages": pages, "est": ests, "inflight": fl}
             pipe = store.redis.pipeline(transaction=False)
-            stored = {"pages": pages, "inflight": fl,
-                      "est": {u: e for u, e in ests.items() if e in old}}
+            stored = {"pages": pages, "inflight": fl}
             for kind, mapping in stored.items():
                 if mapping:
                     pipe.hset(store.key(host, kind), mapping=mapping)

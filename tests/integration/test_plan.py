@@ -64,9 +64,7 @@ async def put_pages(store: Store, settings: Settings,
     r = store.redis
     for host, url, state, est in pages:
         await r.sadd(store.shard_key(shard_of(host, settings.partitions)), host)
-        await r.hset(store.key(host, "pages"), url, state.encode())
-        if est is not None:
-            await r.hset(store.key(host, "est"), url, est)
+        await r.hset(store.key(host, "pages"), url, state.encode(est))
 
 
 async def test_plan_of_prior_only_pages_is_eq5(redis_url: str) -> None:

@@ -102,7 +102,7 @@ async def test_pages_spread_over_listpack_buckets(redis_url: str) -> None:
         (dump,) = await store.dump_hosts([old])
         assert set(dump.pages) == set(olds + more)
         read = await store.read_pages([(old, u) for u in olds + more])
-        assert all(v is not None for v, _ in read)
+        assert all(v is not None for v in read)
         assert (await store.host_stats(old))["pages"] == 500
         # a write moves an old page to its short field: pinged, then crawled
         (res,) = await store.apply_pings([PingBatch(old, "t.pings", 0, [
@@ -269,8 +269,8 @@ async def test_a_hosts_dump_reads_the_same_on_one_node_and_on_a_cluster(
     """``dump_hosts`` reads replies off the connection on one node, through redis-py's
     cluster pipeline on a cluster (RESP2 lists there, dicts here): the same dump either way,
     for a host in several buckets, a page stored under its whole url (before the short
-    fields), an http url, pages in flight, one blocked by robots.txt, a host's capacity and
-    an estimator record in the old ``est`` hash."""
+    fields), an http url, pages in flight, one blocked by robots.txt and a host's
+    capacity."""
     dumps = []
     for url in (redis_url, redis_cluster_url):
         store = await _redis_store(url)
@@ -282,7 +282,6 @@ async def test_a_hosts_dump_reads_the_same_on_one_node_and_on_a_cluster(
             r: Any = store.redis
             await r.hset(store.key(small, "pages"), "https://small.org/old",
                          PageState(2.0).encode())
-            await r.hset(store.key(small, "est"), "https://small.org/old", "EST-OLD")
             await store.apply_hosts([HostOp(h, 5.0, 3, "t.hosts", 0, 0)])
             (iss,) = await store.issue([IssueBatch(h, [(urls[0], "o0"), (urls[1], "o1")])],
                                        now_s=100.0, default_rate=1.0, default_mif=0,
@@ -294,7 +293,7 @@ async def test_a_hosts_dump_reads_the_same_on_one_node_and_on_a_cluster(
             assert out[0] == "blocked"
             got = await store.dump_hosts([h, small, "none.org"])
             dumps.append([(d.host, {u: record_bytes(v) for u, v in d.pages.items()},
-                           d.in_flight, d.estimators, d.info, d.blocked) for d in got])
+                           d.in_flight, d.info, d.blocked) for d in got])
         finally:
             await store.delete_all()
             await store.close()
@@ -302,7 +301,6 @@ async def test_a_hosts_dump_reads_the_same_on_one_node_and_on_a_cluster(
     assert one == cluster
     big, small_dump, none = one
     assert set(big[1]) == set(urls) and big[2] == {urls[0]: ("o0", 100.0)}
-    assert big[5] == {urls[1]} and big[4].rate_per_s == 5.0 and big[4].max_in_flight == 3
+    assert big[4] == {urls[1]} and big[3].rate_per_s == 5.0 and big[3].max_in_flight == 3
     assert set(small_dump[1]) == {"https://small.org/a", "https://small.org/old"}
-    assert small_dump[3] == {"https://small.org/old": "EST-OLD"}
-    assert none[1:4] == ({}, {}, {}) and none[5] == set()
+    assert none[1:3] == ({}, {}) and none[4] == set()

@@ -283,7 +283,7 @@ def test_the_rebuild_reads_what_a_page_reads() -> None:
     values = [PageState(1.0 + i % 3, None, 2e6, (i % 2, 1, 0, 0, 0)).encode(r)
               for i, r in enumerate(recs)]
     values.append(PageState(1.0, None, 2e6).encode(b"\x09garbage"))
-    many = page_params_many(values, [None] * len(values), Settings())
+    many = page_params_many(values, Settings())
     assert many is not None
     for i, v in enumerate(values):
         one = page_params(PageState.decode(v), estimator_part(v), Settings())

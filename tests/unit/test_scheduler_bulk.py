@@ -1,7 +1,7 @@
 """A batch's pages into the book at once (``Scheduler.on_pages``, what the agents call) and
 one at a time (``Scheduler.on_page``): the same book.  No Redis, no Kafka: the stored
 values are built as the scripts write them (``PageState.encode`` with the estimator record
-after the page record, or the old text forms), time is passed in."""
+after the page record, or the old text page form), time is passed in."""
 
 from __future__ import annotations
 
@@ -48,12 +48,11 @@ def _scheduler(max_interval_s: float, clock: list[float] | None = None) -> Sched
 
 def _updates(rng: random.Random, n_batches: int) -> list[list[tuple]]:
     """Batches of (partition, host, url, value, order ended, estimator) as the agents make
-    them: outcomes (a new record, stored after the page record; or an old text record
-    with a text page value), pings and outcomes without an observed interval (the stored
+    them: outcomes (a new record, stored after the page record), old text page values
+    (no record), pings and outcomes without an observed interval (the stored
     record kept, no estimator given), deletions, pages of a loading shard, repeats within
     a batch."""
     recs = _records()
-    old = recs[:4]  # records in the est hash
     urls = [(f"h{i % 9}.example", f"https://h{i % 9}.example/{i}") for i in range(120)]
     stored: dict[str, str | None] = {}  # each page's record in its value (None: none)
     batches = []
@@ -70,8 +69,7 @@ def _updates(rng: random.Random, n_batches: int) -> list[list[tuple]]:
             if r < 0.3:  # an outcome with an observed interval: its record in the value
                 est = stored[url] = rng.choice(recs)
                 value: str | None = st.encode(est).decode("utf-8", "surrogateescape")
-            elif r < 0.36:  # written before version 1: text value, record in the est hash
-                est = rng.choice(old)
+            elif r < 0.36:  # the old text page value: no estimator record
                 stored[url] = None
                 value = st.encode_text()
             elif r < 0.39:

@@ -1,25 +1,20 @@
--- KEYS: pages, offsets, inflight, est, blocked, host, buckets
+-- KEYS: pages, offsets, inflight, blocked, host, buckets
 -- ARGV: offset field, offset, url, order_id ('' = any), fetched_at, new estimator record
--- ('' = keep), compare-and-set '1'/'0', expected page value, expected estimator
--- record ('' = none), disallowed '1'/'0', robots digest
+-- ('' = keep), compare-and-set '1'/'0', expected page value, disallowed '1'/'0', robots
+-- digest
 -- The page's last crawl becomes the fetch time and its signal counts restart (an outcome
 -- not newer than the last crawl changes neither: 'stale'; one at the same millisecond is
 -- that crawl's record written twice, e.g. by a producer retry); the matching order leaves
 -- flight.
--- The estimator record lives after the page's bytes in the same value; one still in the
--- est hash (written before record version 1) is compared as well, and deleted when a new
--- record is written.
--- A new estimator record was computed in Python from the page value and record read before;
--- with compare-and-set, if either changed since (a ping, another worker) nothing is written,
+-- The estimator record lives after the page's bytes in the same value.
+-- A new estimator record was computed in Python from the page value read before; with
+-- compare-and-set, if it changed since (a ping, another worker) nothing is written,
 -- not even the offset ('conflict': the agent re-reads and recomputes).  The offset check
 -- comes first, so a redelivered outcome never adds its interval twice.
 local url = ARGV[3]
-local pkey, f, cur, okey = find(KEYS[1], KEYS[7], url)
+local pkey, f, cur, okey = find(KEYS[1], KEYS[6], url)
 if applied(KEYS[2], ARGV[1], ARGV[2]) then return {'dup-offset', cur or '', 0} end
-if ARGV[7] == '1' then
-  local est = redis.call('HGET', KEYS[4], url) or ''
-  if (cur or '') ~= ARGV[8] or est ~= ARGV[9] then return {'conflict', cur or '', 0} end
-end
+if ARGV[7] == '1' and (cur or '') ~= ARGV[8] then return {'conflict', cur or '', 0} end
 redis.call('HSET', KEYS[2], ARGV[1], ARGV[2])
 if not cur then return {'unknown', '', 0} end
 -- a binary record is read and written at its fields' offsets (as apply_pings.lua), any
@@ -29,11 +24,11 @@ local v0 = cur
 if bin and #v0 < __PSIZE then v0 = v0 .. string.rep('\0', __PSIZE - #v0) end
 local t = bin and {last = struct.unpack('<d', v0, __LPOS)} or load(cur)
 local code, v = 'stale', cur
-if ARGV[10] == '1' then
+if ARGV[9] == '1' then
   -- not fetched (robots.txt): no crawl; blocked unless a newer robots.txt was announced
-  local robots = redis.call('HGET', KEYS[6], 'robots')
-  if not robots or robots == ARGV[11] then
-    redis.call('SADD', KEYS[5], url)
+  local robots = redis.call('HGET', KEYS[5], 'robots')
+  if not robots or robots == ARGV[10] then
+    redis.call('SADD', KEYS[4], url)
     code = 'blocked'
   else
     code = 'stale-robots'
@@ -41,10 +36,7 @@ if ARGV[10] == '1' then
 elseif tonumber(ARGV[5]) > t.last then
   code = 'applied'
   local rest = nil
-  if ARGV[6] ~= '' then
-    rest = ARGV[6]
-    redis.call('HDEL', KEYS[4], url)
-  end
+  if ARGV[6] ~= '' then rest = ARGV[6] end
   if bin then
     -- the last crawl written, the counts zeroed, the rest kept unless a new record came
     v = string.sub(v0, 1, __LPOS - 1) .. struct.pack('<d', tonumber(ARGV[5]))

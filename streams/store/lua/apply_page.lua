@@ -1,20 +1,19 @@
--- KEYS: pages, offsets, inflight, est, buckets
+-- KEYS: pages, offsets, inflight, buckets
 -- ARGV: offset field, offset, url, deleted 0/1, importance, prior ('' = keep)
 -- A page added past a bucket's share splits buckets (linear hashing, at most __SPLITS per
 -- call: a host stored in one hash before the buckets catches up over its next additions).
 local url = ARGV[3]
-local pkey, f, cur, okey = find(KEYS[1], KEYS[5], url)
+local pkey, f, cur, okey = find(KEYS[1], KEYS[4], url)
 if applied(KEYS[2], ARGV[1], ARGV[2]) then return {'dup-offset', cur or ''} end
 redis.call('HSET', KEYS[2], ARGV[1], ARGV[2])
 if ARGV[4] == '1' then
   if cur then
     if okey then redis.call('HDEL', okey, url) else redis.call('HDEL', pkey, f) end
     -- the layout is (0, 0) exactly when the buckets hash is absent (one bucket, no count)
-    local l, p = layout(KEYS[5])
-    if l ~= 0 or p ~= 0 then redis.call('HINCRBY', KEYS[5], 'n', -1) end
+    local l, p = layout(KEYS[4])
+    if l ~= 0 or p ~= 0 then redis.call('HINCRBY', KEYS[4], 'n', -1) end
   end
   redis.call('HDEL', KEYS[3], url)
-  redis.call('HDEL', KEYS[4], url)
   return {'deleted', ''}
 end
 local t
@@ -31,12 +30,12 @@ local v = dump(t)
 put(pkey, f, v, okey, url)
 if not cur then
   -- one more page: split while the host holds more than its buckets' share
-  local l, p = layout(KEYS[5])
+  local l, p = layout(KEYS[4])
   local n
   if l == 0 and p == 0 then
     n = redis.call('HLEN', KEYS[1])
   else
-    n = redis.call('HINCRBY', KEYS[5], 'n', 1)
+    n = redis.call('HINCRBY', KEYS[4], 'n', 1)
   end
   for _ = 1, __SPLITS do
     local limit = __FILL * (2 ^ l + p)
@@ -61,7 +60,7 @@ if not cur then
     end
     p = p + 1
     if p >= 2 ^ l then l, p = l + 1, 0 end
-    redis.call('HSET', KEYS[5], 'l', l, 'p', p, 'n', n)
+    redis.call('HSET', KEYS[4], 'l', l, 'p', p, 'n', n)
     layout_cache = {l, p}
   end
 end
