@@ -1,5 +1,12 @@
 """Per-page, per-host and per-shard state in Redis: the source of truth.
 
+Over 600 lines on purpose: this docstring is the reference of the key layout, the page
+buckets and the short fields (~160 lines, read with the Lua scripts that follow it), and
+:class:`Store` is the Redis half of :class:`streams.store.protocol.StateStore`, whose
+methods it must all implement; the admin and demo reads among them (``explain_data``,
+``host_stats``, ``get_truth``, ``delete_all``) are a few lines each and leave with the
+protocol's, not apart from it.
+
 Key layout (``P`` = ``settings.key_prefix``; ``{...}`` is a Redis Cluster hash tag: only
 the text between the braces decides a key's slot, so every key of one host lives in one
 slot, the two control keys share one, and every script below touches one slot only; the
