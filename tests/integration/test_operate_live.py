@@ -222,3 +222,20 @@ def test_budget_and_ping_say_what_was_sent(settings: Settings, tmp_path: Path) -
     assert done.returncode == 0, done.stderr
     sent = json.loads(done.stdout.split("sent ", 1)[1].rsplit(" to ", 1)[0])
     assert (sent["url"], sent["source"]) == ("https://a.org/x", "cdn")
+
+
+def test_a_command_whose_reader_is_gone_stops_quietly(tmp_path: Path) -> None:
+    """``recrawl ... | head``: output into a pipe nobody reads any more ends the command
+    with status 1 and nothing on stderr (no BrokenPipeError traceback); ``infra status``
+    of a home with no stack prints its JSON without any service."""
+    read_end, write_end = os.pipe()
+    os.close(read_end)  # every write gets EPIPE
+    try:
+        proc = subprocess.run([sys.executable, "-m", "streams.cli", "infra", "status", "--home",
+                               str(tmp_path / "none")],
+                              stdout=write_end, stderr=subprocess.PIPE, text=True,
+                              timeout=120, check=False)
+    finally:
+        os.close(write_end)
+    assert proc.returncode == 1, proc.stderr
+    assert proc.stderr == ""
