@@ -21,8 +21,9 @@ log = logging.getLogger(__name__)
 #: by the live shards.  Entries are re-stamped every ``HEARTBEAT_S`` by a thread of their
 #: worker (:class:`Heartbeat`) that the event loop's stalls (a shard rebuild, a large agent
 #: batch) do not hold, so a live worker is never this late, and a killed one's share goes
-#: to the others about 1 s after its death (it was 3 s when the entries were written by
-#: the loop every 0.5 s: 3.6% of R lost over the 25 s after a kill).  Four heartbeats.
+#: to the others about 1 s after its death.  Four heartbeats: a stamp written by the
+#: event loop instead could be held back seconds by a stall, so the bound would have to
+#: be seconds long and a killed worker's share would be lost for that long.
 SHARD_ALIVE_S = 0.8
 #: how often a worker re-reads every shard's entry and re-splits R (and publishes its own)
 RESPLIT_S = 0.25
