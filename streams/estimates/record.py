@@ -79,6 +79,7 @@ from __future__ import annotations
 
 import functools
 import math
+import struct
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -159,6 +160,13 @@ def full_dtype(ring: int, weighted: bool = False) -> np.dtype:
     if ring:
         fields.append(("ring", np.dtype(entry), (ring,)))
     return np.dtype(fields)
+
+
+#: the full record's fields before the ring, and a ring entry (without, with its weight), as
+#: in :func:`full_dtype` (``struct``'s ``<`` has no padding): the scalar decode
+_HEAD = struct.Struct(f"<I{2 + N_GROUPS}f{3 * _D + _NQ + 2}f")
+_RING = struct.Struct(f"<f{N_GROUPS}H")
+_RING_W = struct.Struct(f"<f{N_GROUPS}Hf")
 
 
 def _flags(ring: int, quad: bool, rep: bool, kept: int, narrow: bool, low: int,
@@ -522,13 +530,28 @@ class EstimatorRecord:
         return self.to_bytes().decode("utf-8", "surrogateescape")
 
     def to_bytes(self) -> bytes:
-        """The record's bytes (:func:`records_from_batch` of this one page)."""
-        from models.estimators import states_to_batch
-
+        """The record's bytes (those :func:`records_from_batch` writes for this page)."""
         st, e = self.state, self.estimates
-        batch = states_to_batch([st], max(len(st.ring), 1), st.n_sources)
-        (raw,) = records_from_batch(batch, np.array([e.alpha_per_s]),
-                                    np.array([e.alpha_se_per_s]), np.array([e.kappa]))
+        ring = st.ring
+        if any(not (0.0 <= n <= COUNT_MAX and n == math.floor(n))
+               for x in ring for n in x[1:-1]):
+            raise ValueError(f"estimator record: a ring count is not a whole number "
+                             f"0..{COUNT_MAX}")
+        if len(ring) > _MAX_RING:
+            raise ValueError(f"estimator record: a ring longer than {_MAX_RING}")
+        weighted = any(x[-1] != 1.0 for x in ring)
+        arr = np.zeros(1, dtype=full_dtype(len(ring), weighted))
+        arr["n_intervals"] = min(st.n_intervals, 0xFFFFFFFF)
+        arr["alpha"], arr["alpha_se"], arr["kappa"] = e.alpha_per_s, e.alpha_se_per_s, e.kappa
+        arr["theta"] = st.theta
+        arr["lin"] = [u - b for u, b in zip(st.unchanged, st.quad_b, strict=True)]
+        arr["totals"], arr["quad_a"], arr["rep"] = st.totals, st.quad_a, st.rep
+        if ring:
+            arr["ring"]["tau"] = [x[0] for x in ring]
+            arr["ring"]["n"] = [x[1:-1] for x in ring]
+            if weighted:
+                arr["ring"]["w"] = [x[-1] for x in ring]
+        (raw,) = _pack(arr, len(ring), weighted)
         return raw
 
     @classmethod
@@ -542,24 +565,21 @@ class EstimatorRecord:
             raise ValueError(f"not an estimator record of version {VERSION}: {raw[:4]!r}")
         if len(raw) != _size(flags):
             raise ValueError(f"estimator record of {len(raw)} bytes, expected {_size(flags)}")
-        ((_, ring_len, arr),) = unpack_records([raw])
-        a = arr[0]
-        ring: tuple[tuple[float, ...], ...] = ()
-        if ring_len:
-            names: Any = a["ring"].dtype.names
-            ring = tuple((float(x["tau"]), *(float(c) for c in x["n"]),
-                          float(x["w"]) if "w" in names else 1.0) for x in a["ring"])
-        f32 = _floats
-        upper = f32(a["quad_a"])
-        state = SignalState(N_GROUPS, end_s if math.isfinite(end_s) else -math.inf,
-                            int(a["n_intervals"]), f32(a["theta"]), f32(a["lin"]),
-                            f32(a["totals"]), ring, (0.0,) * _D, upper,
-                            max(ring_capacity, ring_len), (float(a["rep"][0]),
-                                                           float(a["rep"][1])))
-        est = derived(float(a["alpha"]), float(a["alpha_se"]), f32(a["kappa"]),
-                      state.totals, state.n_intervals)
+        layout = _parsed(flags)
+        assert layout is not None
+        ring_len, weighted = layout[0], layout[6]
+        full = _full_of(np.frombuffer(raw, np.uint8)[None, :], flags).tobytes()
+        v = _HEAD.unpack_from(full)
+        g, d = N_GROUPS, _D
+        entry = _RING_W if weighted else _RING
+        ring = tuple((*(float(x) for x in entry.unpack_from(full, _HEAD.size + j * entry.size)),
+                      *(() if weighted else (1.0,))) for j in range(ring_len))
+        i = 3 + g  # n_intervals, alpha, alpha_se, kappa, then theta, lin, totals, ...
+        theta, lin, totals = (v[i + k * d : i + (k + 1) * d] for k in range(3))
+        quad_a, rep = v[i + 3 * d : i + 3 * d + _NQ], v[i + 3 * d + _NQ : i + 3 * d + _NQ + 2]
+        state = SignalState(g, end_s if math.isfinite(end_s) else -math.inf, v[0], theta, lin,
+                            totals, ring, (0.0,) * d, quad_a, max(ring_capacity, ring_len),
+                            (rep[0], rep[1]))
+        est = derived(v[1], v[2], v[3 : 3 + g], totals, v[0])
         return cls(est, state)
 
-
-def _floats(x: Any) -> tuple[float, ...]:
-    return tuple(float(v) for v in x.tolist())
