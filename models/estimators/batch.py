@@ -383,7 +383,7 @@ def batch_alpha_kappa(estimator: SignalEstimator, state: BatchSignalState
     :func:`batch_result` gives for them (the same solve and covariance), without the
     derived quantities and their delta-method standard errors (14 more evaluations of
     :func:`models.estimators._numeric.derive`), for a caller that keeps only these three
-    (the stream's estimator record, ``streams/estimates/estimation.py``)."""
+    (the stream's estimator record, ``streams/estimates/record.py``)."""
     theta, hess = _solve(estimator, state, np.arange(state.n_pages), None)
     cov = nm.covariance(hess)
     return theta[:, 0], np.sqrt(np.maximum(cov[:, 0, 0], 0.0)), theta[:, 1:]

@@ -1,6 +1,6 @@
 """The stream's change-rate estimate against the exact MAP of the same observations.
 
-The stream keeps a bounded record per page (``streams/estimates/estimation.py``: a ring of
+The stream keeps a bounded record per page (``streams/estimates/record.py``: a ring of
 two changed intervals, the representative of older changed intervals, float32 fields) and
 re-reads it before every interval; these tests drive it the way the outcomes agent does and
 compare its rate with eq. (2) of paper 003 solved on every interval with the same
