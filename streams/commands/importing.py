@@ -244,12 +244,18 @@ async def _import(settings: Any, args: argparse.Namespace, path: Path, fmt: str)
                     return 1
                 await redis.hset(key, "pages", "1")
             done_before = int(record.get("sent", "0"))
-            sent, finished, ends, counts = await _send_outcomes(
+            sent, finished, sent_to, counts = await _send_outcomes(
                 producer, settings, args, path, fmt, plan, start_s, digest, redis, key,
                 done_before)
         if finished:
             await redis.hset(key, mapping={"done": "1", "total": str(done_before + sent)})
-        applied = await _consumed(settings, settings.topic("outcomes"), ends, args.wait_s)
+        with _progress_bar() as bar:
+            task = bar.add_task("applied by the worker", total=sent)
+            applied = await _consumed(
+                settings, settings.topic("outcomes"), {p: o for p, (o, _n) in sent_to.items()},
+                args.wait_s, lambda got: bar.update(task, completed=sum(
+                    min(n, max(0, got.get(p, 0) - (o + 1 - n)))
+                    for p, (o, n) in sent_to.items())))
     finally:
         await redis.aclose()
     return _summary(path, plan, counts, done_before, sent, finished, applied, settings)
@@ -299,20 +305,22 @@ class _Refused:
 async def _send_outcomes(producer: Any, settings: Any, args: argparse.Namespace, path: Path,
                          fmt: str, plan: ImportPlan, start_s: float, digest: str, redis: Any,
                          key: str, done_before: int
-                         ) -> tuple[int, bool, dict[int, int], tuple[Any, _Refused]]:
-    """The second pass; ``(sent in this run, finished, last offsets, skip counts)``."""
+                         ) -> tuple[int, bool, dict[int, tuple[int, int]], tuple[Any, _Refused]]:
+    """The second pass; ``(sent in this run, finished, last offset and number sent per
+    partition, skip counts)``."""
     from streams.histories import read_history
-    from streams.histories.observations import ImportCounts, Window, crawls_of
+    from streams.histories.observations import ImportCounts, Window, crawls_of, in_time_order
 
     counts = ImportCounts()
     bad = _Refused()
     window = Window(plan.first_s, plan.last_s) if plan.changes else None
     records = read_history(path, fmt, strict=False, report=ReadReport(), start_s=start_s)
     latest = time.time() + settings.max_future_s
-    bodies = _outcome_bodies(crawls_of(records, window, counts), plan,
+    bodies = _outcome_bodies(in_time_order(crawls_of(records, window, counts)), plan,
                              f"import-{digest[:16]}", latest)
     topic = settings.topic("outcomes")
     ends: dict[int, int] = {}
+    per_partition: dict[int, int] = {}
     sent = position = 0
     pending: list[Any] = []
     limit = args.limit
@@ -321,6 +329,7 @@ async def _send_outcomes(producer: Any, settings: Any, args: argparse.Namespace,
     async def flush() -> None:
         for meta in await asyncio.gather(*pending):
             ends[meta.partition] = max(ends.get(meta.partition, -1), meta.offset)
+            per_partition[meta.partition] = per_partition.get(meta.partition, 0) + 1
         pending.clear()
         await redis.hset(key, "sent", str(done_before + sent))
 
@@ -346,13 +355,16 @@ async def _send_outcomes(producer: Any, settings: Any, args: argparse.Namespace,
                 bar.update(task, completed=done_before + sent)
         await flush()
         bar.update(task, total=done_before + sent, completed=done_before + sent)
-    return sent, finished, ends, (counts, bad)
+    return (sent, finished, {p: (o, per_partition[p]) for p, o in ends.items()},
+            (counts, bad))
 
 
-async def _consumed(settings: Any, topic: str, ends: dict[int, int], wait_s: float) -> bool:
+async def _consumed(settings: Any, topic: str, ends: dict[int, int], wait_s: float,
+                    seen: Any = None) -> bool:
     """Whether the worker's consumer group (``app_id``) committed past ``ends`` (partition
     -> last offset sent) of ``topic`` within ``wait_s``: the worker acks a record once its
-    handler has applied it, and commits acked offsets every few seconds."""
+    handler has applied it, and commits acked offsets every few seconds.  ``seen`` is
+    called with the committed offsets (partition -> offset) at each look."""
     if not ends:
         return True
     from aiokafka.admin import AIOKafkaAdminClient
@@ -374,6 +386,8 @@ async def _consumed(settings: Any, topic: str, ends: dict[int, int], wait_s: flo
     try:
         while True:
             got = await admin.list_consumer_group_offsets(settings.app_id, partitions=tps)
+            if seen is not None:
+                seen({tp.partition: m.offset for tp, m in got.items() if m is not None})
             if all(got.get(tp) is not None and got[tp].offset > ends[tp.partition]
                    for tp in tps):
                 return True
@@ -405,6 +419,7 @@ def _summary(path: Path, plan: ImportPlan, counts: tuple[Any, _Refused], done_be
     if not finished:
         print("stopped by --limit: run the same command again to continue")
     elif not applied:
-        print("the worker has not yet applied every outcome (it goes on: the import is done)")
+        print("the worker has not applied every outcome yet (it goes on: the import is "
+              "done, and a re-run sends nothing)")
     trouble = plan.report.bad or plan.refused or skips.out_of_order or bad.count
     return 1 if trouble else 0

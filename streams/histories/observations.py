@@ -30,11 +30,15 @@ from dataclasses import dataclass, field
 
 from streams.histories.records import Capture, Change, Page
 
-__all__ = ["EPS_S", "Crawl", "ImportCounts", "Window", "crawls_of", "ms"]
+__all__ = ["EPS_S", "SPREAD", "Crawl", "ImportCounts", "Window", "crawls_of", "in_time_order",
+           "ms"]
 
 #: a complete history's changed crawl interval (s): ``eps`` of
 #: :func:`models.sim.trace.complete_history_intervals`, as ``recrawl experiments trace``
 EPS_S = 1.0
+
+#: crawls put in time order together by :func:`in_time_order`
+SPREAD = 20_000
 
 #: skipped observations kept with their URL and time (the rest are only counted)
 FIRST_SKIPPED = 20
@@ -138,3 +142,25 @@ def crawls_of(records: Iterable[Page | Change | Capture], window: Window | None 
         for url, prev in last.items():
             if stop > prev:
                 yield Crawl(url, stop, False)
+
+
+def in_time_order(crawls: Iterable[Crawl], spread: int = SPREAD) -> Iterator[Crawl]:
+    """``crawls`` in time order within consecutive runs of ``spread``: a URL's crawls keep
+    their order (each comes after the URL's previous one in time, and the runs follow one
+    another), and the URLs interleave.  A worker applies one outcome of a URL per round
+    trip to Redis, so a file sorted by URL (a CDX index) sent as it is reads one outcome
+    per round trip; in time order a round trip carries many pages.  Deterministic (a
+    stable sort), so a resumed import counts the same sequence."""
+    run: list[Crawl] = []
+    for c in crawls:
+        run.append(c)
+        if len(run) >= spread:
+            run.sort(key=_time)
+            yield from run
+            run = []
+    run.sort(key=_time)
+    yield from run
+
+
+def _time(c: Crawl) -> float:
+    return c.time_s

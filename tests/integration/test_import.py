@@ -191,3 +191,40 @@ def test_a_killed_import_resumes_to_the_same_state_as_one_uninterrupted(
     assert rest.returncode == 0, rest.stdout + rest.stderr
     assert f"{n_out - sent} outcomes sent" in rest.stdout, rest.stdout
     assert_model_estimates(stored(settings, sorted(obs)), capture_intervals(obs), {})
+
+
+def test_warc_and_kolobov_imports_and_an_older_history_changes_nothing(
+        settings: Settings, start_worker: Any, tmp_path: Path) -> None:
+    from streams.commands.importing import file_digest
+    from streams.histories.write import write_kolobov, write_warc
+    from streams.store.redis_conn import connect_sync
+
+    obs, _truth = simulated_history(m=10, days=10.0, seed=9, crawls_per_day=6.0)
+    warc_obs = {u.replace("example", "warc"): o for u, o in obs.items()}
+    kol_obs = {u.replace("example", "kolobov"): o for u, o in obs.items()}
+    write_warc(tmp_path / "captures.warc.gz", warc_obs)
+    write_kolobov(tmp_path / "kolobov", kol_obs)
+    # the same pages' captures a month earlier: older than what the worker will have
+    older = {u: [(t - 30 * 86400.0, c) for t, c in o] for u, o in warc_obs.items()}
+    write_cdx(tmp_path / "older.cdx", older)
+    start_worker(settings)
+    done = run_import(settings, str(tmp_path / "captures.warc.gz"))
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert_model_estimates(stored(settings, sorted(warc_obs)), capture_intervals(warc_obs), {})
+
+    before = time.time()
+    done = run_import(settings, str(tmp_path / "kolobov"))
+    assert done.returncode == 0, done.stdout + done.stderr
+    key = f"{settings.key_prefix}:import:{file_digest(tmp_path / 'kolobov', 'kolobov')}"
+    start = float(connect_sync(settings.redis_url, decode_responses=True).hget(key, "start_s"))
+    # without --start the collection ends at the run's time
+    last = max(o[-1][0] for o in kol_obs.values())
+    assert before - 1 <= start + last <= time.time()
+    shifted = {u: [(t + start, c) for t, c in o] for u, o in kol_obs.items()}
+    assert_model_estimates(stored(settings, sorted(kol_obs)), capture_intervals(shifted), {})
+
+    current = stored(settings, sorted(warc_obs))
+    done = run_import(settings, str(tmp_path / "older.cdx"))
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert f"{sum(len(o) for o in older.values())} outcomes sent" in done.stdout
+    assert stored(settings, sorted(warc_obs)) == current

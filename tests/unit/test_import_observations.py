@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import random
 from pathlib import Path
 
@@ -11,7 +12,14 @@ import pytest
 from models.sim.trace import complete_history_intervals
 from streams.commands.importing import file_digest, read_pages
 from streams.histories import Capture, Change, Page
-from streams.histories.observations import EPS_S, Crawl, ImportCounts, Window, crawls_of
+from streams.histories.observations import (
+    EPS_S,
+    Crawl,
+    ImportCounts,
+    Window,
+    crawls_of,
+    in_time_order,
+)
 from streams.histories.write import write_cdx, write_changes
 
 T0_S = 1_700_000_000.0
@@ -126,3 +134,18 @@ def test_the_digest_is_the_bytes(tmp_path: Path) -> None:
     assert file_digest(a, "cdx") == file_digest(b, "cdx") != file_digest(a, "changes")
     b.write_text(b.read_text() + "\n")
     assert file_digest(a, "cdx") != file_digest(b, "cdx")
+
+
+def test_time_order_interleaves_urls_and_keeps_each_urls_order() -> None:
+    # a URL-sorted file (as a CDX index): every URL's captures together
+    crawls = [Crawl(f"https://f.example/{u}", T0_S + 10 * k + u, k > 0 or None)
+              for u in range(7) for k in range(9)]
+    got = list(in_time_order(crawls, spread=25))
+    assert sorted(got, key=repr) == sorted(crawls, key=repr)
+    for u in range(7):
+        mine = [c for c in got if c.url == f"https://f.example/{u}"]
+        assert mine == [c for c in crawls if c.url == f"https://f.example/{u}"]
+    # within a run of 25 the URLs interleave: no URL twice in a row there
+    first = got[:25]
+    assert all(a.url != b.url for a, b in itertools.pairwise(first))
+    assert [c.time_s for c in first] == sorted(c.time_s for c in first)
