@@ -69,6 +69,7 @@ __all__ = [
     "HostPriorState",
     "PagePosterior",
     "fit_gamma",
+    "fit_gammas",
     "fit_host_prior",
     "grid_log_likelihood",
     "host_prior_update",
@@ -175,22 +176,34 @@ def _log1mexp(x: nm.FloatArray) -> nm.FloatArray:
     return out
 
 
-def page_posteriors(loglik: nm.FloatArray, prior: GammaPrior) -> PagePosterior:
+def page_posteriors(loglik: nm.FloatArray, prior: GammaPrior | tuple[nm.FloatArray, nm.FloatArray]
+                    ) -> PagePosterior:
     """Posterior ``E[lambda]``, ``E[log lambda]`` and log marginal likelihood of each page
     (rows of ``loglik``, :func:`grid_log_likelihood`) under ``prior`` (grid quadrature in
     ``u = log lambda``: weight ``L(lambda) p(lambda) lambda du``, plus the prior's mass
-    under the grid)."""
+    under the grid).  ``prior`` is one Gamma for every row or ``(shape, rate_s)`` arrays,
+    one Gamma per row (pages of several hosts at once)."""
     ll = np.asarray(loglik, dtype=np.float64)
     if ll.ndim != 2 or ll.shape[1] != GRID_POINTS:
         raise ValueError(f"loglik must have shape (N, {GRID_POINTS}), got {ll.shape}")
-    logp = ll + prior.log_density(_GRID)[None, :] + _LOG_GRID[None, :]
+    if isinstance(prior, GammaPrior):
+        a = np.full(ll.shape[0], prior.shape)
+        b = np.full(ll.shape[0], prior.rate_s)
+    else:
+        a = np.asarray(prior[0], dtype=np.float64)
+        b = np.asarray(prior[1], dtype=np.float64)
+        if a.shape != (ll.shape[0],) or b.shape != a.shape or not (
+                np.all(a > 0) and np.all(b > 0)):
+            raise ValueError(f"prior arrays must be {ll.shape[0]} shapes and rates > 0")
+    logp = (ll + (a * np.log(b) - gammaln(a))[:, None] + a[:, None] * _LOG_GRID[None, :]
+            - b[:, None] * _GRID[None, :])  # log Gamma density + log lambda (the jacobian)
     # the prior's mass under the grid, where the likelihood is its value at the grid's
     # first point (constant there unless the page changed, and then negligible):
     # P(lambda < l0) = P(a, b*l0) (regularised lower incomplete gamma), and under a
     # density ~ lambda^(a-1) the mean is l0*a/(a+1) and E[log lambda] is log l0 - 1/a
-    a = prior.shape
-    tail_mass = float(gammainc(a, prior.rate_s * GRID_MIN_PER_S))
-    log_tail = ll[:, 0] + (math.log(tail_mass) if tail_mass > 0.0 else -math.inf) - _STEP_LOG
+    tail_mass = gammainc(a, b * GRID_MIN_PER_S)
+    with np.errstate(divide="ignore"):
+        log_tail = ll[:, 0] + np.log(tail_mass) - _STEP_LOG
     top = np.maximum(np.max(logp, axis=1), log_tail)[:, None]
     w = np.exp(logp - top)
     wt = np.exp(log_tail - top[:, 0])
@@ -220,25 +233,34 @@ def page_posteriors(loglik: nm.FloatArray, prior: GammaPrior) -> PagePosterior:
 def fit_gamma(mean_lam: float, mean_log: float) -> GammaPrior:
     """The Gamma whose ``E[lambda]`` and ``E[log lambda]`` are the given averages (the
     M-step; Minka 2002 eq. (7) start, then his generalised Newton iterations), shape
-    clipped to [:data:`MIN_SHAPE`, :data:`MAX_SHAPE`]."""
+    clipped to [:data:`MIN_SHAPE`, :data:`MAX_SHAPE`] (:func:`fit_gammas` for one)."""
     if not (mean_lam > 0.0 and math.isfinite(mean_lam) and math.isfinite(mean_log)):
         raise ValueError(f"mean_lam must be > 0 and both finite, got {mean_lam!r}, {mean_log!r}")
-    s = math.log(mean_lam) - mean_log
-    if not s > 1.0 / (2.0 * MAX_SHAPE):  # Jensen: s >= 0; s -> 0 is a point mass
-        return GammaPrior(MAX_SHAPE, float(MAX_SHAPE / mean_lam))
-    a = (3.0 - s + math.sqrt((s - 3.0) ** 2 + 24.0 * s)) / (12.0 * s)
+    a, b = fit_gammas(np.array([mean_lam]), np.array([mean_log]))
+    return GammaPrior(float(a[0]), float(b[0]))
+
+
+def fit_gammas(mean_lam: nm.FloatArray, mean_log: nm.FloatArray
+               ) -> tuple[nm.FloatArray, nm.FloatArray]:
+    """:func:`fit_gamma` of many hosts at once: ``(shape, rate_s)`` arrays (``mean_lam``
+    must be finite and > 0, ``mean_log`` finite)."""
+    m = np.asarray(mean_lam, dtype=np.float64)
+    s = np.log(m) - np.asarray(mean_log, dtype=np.float64)
+    point = ~(s > 1.0 / (2.0 * MAX_SHAPE))  # Jensen: s >= 0; s -> 0 is a point mass
+    s = np.where(point, 1.0, s)
+    a = (3.0 - s + np.sqrt((s - 3.0) ** 2 + 24.0 * s)) / (12.0 * s)
     for _ in range(20):
-        num = math.log(a) - float(digamma(a)) - s
-        den = a * a * (1.0 / a - float(polygamma(1, a)))
-        a_new = 1.0 / (1.0 / a + num / den)
-        if not (a_new > 0.0 and math.isfinite(a_new)):
+        num = np.log(a) - digamma(a) - s
+        den = a * a * (1.0 / a - polygamma(1, a))
+        with np.errstate(divide="ignore", invalid="ignore"):
+            a_new = 1.0 / (1.0 / a + num / den)
+        ok = (a_new > 0.0) & np.isfinite(a_new)
+        done = ~ok | (np.abs(a_new - a) <= 1e-10 * a)
+        a = np.where(ok, a_new, a)
+        if done.all():
             break
-        done = abs(a_new - a) <= 1e-10 * a
-        a = a_new
-        if done:
-            break
-    a = min(max(a, MIN_SHAPE), MAX_SHAPE)
-    return GammaPrior(float(a), float(a / mean_lam))
+    a = np.where(point, MAX_SHAPE, np.clip(a, MIN_SHAPE, MAX_SHAPE))
+    return a, a / m
 
 
 def fit_host_prior(loglik: nm.FloatArray, *, start: GammaPrior | None = None,

@@ -269,7 +269,7 @@ class OnlineRates:
                  prior: str = "host", host: IntArray | None = None,
                  min_pages: int = 20, half_life_days: float = math.inf) -> None:
         from models.estimators import SignalEstimator, batch_init
-        from models.estimators.host_prior import GammaPrior, HostPriorState
+        from models.estimators.host_prior import GammaPrior
 
         if prior not in ("host", "global"):
             raise ValueError(f"prior must be 'host' or 'global', got {prior!r}")
@@ -288,7 +288,15 @@ class OnlineRates:
         g = self.est.init().theta[0]
         #: the prior of a host without enough pages: the default MAP's rate, shape 1
         self.default_prior = GammaPrior(1.0, 1.0 / g)
-        self.hosts = [HostPriorState() for _ in range(self.n_hosts)]
+        #: per host: the incremental EM's sums (pages, E[lambda], E[log lambda]) and the
+        #: Gamma they fit (:class:`models.estimators.host_prior.HostPriorState`, as arrays)
+        self.h_n = np.zeros(self.n_hosts)
+        self.h_sum_mean = np.zeros(self.n_hosts)
+        self.h_sum_log = np.zeros(self.n_hosts)
+        self.h_shape = np.ones(self.n_hosts)
+        self.h_rate = np.ones(self.n_hosts)
+        self.h_fitted = np.zeros(self.n_hosts, dtype=bool)
+        #: per page: its current contribution to its host's sums
         self.c_mean = np.zeros(m)
         self.c_log = np.zeros(m)
         self.c_count = np.zeros(m)
@@ -298,19 +306,25 @@ class OnlineRates:
 
     def reset(self) -> None:
         from models.estimators import batch_init
-        from models.estimators.host_prior import HostPriorState
 
         self.state = batch_init(self.est, self.m)
-        self.hosts = [HostPriorState() for _ in range(self.n_hosts)]
-        self.c_mean[:] = self.c_log[:] = self.c_count[:] = 0.0
+        for arr in (self.h_n, self.h_sum_mean, self.h_sum_log, self.c_mean, self.c_log,
+                    self.c_count):
+            arr[:] = 0.0
+        self.h_fitted[:] = False
         self._seen_mean[:] = 0.0
 
     def host_prior(self, h: int) -> GammaPrior | None:
         """Host ``h``'s fitted prior, ``None`` while it has under ``min_pages`` pages."""
-        st = self.hosts[h]
-        if st.prior is None or st.n_pages < self.min_pages:
+        from models.estimators.host_prior import GammaPrior
+
+        if not self.h_fitted[h] or self.h_n[h] < self.min_pages:
             return None
-        return st.prior
+        return GammaPrior(float(self.h_shape[h]), float(self.h_rate[h]))
+
+    def _usable(self, hosts: IntArray) -> npt.NDArray[np.bool_]:
+        out: npt.NDArray[np.bool_] = self.h_fitted[hosts] & (self.h_n[hosts] >= self.min_pages)
+        return out
 
     def update(self, pages: IntArray, tau: FloatArray, changed: npt.NDArray[np.bool_],
                n_pings: FloatArray, end: FloatArray | None = None) -> None:
@@ -326,31 +340,43 @@ class OnlineRates:
             self._contribute(pages)
 
     def _contribute(self, pages: IntArray) -> None:
-        """Incremental EM (:func:`models.estimators.host_prior.host_prior_update`): the
-        pages' contributions under their host's current prior replace their old ones."""
-        from models.estimators.host_prior import (
-            grid_log_likelihood,
-            host_prior_update,
-            page_posteriors,
-        )
+        """Incremental EM (:func:`models.estimators.host_prior.host_prior_update`, over
+        every host at once): the pages' contributions under their host's current prior
+        replace their old ones and each touched host's M-step is redone."""
+        from models.estimators.host_prior import fit_gammas, grid_log_likelihood, page_posteriors
 
         hp = self.host[pages]
-        for h in np.unique(hp).tolist():
-            pg = pages[hp == h]
-            st = self.hosts[h]
-            prior = st.prior or self.default_prior
-            post = page_posteriors(grid_log_likelihood(self.state, pg, self._kappa(pg)), prior)
-            self.hosts[h] = host_prior_update(st, self.c_mean[pg], self.c_log[pg],
-                                              self.c_count[pg], post, self.default_prior)
-            self.c_mean[pg], self.c_log[pg], self.c_count[pg] = (
-                post.mean_per_s, post.mean_log, 1.0)
-            fitted = self.host_prior(h)
-            if fitted is not None:
-                mean = fitted.mean_per_s
-                seen = self._seen_mean[h]
-                if not seen > 0 or abs(math.log(mean / seen)) > math.log(1.25):
-                    self._seen_mean[h] = mean
-                    self.prior_moved = True
+        has = self.h_fitted[hp]
+        a = np.where(has, self.h_shape[hp], self.default_prior.shape)
+        b = np.where(has, self.h_rate[hp], self.default_prior.rate_s)
+        post = page_posteriors(grid_log_likelihood(self.state, pages, self._kappa(pages)),
+                               (a, b))
+        H = self.n_hosts
+        oc = self.c_count[pages]
+        self.h_n += np.bincount(hp, weights=1.0 - oc, minlength=H)
+        self.h_sum_mean += np.bincount(hp, weights=post.mean_per_s - oc * self.c_mean[pages],
+                                       minlength=H)
+        self.h_sum_log += np.bincount(hp, weights=post.mean_log - oc * self.c_log[pages],
+                                      minlength=H)
+        self.c_mean[pages], self.c_log[pages], self.c_count[pages] = (
+            post.mean_per_s, post.mean_log, 1.0)
+        touched = np.unique(hp)
+        ok = (self.h_n[touched] >= 0.5) & (self.h_sum_mean[touched] > 0.0)
+        self.h_fitted[touched[~ok]] = False
+        t = touched[ok]
+        if not t.size:
+            return
+        shape, rate = fit_gammas(self.h_sum_mean[t] / self.h_n[t], self.h_sum_log[t] / self.h_n[t])
+        self.h_shape[t], self.h_rate[t], self.h_fitted[t] = shape, rate, True
+        big = self.h_n[t] >= self.min_pages
+        if big.any():
+            tb, mean = t[big], (shape / rate)[big]
+            seen = self._seen_mean[tb]
+            with np.errstate(divide="ignore", invalid="ignore"):
+                moved = ~(seen > 0) | (np.abs(np.log(mean / seen)) > math.log(1.25))
+            if moved.any():
+                self._seen_mean[tb[moved]] = mean[moved]
+                self.prior_moved = True
 
     def _kappa(self, pages: IntArray) -> FloatArray | None:
         if not self.use_pings:
@@ -372,14 +398,12 @@ class OnlineRates:
         alpha = r.alpha_per_s.copy()
         if self.prior == "host":
             hp = self.host[idx]
-            for h in np.unique(hp).tolist():
-                prior = self.host_prior(h)
-                if prior is None:
-                    continue
-                k = np.flatnonzero(hp == h)
+            k = np.flatnonzero(self._usable(hp))
+            if k.size:
                 ll = grid_log_likelihood(self.state, idx[k], r.kappa[k] if self.use_pings
                                          else None)
-                alpha[k] = page_posteriors(ll, prior).mean_per_s
+                alpha[k] = page_posteriors(ll, (self.h_shape[hp[k]], self.h_rate[hp[k]])
+                                           ).mean_per_s
         return alpha, r.kappa, r.gamma_per_s
 
     def params(self, pages: IntArray | None = None) -> tuple[FloatArray, FloatArray, FloatArray]:
@@ -447,7 +471,6 @@ class OnlineRates:
         :func:`models.estimators.host_prior.fit_host_prior`) and store the pages'
         contributions under it (the start of the incremental EM)."""
         from models.estimators.host_prior import (
-            HostPriorState,
             fit_host_prior,
             grid_log_likelihood,
             page_posteriors,
@@ -458,15 +481,18 @@ class OnlineRates:
             pg = np.flatnonzero((self.host == h) & seen)
             self.c_mean[self.host == h] = self.c_log[self.host == h] = 0.0
             self.c_count[self.host == h] = 0.0
+            self.h_n[h] = self.h_sum_mean[h] = self.h_sum_log[h] = 0.0
+            self.h_fitted[h] = False
             if not pg.size:
-                self.hosts[h] = HostPriorState()
                 continue
             ll = grid_log_likelihood(self.state, pg, self._kappa(pg))
             prior = fit_host_prior(ll)
             post = page_posteriors(ll, prior)
             self.c_mean[pg], self.c_log[pg], self.c_count[pg] = post.mean_per_s, post.mean_log, 1.0
-            self.hosts[h] = HostPriorState(float(pg.size), float(post.mean_per_s.sum()),
-                                           float(post.mean_log.sum()), prior)
+            self.h_n[h] = float(pg.size)
+            self.h_sum_mean[h] = float(post.mean_per_s.sum())
+            self.h_sum_log[h] = float(post.mean_log.sum())
+            self.h_shape[h], self.h_rate[h], self.h_fitted[h] = prior.shape, prior.rate_s, True
             self._seen_mean[h] = prior.mean_per_s
         self.prior_moved = True
 

@@ -202,7 +202,7 @@ def test_a_loaded_trace_groups_pages_by_host_and_the_replay_keeps_it(tmp_path: o
     back, _ = _load(str(_save(tr, folder, None)))
     assert back.host is not None and back.host.tolist() == [0, 1, 0, 2]
     learner = OnlineRates(4, use_pings=False, host=back.host)
-    assert len(learner.hosts) == 3
+    assert learner.n_hosts == 3
 
 
 def test_online_rates_fit_one_prior_per_host() -> None:
