@@ -228,3 +228,31 @@ def test_warc_and_kolobov_imports_and_an_older_history_changes_nothing(
     assert done.returncode == 0, done.stdout + done.stderr
     assert f"{sum(len(o) for o in older.values())} outcomes sent" in done.stdout
     assert stored(settings, sorted(warc_obs)) == current
+
+
+def test_strict_unreachable_and_unknown_inputs_exit_with_their_status(
+        settings: Settings, tmp_path: Path) -> None:
+    from test_scheduler import free_port
+
+    path = tmp_path / "changes.jsonl"
+    write_changes(path, {"https://g.example/a": [1_700_000_000.0, 1_700_000_100.0]})
+    with open(path, "a") as fh:
+        fh.write('{"url": "https://g.example/a", "time": "soon"}\n')
+    strict = run_import(settings, str(path), "--strict")
+    assert strict.returncode == 1, strict.stdout + strict.stderr
+    assert f"{path}:4: 'time' must be a finite number" in strict.stderr
+    assert "nothing sent" in strict.stderr
+    env = {**settings_env(settings), "RECRAWL_CONNECT_TIMEOUT_S": "2"}
+    for name, value in (("RECRAWL_REDIS_URL", f"redis://127.0.0.1:{free_port()}/0"),
+                        ("RECRAWL_KAFKA_BOOTSTRAP", f"127.0.0.1:{free_port()}")):
+        done = subprocess.run([sys.executable, "-m", "streams.cli", "import", str(path)],
+                              env={**env, name: value}, cwd=REPO, capture_output=True,
+                              text=True, timeout=120)
+        assert done.returncode == 3, done.stdout + done.stderr
+        assert done.stderr.startswith("recrawl import: cannot reach"), done.stderr
+        assert done.stderr.strip().count("\n") == 0, done.stderr
+    unknown = run_import(settings, str(tmp_path / "history.txt"))
+    assert unknown.returncode == 2 and "no such file" in unknown.stderr
+    (tmp_path / "history.txt").write_text("x\n")
+    unknown = run_import(settings, str(tmp_path / "history.txt"))
+    assert unknown.returncode == 2 and "cannot tell the format" in unknown.stderr
