@@ -75,10 +75,10 @@ class Measured:
     #: 10^6 pages): a page whose estimator record holds a quadratic summary, signals of
     #: all three source groups and over 255 of one group in one interval, on hosts of 1 to
     #: 199 pages (``bench_rebuild.py --history evicted --sources three --host-spread
-    #: --signal-scale 300``: 193.6 B), the most a
-    #: crawled page took there (181.9 B without the large counts; 104 B on
-    #: ``bench_e2e.py``'s pages crawled twice and pinged)
-    redis_bytes_per_page: float = 193.6
+    #: --signal-scale 300``: 228.9 B, with eight 48-bit ping fingerprints per page), the
+    #: most a crawled page took there (145 B on ``bench_e2e.py``'s pages crawled twice and
+    #: pinged)
+    redis_bytes_per_page: float = 228.9
     #: seconds to rebuild a shard, per 10^6 estimated pages (``bench_rebuild.py``: 3.41-3.80 s
     #: in process; the slowest shard's load end to end 4.22-4.39 s)
     rebuild_s_per_mpage: float = 3.8
