@@ -1,0 +1,373 @@
+"""Online learning for the trace replay: :class:`OnlineRates` (each page's App. E
+estimates of paper 004, batched, under a per-host empirical-Bayes prior) and
+:class:`Hedge` (the share of the crawls given to the pages crawled longest ago while the
+learned rates predict no better than one rate for all), the parts of the ``recrawl``
+policy of :class:`models.sim.trace.VectorAlgorithm1` that learn.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import TYPE_CHECKING
+
+import numpy as np
+import numpy.typing as npt
+
+if TYPE_CHECKING:
+    from models.estimators.host_prior import GammaPrior
+    from models.sim.trace import Trace
+
+__all__ = ["Hedge", "OnlineRates", "complete_history_intervals"]
+
+FloatArray = npt.NDArray[np.float64]
+IntArray = npt.NDArray[np.int64]
+DAY_S = 86400.0
+
+
+def complete_history_intervals(changes: FloatArray, start: float, stop: float,
+                               eps: float) -> list[tuple[float, bool]]:
+    """A complete change history on ``(start, stop]`` as crawl intervals ``(tau, changed)``.
+
+    A complete history is the limit of crawls infinitely often: each change at ``c`` after
+    the previous one at ``c'`` is an unchanged interval of ``c - c' - eps`` and a changed
+    one of ``eps`` (likelihood ``exp(-r (c - c' - eps)) (1 - exp(-r eps))``, which tends
+    to ``r eps exp(-r (c - c'))``: up to the constant ``eps``, the Poisson likelihood of
+    the gap; paper 003 eq. (2) then solves to the complete-data MLE ``n / observed time``
+    as ``eps -> 0``); the time after the last change is one unchanged interval.
+    """
+    out: list[tuple[float, bool]] = []
+    prev = start
+    for c in changes.tolist():
+        if c <= start or c > stop:
+            continue
+        gap = c - prev
+        e = min(eps, gap / 2.0) if gap > 0 else 0.0
+        if gap - e > 0:
+            out.append((gap - e, False))
+        out.append((max(e, 1e-12), True))
+        prev = c
+    if stop > prev:
+        out.append((stop - prev, False))
+    return out
+
+
+class OnlineRates:
+    """Per-page App. E estimates (paper 004) over all pages, updated in batches.
+
+    The state is :mod:`models.estimators.batch`'s structure of arrays; each update adds one
+    crawl interval ``(tau, changed, pings in it)`` to each listed page and returns the pages'
+    value parameters ``(alpha, beta, gamma)`` as ``variant`` ranks with
+    (:func:`models.sim.policies.value_params` on the believed ``(Delta, lam, nu)``), exactly
+    as :class:`~models.sim.policies.EstimatingAlgorithm1` reads its estimates.  The
+    estimator is :class:`models.estimators.SignalEstimator` with its default prior, the one
+    a live worker starts from; it works in seconds, so the trace's days are converted on
+    the way in (``tau``) and out (rates per day, ``beta`` in days).
+
+    ``prior="host"`` (default): a page's ``alpha`` is its posterior mean under its host's
+    empirical-Bayes Gamma prior (:mod:`models.estimators.host_prior`, fitted online by
+    incremental EM to the host's crawled pages; ``host`` gives each page's host, default one
+    host), once the host has ``min_pages`` crawled pages; before that, and with
+    ``prior="global"``, the estimator's MAP under its default prior.  Pages not crawled since
+    the host's prior moved are stale in the ranking: :attr:`prior_moved` tells the policy to
+    re-read every page.  ``half_life_days``: the estimator's forgetting (an interval's
+    weight halves every that many days of crawl time; the host prior reads the same
+    weights).
+    """
+
+    def __init__(self, m: int, *, use_pings: bool, variant: str | None = None,
+                 prior: str = "host", host: IntArray | None = None,
+                 min_pages: int = 20, half_life_days: float = math.inf) -> None:
+        from models.estimators import SignalEstimator, batch_init
+        from models.estimators.host_prior import GammaPrior
+
+        if prior not in ("host", "global"):
+            raise ValueError(f"prior must be 'host' or 'global', got {prior!r}")
+        self.use_pings = use_pings
+        self.variant = variant or ("greedy-ncis" if use_pings else "greedy")
+        self.est = SignalEstimator(1 if use_pings else 0, half_life_s=half_life_days * DAY_S)
+        self.m = m
+        self.state = batch_init(self.est, m)
+        self.prior = prior
+        self.host = (np.zeros(m, dtype=np.int64) if host is None
+                     else np.asarray(host, dtype=np.int64))
+        if self.host.shape != (m,) or (m and self.host.min() < 0):
+            raise ValueError(f"host must be {m} host indices >= 0")
+        self.n_hosts = int(self.host.max()) + 1 if m else 0
+        self.min_pages = int(min_pages)
+        g = self.est.init().theta[0]
+        #: the prior of a host without enough pages: the default MAP's rate, shape 1
+        self.default_prior = GammaPrior(1.0, 1.0 / g)
+        #: per host: the incremental EM's sums (pages, E[lambda], E[log lambda]) and the
+        #: Gamma they fit (:class:`models.estimators.host_prior.HostPriorState`, as arrays)
+        self.h_n = np.zeros(self.n_hosts)
+        self.h_sum_mean = np.zeros(self.n_hosts)
+        self.h_sum_log = np.zeros(self.n_hosts)
+        self.h_shape = np.ones(self.n_hosts)
+        self.h_rate = np.ones(self.n_hosts)
+        self.h_fitted = np.zeros(self.n_hosts, dtype=bool)
+        #: per page: its current contribution to its host's sums
+        self.c_mean = np.zeros(m)
+        self.c_log = np.zeros(m)
+        self.c_count = np.zeros(m)
+        self._seen_mean = np.zeros(self.n_hosts)
+        #: set when a host's prior mean moved by more than a quarter since the last re-read
+        self.prior_moved = False
+
+    def reset(self) -> None:
+        from models.estimators import batch_init
+
+        self.state = batch_init(self.est, self.m)
+        for arr in (self.h_n, self.h_sum_mean, self.h_sum_log, self.c_mean, self.c_log,
+                    self.c_count):
+            arr[:] = 0.0
+        self.h_fitted[:] = False
+        self._seen_mean[:] = 0.0
+
+    def host_prior(self, h: int) -> GammaPrior | None:
+        """Host ``h``'s fitted prior, ``None`` while it has under ``min_pages`` pages."""
+        from models.estimators.host_prior import GammaPrior
+
+        if not self.h_fitted[h] or self.h_n[h] < self.min_pages:
+            return None
+        return GammaPrior(float(self.h_shape[h]), float(self.h_rate[h]))
+
+    def _usable(self, hosts: IntArray) -> npt.NDArray[np.bool_]:
+        out: npt.NDArray[np.bool_] = self.h_fitted[hosts] & (self.h_n[hosts] >= self.min_pages)
+        return out
+
+    def update(self, pages: IntArray, tau: FloatArray, changed: npt.NDArray[np.bool_],
+               n_pings: FloatArray, end: FloatArray | None = None) -> None:
+        """Add one interval to each of ``pages`` (distinct), ending at ``end`` (default: the
+        page's previous end plus ``tau``)."""
+        from models.estimators import batch_update
+
+        sig = n_pings[:, None] if self.use_pings else None
+        # an imported history may end a hair after a crawl time (sums of many intervals)
+        end_s = None if end is None else np.maximum(end * DAY_S, self.state.end_s[pages])
+        batch_update(self.est, self.state, tau * DAY_S, changed, sig, pages=pages, end_s=end_s)
+        if self.prior == "host":
+            self._contribute(pages)
+
+    def _contribute(self, pages: IntArray) -> None:
+        """Incremental EM (:func:`models.estimators.host_prior.host_prior_update`, over
+        every host at once): the pages' contributions under their host's current prior
+        replace their old ones and each touched host's M-step is redone."""
+        from models.estimators.host_prior import fit_gammas, grid_log_likelihood, page_posteriors
+
+        hp = self.host[pages]
+        has = self.h_fitted[hp]
+        a = np.where(has, self.h_shape[hp], self.default_prior.shape)
+        b = np.where(has, self.h_rate[hp], self.default_prior.rate_s)
+        post = page_posteriors(grid_log_likelihood(self.state, pages, self._kappa(pages)),
+                               (a, b))
+        H = self.n_hosts
+        oc = self.c_count[pages]
+        self.h_n += np.bincount(hp, weights=1.0 - oc, minlength=H)
+        self.h_sum_mean += np.bincount(hp, weights=post.mean_per_s - oc * self.c_mean[pages],
+                                       minlength=H)
+        self.h_sum_log += np.bincount(hp, weights=post.mean_log - oc * self.c_log[pages],
+                                      minlength=H)
+        self.c_mean[pages], self.c_log[pages], self.c_count[pages] = (
+            post.mean_per_s, post.mean_log, 1.0)
+        touched = np.unique(hp)
+        ok = (self.h_n[touched] >= 0.5) & (self.h_sum_mean[touched] > 0.0)
+        self.h_fitted[touched[~ok]] = False
+        t = touched[ok]
+        if not t.size:
+            return
+        shape, rate = fit_gammas(self.h_sum_mean[t] / self.h_n[t], self.h_sum_log[t] / self.h_n[t])
+        self.h_shape[t], self.h_rate[t], self.h_fitted[t] = shape, rate, True
+        big = self.h_n[t] >= self.min_pages
+        if big.any():
+            tb, mean = t[big], (shape / rate)[big]
+            seen = self._seen_mean[tb]
+            with np.errstate(divide="ignore", invalid="ignore"):
+                moved = ~(seen > 0) | (np.abs(np.log(mean / seen)) > math.log(1.25))
+            if moved.any():
+                self._seen_mean[tb[moved]] = mean[moved]
+                self.prior_moved = True
+
+    def _kappa(self, pages: IntArray) -> FloatArray | None:
+        if not self.use_pings:
+            return None
+        from models.estimators import batch_result
+
+        out: FloatArray = batch_result(self.est, self.state, pages=pages).kappa
+        return out
+
+    def change_rates(self, pages: IntArray | None = None) -> tuple[FloatArray, FloatArray,
+                                                                      FloatArray]:
+        """``(alpha, kappa, gamma)`` of ``pages`` per second: the MAP's, with ``alpha``
+        the host posterior mean where the host's prior is fitted."""
+        from models.estimators import batch_result
+        from models.estimators.host_prior import grid_log_likelihood, page_posteriors
+
+        idx = np.arange(self.m) if pages is None else np.asarray(pages, dtype=np.int64)
+        r = batch_result(self.est, self.state, pages=idx)
+        alpha = r.alpha_per_s.copy()
+        if self.prior == "host":
+            hp = self.host[idx]
+            k = np.flatnonzero(self._usable(hp))
+            if k.size:
+                ll = grid_log_likelihood(self.state, idx[k], r.kappa[k] if self.use_pings
+                                         else None)
+                alpha[k] = page_posteriors(ll, (self.h_shape[hp[k]], self.h_rate[hp[k]])
+                                           ).mean_per_s
+        return alpha, r.kappa, r.gamma_per_s
+
+    def params(self, pages: IntArray | None = None) -> tuple[FloatArray, FloatArray, FloatArray]:
+        """``(alpha, beta, gamma)`` of ``pages`` (default all) as ``variant`` ranks with."""
+        from models.conversions import change_params
+        from models.estimators._numeric import derive
+        from models.sim.policies import value_params
+
+        alpha, kappa, gamma = self.change_rates(pages)
+        if not self.use_pings:
+            z = np.zeros_like(alpha)
+            return alpha * DAY_S, z, z.copy()
+        der = derive(alpha, kappa, gamma)
+        delta, lam, nu = change_params(alpha * DAY_S, der["beta"][:, 0] / DAY_S,
+                                       gamma[:, 0] * DAY_S)
+        a, b, g, _ = value_params(self.variant, np.asarray(delta), np.asarray(lam),
+                               np.asarray(nu))
+        return a, b, g
+
+    def learn_complete(self, trace: Trace, upto: float, eps: float,
+                       ping_page: IntArray, ping_arrival: FloatArray) -> None:
+        """Replace every page's state by its complete history of ``[0, upto]``
+        (:func:`complete_history_intervals`, with the pings that arrived in each interval),
+        one vectorised update per interval rank."""
+        self.reset()
+        taus: list[float] = []
+        chg: list[bool] = []
+        owner: list[int] = []
+        for i in range(trace.m):
+            for tau, c in complete_history_intervals(trace.changes_of(i), 0.0, upto, eps):
+                taus.append(tau)
+                chg.append(c)
+                owner.append(i)
+        if not taus:
+            return
+        tau_a = np.asarray(taus)
+        chg_a = np.asarray(chg, dtype=bool)
+        own = np.asarray(owner, dtype=np.int64)
+        first = np.searchsorted(own, np.arange(trace.m + 1))
+        rank = np.arange(own.size) - first[own]
+        end = np.empty_like(tau_a)  # each interval's end: cumulative time within its page
+        csum = np.cumsum(tau_a)
+        base = np.where(first[own] > 0, csum[np.maximum(first[own] - 1, 0)], 0.0)
+        end[:] = csum - base
+        n = np.zeros(own.size)
+        if self.use_pings and ping_page.size:
+            sel = ping_arrival <= upto
+            pk = ping_page[sel] * (4.0 * upto + 4.0) + ping_arrival[sel]
+            pk.sort()
+            ek = own * (4.0 * upto + 4.0)
+            n = (np.searchsorted(pk, ek + end, side="right")
+                 - np.searchsorted(pk, ek + end - tau_a, side="right")).astype(np.float64)
+        prior, self.prior = self.prior, "global"  # the host prior is fitted once, below
+        try:
+            for r in range(int(rank.max()) + 1):
+                k = np.flatnonzero(rank == r)
+                self.update(own[k], tau_a[k], chg_a[k], n[k])  # ends: previous end + tau
+        finally:
+            self.prior = prior
+        if self.prior == "host":
+            self.fit_hosts()
+
+    def fit_hosts(self) -> None:
+        """Fit every host's prior to all its observed pages at once (batch EM,
+        :func:`models.estimators.host_prior.fit_host_prior`) and store the pages'
+        contributions under it (the start of the incremental EM)."""
+        from models.estimators.host_prior import (
+            fit_host_prior,
+            grid_log_likelihood,
+            page_posteriors,
+        )
+
+        seen = self.state.n_intervals > 0
+        for h in range(self.n_hosts):
+            pg = np.flatnonzero((self.host == h) & seen)
+            self.c_mean[self.host == h] = self.c_log[self.host == h] = 0.0
+            self.c_count[self.host == h] = 0.0
+            self.h_n[h] = self.h_sum_mean[h] = self.h_sum_log[h] = 0.0
+            self.h_fitted[h] = False
+            if not pg.size:
+                continue
+            ll = grid_log_likelihood(self.state, pg, self._kappa(pg))
+            prior = fit_host_prior(ll)
+            post = page_posteriors(ll, prior)
+            self.c_mean[pg], self.c_log[pg], self.c_count[pg] = post.mean_per_s, post.mean_log, 1.0
+            self.h_n[h] = float(pg.size)
+            self.h_sum_mean[h] = float(post.mean_per_s.sum())
+            self.h_sum_log[h] = float(post.mean_log.sum())
+            self.h_shape[h], self.h_rate[h], self.h_fitted[h] = prior.shape, prior.rate_s, True
+            self._seen_mean[h] = prior.mean_per_s
+        self.prior_moved = True
+
+
+class Hedge:
+    """How well the learned rates predict what the crawls find, and the floor share it sets.
+
+    Each crawl of a page after ``tau`` with believed rate ``r`` predicted a change with
+    probability ``p = 1 - exp(-r tau)`` (paper 003 Sec. 3: Poisson changes); a site-wide
+    rate ``r0`` (changes found / time crawled, over all pages) predicted ``p0``.  Both
+    predictions' log losses on the outcome are summed with a discount (half-life
+    ``half_life`` crawls); the *skill* is ``1 - loss / loss0``: above 0 when the per-page
+    rates predict better than one rate for the whole site.  The share of crawls given back
+    to the longest-interval floor (the pages crawled longest ago) is
+    ``max_share * clip(1 - skill / good_skill, 0, 1)``: all of ``max_share`` while the
+    learned rates predict no better than the site's average, none once they are clearly
+    better.  Before ``warmup`` crawls the share is ``max_share``.
+    """
+
+    def __init__(self, *, max_share: float = 0.5, good_skill: float = 0.1,
+                 half_life: float = 2000.0, warmup: int = 200) -> None:
+        if not 0.0 <= max_share <= 1.0:
+            raise ValueError(f"max_share must be in [0, 1], got {max_share!r}")
+        if good_skill <= 0 or half_life <= 0:
+            raise ValueError("good_skill and half_life must be > 0")
+        self.max_share, self.good_skill = float(max_share), float(good_skill)
+        self.keep = 0.5 ** (1.0 / half_life)
+        self.warmup = int(warmup)
+        self.loss = self.loss0 = 0.0
+        self.changed_sum = self.time_sum = 0.0
+        self.n = 0
+        self._debt = 0.0
+
+    @staticmethod
+    def _log_loss(p: FloatArray, y: npt.NDArray[np.bool_]) -> FloatArray:
+        q = np.clip(p, 1e-6, 1.0 - 1e-6)
+        out: FloatArray = -np.where(y, np.log(q), np.log1p(-q))
+        return out
+
+    def observe(self, rate: FloatArray, tau: FloatArray, changed: npt.NDArray[np.bool_]) -> None:
+        """Score the predictions of one batch of crawls (``rate``: believed before them)."""
+        if not tau.size:
+            return
+        r0 = self.changed_sum / self.time_sum if self.time_sum > 0 else 0.0
+        p = -np.expm1(-rate * tau)
+        p0 = -np.expm1(-r0 * tau)
+        k = self.keep ** tau.size
+        self.loss = k * self.loss + float(self._log_loss(p, changed).sum())
+        self.loss0 = k * self.loss0 + float(self._log_loss(p0, changed).sum())
+        self.changed_sum = k * self.changed_sum + float(changed.sum())
+        self.time_sum = k * self.time_sum + float(tau.sum())
+        self.n += int(tau.size)
+
+    @property
+    def skill(self) -> float:
+        return 1.0 - self.loss / self.loss0 if self.loss0 > 0 else 0.0
+
+    @property
+    def share(self) -> float:
+        if self.n < self.warmup:
+            return self.max_share
+        return self.max_share * min(max(1.0 - self.skill / self.good_skill, 0.0), 1.0)
+
+    def floor_crawls(self, k: int) -> int:
+        """How many of the next ``k`` crawls go to the floor (the fractions carried over)."""
+        self._debt += self.share * k
+        n = min(k, int(self._debt))
+        self._debt -= n
+        return n
