@@ -25,6 +25,9 @@ Redis bytes per page after the pages and after the pings;
 orders/s while every host has pages left (capped at ``hosts``/s); RSS; the rebuild
 after SIGKILL (a new worker, same consumer group). Same-run reference: kcat producing then
 consuming ``--ref-messages`` messages on a plain topic; pipelined Redis SET.
+
+Over 600 lines on purpose: one script a user runs on its own (its stack, worker driver,
+kcat taps, both benchmarks and their report), as the commands in docs/benchmarks.md show.
 """
 
 from __future__ import annotations
