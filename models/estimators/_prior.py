@@ -106,6 +106,18 @@ class PseudoDatapoints:
         mean = min(max(observed_time_s / n_intervals, MIN_MEAN_INTERVAL_S), MAX_MEAN_INTERVAL_S)
         return mean / ref
 
+    def scale_for_rate(self, rate_per_s: float) -> float:
+        """Factor on both lengths for a page whose own prior rate is ``rate_per_s`` (the
+        operator's, e.g. ``change_rate_per_s`` of ``recrawl pages load``): the two points
+        alone then imply that rate (their rate ``ln(1 + t_c/t_u)/t_c`` is inversely
+        proportional to the factor), with the same weight as ever.  Clipped to the range of
+        :meth:`scale_for`; ``1`` for absolute points."""
+        ref = self.reference_interval_s
+        if ref is None:
+            return 1.0
+        return min(max(self.prior_rate_per_s / rate_per_s, MIN_MEAN_INTERVAL_S / ref),
+                   MAX_MEAN_INTERVAL_S / ref)
+
     @property
     def prior_rate_per_s(self) -> float:
         """Rate the two pseudo-datapoints alone imply: ``ln(1 + t_c/t_u)/t_c``."""

@@ -158,8 +158,10 @@ def batch_init(estimator: SignalEstimator, n_pages: int) -> BatchSignalState:
 
 
 def prior_scales(estimator: SignalEstimator, observed_time_s: nm.FloatArray,
-                 n_intervals: IntArray, prior: SignalPrior | None = None) -> nm.FloatArray:
-    """:meth:`SignalEstimator.prior_scale` of many pages (the pseudo-intervals' factor)."""
+                 n_intervals: IntArray, prior: SignalPrior | None = None,
+                 prior_rate_per_s: nm.FloatArray | None = None) -> nm.FloatArray:
+    """:meth:`SignalEstimator.prior_scale` of many pages (the pseudo-intervals' factor);
+    ``prior_rate_per_s``: each page's own prior rate (NaN or <= 0: none given)."""
     p = estimator.prior if prior is None else prior
     ref = p.change.reference_interval_s
     if ref is None or estimator.half_life_s != math.inf:
@@ -169,6 +171,13 @@ def prior_scales(estimator: SignalEstimator, observed_time_s: nm.FloatArray,
     ok = (n > 0) & (t > 0.0)
     mean = np.clip(t / np.where(ok, n, 1.0), MIN_MEAN_INTERVAL_S, MAX_MEAN_INTERVAL_S)
     out: nm.FloatArray = np.where(ok, mean / ref, 1.0)
+    if prior_rate_per_s is not None:
+        r = np.asarray(prior_rate_per_s, dtype=np.float64)
+        given = np.isfinite(r) & (r > 0.0)
+        if given.any():
+            by_rate = np.clip(p.change.prior_rate_per_s / np.where(given, r, 1.0),
+                              MIN_MEAN_INTERVAL_S / ref, MAX_MEAN_INTERVAL_S / ref)
+            out = np.where(given, by_rate, out)
     return out
 
 
@@ -216,8 +225,10 @@ def batch_update(
     *,
     pages: IntArray | None = None,
     end_s: nm.FloatArray | None = None,
+    prior_rate_per_s: nm.FloatArray | None = None,
 ) -> None:
     """Add one crawl interval to each page in ``pages`` (all pages if ``None``), in place.
+    ``prior_rate_per_s``: each updated page's own prior rate (:func:`prior_scales`).
 
     Parameters are arrays over the updated pages (``n_signals`` is ``(M, S)``); ``pages``
     must not repeat a page.  Validation and semantics are those of
@@ -284,7 +295,9 @@ def batch_update(
         th = state.theta[rows]
         lin_p, v_p, w_p = _prior_arrays(
             estimator, f.size, None,
-            prior_scales(estimator, totals[f, 0], state.n_intervals[rows]))
+            prior_scales(estimator, totals[f, 0], state.n_intervals[rows], None,
+                         None if prior_rate_per_s is None
+                         else np.asarray(prior_rate_per_s, dtype=np.float64)[f]))
         rw = _ring_weights(ring[f], ring_len[f], ring_pos[f])
         vv = np.concatenate([ring[f, :, :d], _rep_entries(reps[f], d), v_p], axis=1)
         ww = np.concatenate([rw, reps[f, :1], w_p], axis=1)
@@ -337,10 +350,12 @@ def batch_result(
     *,
     pages: IntArray | None = None,
     prior: SignalPrior | None = None,
+    prior_rate_per_s: nm.FloatArray | None = None,
 ) -> BatchEstimate:
-    """Converged estimates (as :meth:`SignalEstimator.result`) for ``pages`` (default all)."""
+    """Converged estimates (as :meth:`SignalEstimator.result`) for ``pages`` (default all);
+    ``prior_rate_per_s``: each of those pages' own prior rate (:func:`prior_scales`)."""
     idx = np.arange(state.n_pages) if pages is None else np.asarray(pages, dtype=np.int64)
-    theta, hess = _solve(estimator, state, idx, prior)
+    theta, hess = _solve(estimator, state, idx, prior, prior_rate_per_s)
     est = _estimates_from(
         theta, hess, state.totals[idx], estimator.prior if prior is None else prior
     )
@@ -363,13 +378,15 @@ def batch_result(
 
 
 def _solve(estimator: SignalEstimator, state: BatchSignalState, idx: IntArray,
-           prior: SignalPrior | None) -> tuple[nm.FloatArray, nm.FloatArray]:
+           prior: SignalPrior | None, prior_rate_per_s: nm.FloatArray | None = None
+           ) -> tuple[nm.FloatArray, nm.FloatArray]:
     """The posterior mode ``theta = (alpha, kappa)`` of the pages ``idx`` and its Hessian
     (one vectorised Newton solve)."""
     d = 1 + estimator.n_sources
     lin_p, v_p, w_p = _prior_arrays(
         estimator, idx.size, prior,
-        prior_scales(estimator, state.totals[idx, 0], state.n_intervals[idx], prior))
+        prior_scales(estimator, state.totals[idx, 0], state.n_intervals[idx], prior,
+                     prior_rate_per_s))
     ring = state.ring[idx]
     rw = _ring_weights(ring, state.ring_len[idx], state.ring_pos[idx])
     reps = state.rep[idx]
@@ -381,14 +398,15 @@ def _solve(estimator: SignalEstimator, state: BatchSignalState, idx: IntArray,
     )
 
 
-def batch_alpha_kappa(estimator: SignalEstimator, state: BatchSignalState
+def batch_alpha_kappa(estimator: SignalEstimator, state: BatchSignalState,
+                      prior_rate_per_s: nm.FloatArray | None = None
                       ) -> tuple[nm.FloatArray, nm.FloatArray, nm.FloatArray]:
     """``alpha``, its standard error and ``kappa`` of every page: what
     :func:`batch_result` gives for them (the same solve and covariance), without the
     derived quantities and their delta-method standard errors (14 more evaluations of
     :func:`models.estimators._numeric.derive`), for a caller that keeps only these three
     (the stream's estimator record, ``streams/estimates/record.py``)."""
-    theta, hess = _solve(estimator, state, np.arange(state.n_pages), None)
+    theta, hess = _solve(estimator, state, np.arange(state.n_pages), None, prior_rate_per_s)
     cov = nm.covariance(hess)
     return theta[:, 0], np.sqrt(np.maximum(cov[:, 0, 0], 0.0)), theta[:, 1:]
 
@@ -514,8 +532,10 @@ def update_many(
             if has_prev[i] and e < prev[i]:
                 raise ValueError(f"end_s={e!r} is before the previous crawl at {prev[i]!r}")
             end[i] = e
-    batch_update(estimator, batch, tau, changed, sig, end_s=end)
-    result = batch_result(estimator, batch, prior=prior)
+    rates = np.fromiter((np.nan if o.prior_rate_per_s is None else float(o.prior_rate_per_s)
+                         for o in intervals), dtype=np.float64, count=m)
+    batch_update(estimator, batch, tau, changed, sig, end_s=end, prior_rate_per_s=rates)
+    result = batch_result(estimator, batch, prior=prior, prior_rate_per_s=rates)
     return batch_to_states(batch, estimator.ring_capacity), result
 
 

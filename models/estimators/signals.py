@@ -109,12 +109,17 @@ class CrawlInterval:
     end_s
         Time of this crawl.  Optional; when given it must not precede the previous crawl.
         When omitted it is the previous crawl's time plus ``interval_s``.
+    prior_rate_per_s
+        The page's own prior change rate (the operator's), if any: the scale-free
+        pseudo-intervals then imply it (:meth:`SignalEstimator.prior_scale`) instead of
+        following the page's mean crawl interval.
     """
 
     interval_s: float
     changed: bool
     n_signals: tuple[float, ...] = ()
     end_s: float | None = None
+    prior_rate_per_s: float | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -367,12 +372,17 @@ class SignalEstimator:
         self._theta0: tuple[float, ...] | None = None
 
     def prior_scale(self, observed_time_s: float, n_intervals: int,
-                    prior: SignalPrior | None = None) -> float:
+                    prior: SignalPrior | None = None,
+                    prior_rate_per_s: float | None = None) -> float:
         """Factor on the pseudo-intervals' lengths for a page with that history (``1``
-        unless the prior is scale-free, :meth:`PseudoDatapoints.scale_for`)."""
+        unless the prior is scale-free): set by the page's own prior rate when one is given
+        (finite, > 0: :meth:`PseudoDatapoints.scale_for_rate`), else by its mean crawl
+        interval (:meth:`PseudoDatapoints.scale_for`)."""
         p = self.prior if prior is None else prior
         if p.change.reference_interval_s is None or self.half_life_s != math.inf:
             return 1.0
+        if prior_rate_per_s is not None and 0.0 < prior_rate_per_s < math.inf:
+            return p.change.scale_for_rate(prior_rate_per_s)
         return p.change.scale_for(observed_time_s, n_intervals)
 
     def compiled_prior(self, scale: float, prior: SignalPrior | None = None
@@ -477,7 +487,8 @@ class SignalEstimator:
             if len(ring) >= self.ring_capacity:
                 summarised = quad_a[0] > 0.0 or rep_w > 0.0
                 steps = EVICTION_STEPS if summarised else FIRST_EVICTION_STEPS
-                scale = self.prior_scale(totals[0], state.n_intervals + 1)
+                scale = self.prior_scale(totals[0], state.n_intervals + 1, None,
+                                         obs.prior_rate_per_s)
                 for _ in range(steps):
                     theta = self._newton_step(theta, unchanged, ring, quad_b, quad_a, scale,
                                               (rep_w, rep_t))
@@ -617,12 +628,14 @@ class SignalEstimator:
                 t = min(t, 0.9 * theta[j] / steps[j])
         return tuple(theta[j] - t * steps[j] for j in range(d))
 
-    def result(self, state: SignalState, *, prior: SignalPrior | None = None) -> SignalEstimate:
-        """Converged MAP estimate with standard errors (``prior`` overrides the estimator's)."""
+    def result(self, state: SignalState, *, prior: SignalPrior | None = None,
+               prior_rate_per_s: float | None = None) -> SignalEstimate:
+        """Converged MAP estimate with standard errors (``prior`` overrides the estimator's;
+        ``prior_rate_per_s``: the page's own prior rate, :meth:`prior_scale`)."""
         if state.n_sources != self.n_sources:
             raise ValueError(f"state has {state.n_sources} sources, estimator {self.n_sources}")
         d = 1 + self.n_sources
-        scale = self.prior_scale(state.totals[0], state.n_intervals, prior)
+        scale = self.prior_scale(state.totals[0], state.n_intervals, prior, prior_rate_per_s)
         plin, pent = self.compiled_prior(scale, prior)
         ents = (*state.ring, *pent)
         if state.rep[0] > 0.0:

@@ -145,16 +145,18 @@ def estimates_of(record: str | bytes | None) -> Estimates | None:
         return None
 
 
-def full_estimates(record: str | bytes | None) -> Estimates | None:
+def full_estimates(record: str | bytes | None,
+                   prior_rate_per_s: float | None = None) -> Estimates | None:
     """The estimates of a stored record with every standard error (one Newton solve of its
-    state: ``recrawl explain``); None if absent/unreadable."""
+    state: ``recrawl explain``; ``prior_rate_per_s``: the page's own prior rate, as its
+    updates had it); None if absent/unreadable."""
     if not record:
         return None
     try:
         rec = EstimatorRecord.decode(record)
     except ValueError:
         return None
-    (full,) = Estimation().results([rec.state])
+    (full,) = Estimation().results([rec.state], [prior_rate_per_s])
     return full
 
 
@@ -167,6 +169,9 @@ class Observation:
     signals: tuple[int, ...]  # per source, SOURCES order
     changed: bool
     fetched_at_s: float
+    #: the page's own prior change rate (its page record's, given by the operator), if any:
+    #: the estimator's pseudo-intervals imply it (``SignalEstimator.prior_scale``)
+    prior_rate_per_s: float | None = None
 
 
 class Estimation:
@@ -209,9 +214,10 @@ class Estimation:
         # a fetch before the stored last crawl (a clock step): the interval follows it
         prev = batch.end_s
         end = np.where(fetched >= prev, fetched, prev + tau)
+        rates = _prior_rates(observations)
         batch_update(self.estimator, batch, tau, changed, group_sums(signals.reshape(m, -1)),
-                     end_s=end)
-        alpha, alpha_se, kappa = batch_alpha_kappa(self.estimator, batch)
+                     end_s=end, prior_rate_per_s=rates)
+        alpha, alpha_se, kappa = batch_alpha_kappa(self.estimator, batch, rates)
         # the mode is the running estimate from here on (module docstring)
         batch.theta[:, 0], batch.theta[:, 1:] = alpha, kappa
         return self.records_of(batch, alpha, alpha_se, kappa)
@@ -245,7 +251,8 @@ class Estimation:
         states = [self.state_of(o.record, o.fetched_at_s - o.interval_s) for o in observations]
         intervals = [
             CrawlInterval(max(0.0, o.interval_s), o.changed, group_counts(o.signals),
-                          end_s=o.fetched_at_s if o.fetched_at_s >= st.end_s else None)
+                          end_s=o.fetched_at_s if o.fetched_at_s >= st.end_s else None,
+                          prior_rate_per_s=o.prior_rate_per_s)
             for o, st in zip(observations, states, strict=True)
         ]
         new_states, r = update_many(self.estimator, states, intervals)
@@ -254,13 +261,24 @@ class Estimation:
         return [EstimatorRecord(e, replace(s, theta=(e.alpha_per_s, *e.kappa))).encode()
                 for e, s in zip(ests, new_states, strict=True)]
 
-    def results(self, states: Sequence[SignalState]) -> list[Estimates]:
-        """Converged estimates of several states (``batch_result``: one Newton solve)."""
+    def results(self, states: Sequence[SignalState],
+                prior_rates_per_s: Sequence[float | None] | None = None) -> list[Estimates]:
+        """Converged estimates of several states (``batch_result``: one Newton solve);
+        ``prior_rates_per_s``: each page's own prior rate, as its observations had it."""
         if not states:
             return []
         capacity = max([self.estimator.ring_capacity, *(len(st.ring) for st in states)])
         batch = states_to_batch(states, capacity, self.estimator.n_sources)
-        return _estimates_list(batch_result(self.estimator, batch), states)
+        rates = None if prior_rates_per_s is None else np.array(
+            [np.nan if r is None else r for r in prior_rates_per_s], dtype=np.float64)
+        return _estimates_list(batch_result(self.estimator, batch, prior_rate_per_s=rates),
+                               states)
+
+
+def _prior_rates(observations: Sequence[Observation]) -> npt.NDArray[np.float64]:
+    """The observations' pages' own prior rates (NaN: none given)."""
+    return np.fromiter((np.nan if o.prior_rate_per_s is None else o.prior_rate_per_s
+                        for o in observations), np.float64, len(observations))
 
 
 def _estimates_list(r: BatchEstimate, states: Sequence[SignalState]) -> list[Estimates]:

@@ -103,7 +103,7 @@ class WorkerMirror:
         fetched = t + self.offset
         if st.crawled and fetched >= st.last_crawl_s:
             obs = Observation(self.records[page], fetched - st.last_crawl_s, st.signals,
-                              changed, fetched)  # fmt: skip
+                              changed, fetched, st.prior_change_rate_per_s)  # fmt: skip
             try:
                 self.records[page] = self.estimation.observe([obs])[0]
             except Exception:  # the worker applies the outcome without its estimate too

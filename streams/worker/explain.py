@@ -29,10 +29,12 @@ def _num(x: float | None) -> float | None:
     return x
 
 
-def estimates_view(record: str | None) -> dict[str, Any] | None:
+def estimates_view(record: str | None,
+                   prior_rate_per_s: float | None = None) -> dict[str, Any] | None:
     """A page's estimates with their standard errors (None before its first interval; the
-    record's state solved again: a stored record keeps only what the crawl value needs)."""
-    est = full_estimates(record)
+    record's state solved again, under the page's own prior rate as its updates were: a
+    stored record keeps only what the crawl value needs)."""
+    est = full_estimates(record, prior_rate_per_s)
     if est is None:
         return None
     return {
@@ -101,7 +103,7 @@ async def explain(store: Store, settings: Settings, url: str, now_s: float,
             "signals_since_crawl": dict(zip(SOURCES, state.signals, strict=True)),
         },
         parameters=params.as_dict(),
-        estimates=estimates_view(data["estimator"]),
+        estimates=estimates_view(data["estimator"], state.prior_change_rate_per_s),
         tau_eff_s=_num(tau),
         crawl_value=value,
         max_value=cap,

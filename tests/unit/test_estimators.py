@@ -6,7 +6,7 @@ import ast
 import itertools
 import math
 import pathlib
-from dataclasses import astuple
+from dataclasses import astuple, replace
 
 import numpy as np
 import pytest
@@ -429,16 +429,20 @@ def test_update_many_equals_scalar_updates(
     n_sources: int, half_life_s: float, ring_capacity: int | None
 ) -> None:
     """``update_many`` over randomised histories is ``SignalEstimator.update`` then ``.result``
-    page by page, to float rounding: every step starts both from the same (stored, float32)
-    states, so every case is hit from many histories (ring not full, full, first and later
-    evictions, unchanged, zero-length intervals, end_s given or not)."""
+    page by page, to float rounding, with and without a page's own prior rate: every step
+    starts both from the same (stored, float32) states, so every case is hit from many
+    histories (ring not full, full, first and later evictions, unchanged, zero-length
+    intervals, end_s given or not)."""
     rng = np.random.default_rng(100 * n_sources + (ring_capacity or 0))
     est = SignalEstimator(n_sources, half_life_s=half_life_s, ring_capacity=ring_capacity)
     n_pages, n_steps = 24, 30
     states = [est.init() for _ in range(n_pages)]
+    # a third of the pages with their own prior rate (the operator's), as the service has
+    rates = [None if i % 3 else float(10.0 ** rng.uniform(-7, -2)) for i in range(n_pages)]
     seen = {"grow": 0, "first_eviction": 0, "eviction": 0, "unchanged": 0, "empty": 0}
     for step in range(n_steps):
-        obs = [random_interval(rng, st_, n_sources) for st_ in states]
+        obs = [replace(random_interval(rng, st_, n_sources), prior_rate_per_s=r)
+               for st_, r in zip(states, rates, strict=True)]
         for st_, o in zip(states, obs, strict=True):
             informative = o.interval_s > 0 or any(o.n_signals)
             if not informative:
@@ -456,7 +460,7 @@ def test_update_many_equals_scalar_updates(
             assert_states_close(a, b, rtol=1e-9)
         if step % 10 == 9 or step == n_steps - 1:
             for i, b in enumerate(new_s):
-                r = est.result(b)
+                r = est.result(b, prior_rate_per_s=rates[i])
                 assert res.change_rate_per_s[i] == pytest.approx(r.change_rate_per_s, rel=1e-8)
                 assert res.alpha_se_per_s[i] == pytest.approx(r.alpha_se_per_s, rel=1e-6)
                 np.testing.assert_allclose(res.kappa[i], r.kappa, rtol=1e-8)
