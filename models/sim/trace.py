@@ -28,7 +28,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, cast
+from typing import cast
 
 import numpy as np
 import numpy.typing as npt
@@ -38,9 +38,6 @@ from models.sim.events import Events
 from models.sim.policies import Algorithm1, best_page
 from models.sim.trace_learn import Hedge, OnlineRates, complete_history_intervals
 from models.sim.world import World
-
-if TYPE_CHECKING:
-    pass
 
 __all__ = [
     "Hedge",
