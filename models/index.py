@@ -587,6 +587,77 @@ class CrawlIndex(_PlannedIndex):
         return out
 
 
+    def best_capped(self, now: float, k: int, room: Callable[[Hashable], int], *,
+                    park: Callable[[Hashable], None] | None = None,
+                    eligible: Callable[[Hashable], bool] | None = None
+                    ) -> list[tuple[Hashable, float]]:
+        """The greedy top ``k`` under per-host caps (value decreasing, ties by rank; a
+        page taken while its host has room left), pages with a positive value only: what
+        :func:`models.decision.core.choose` asks of a shard book's index (the same
+        contract as :meth:`models.decision.hostindex.HostIndex.best_capped`).
+
+        ``room(host)`` is called at most once per host (pages without a host have room
+        ``k``).  The uncapped top ``k`` is tried first: when every host in it has room for
+        its pages it is the answer (no host in the way; the simulator's common case keeps
+        :meth:`best`'s planned path).  Otherwise the pages of hosts with room are taken in
+        value order, ``k``, ``2k``, ``4k``, ... at a time, until ``k`` fit the caps or none are
+        left.  This index never parks a host: ``park`` is accepted and not called, so a
+        host without room stays a candidate of the next query."""
+        del park  # the host index's option; here every host is looked at each query
+        if k < 1:
+            raise ValueError(f"k must be >= 1, got {k!r}")
+        names, host, slot = self._host_names, self._host, self._slot
+        rooms: dict[int, int] = {}
+
+        def room_of(code: int) -> int:
+            r = rooms.get(code)
+            if r is None:
+                r = rooms[code] = k if code < 0 else room(names[code])
+            return r
+
+        def greedy(got: list[tuple[Hashable, float]]) -> tuple[list[tuple[Hashable, float]],
+                                                                bool]:
+            """``got``'s greedy under the caps, and whether a cap left a page out."""
+            out: list[tuple[Hashable, float]] = []
+            used: dict[int, int] = {}
+            capped = False
+            for pid, v in got:
+                if not v > 0.0 or len(out) == k:
+                    break
+                code = int(host[slot[pid]])
+                u = used.get(code, 0)
+                if u < room_of(code):
+                    used[code] = u + 1
+                    out.append((pid, v))
+                else:
+                    capped = True
+            return out, capped
+
+        out, capped = greedy(self.best(now, k=k, eligible=eligible))
+        if not capped or len(out) == k:
+            return out
+        n = len(self._slot)
+
+        def has_room(h: Hashable) -> bool:
+            return room_of(self._host_code[h]) >= 1
+
+        want = k
+        while True:  # the top of the hosts with room, until k fit or all were seen
+            got = self.best(now, k=min(want, n), eligible=eligible, eligible_host=has_room)
+            out, _ = greedy(got)
+            if len(out) == k or len(got) < min(want, n) or want >= n:
+                return out
+            want *= 2
+
+    def unpark(self, host: Hashable) -> None:
+        """A host's room came back (:func:`models.decision.core.choose` tells every shard
+        book's index): nothing to do, :meth:`best_capped` parks no host."""
+
+    def forget(self, page_id: Hashable) -> None:
+        """Remove a page for good; unknown pages are ignored (a shard book's removal)."""
+        if page_id in self._slot:
+            self.remove(page_id)
+
     def _sizes(self, k: int) -> tuple[int, int, int]:
         """``(rank a lowered level is set at, hot size that raises it, rank kept)``.
 

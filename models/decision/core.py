@@ -1,8 +1,10 @@
 """The decision core: one shard's book of pages and the merged pick over shards.
 
 A :class:`ShardBook` holds what the scheduler decides with for one shard (a set of
-hosts): crawled pages in a host x page index (:class:`~models.decision.hostindex.HostIndex`:
-exact greedy top of ``V(tau_eff)`` under the hosts' room, hosts without room parked),
+hosts): crawled pages in an index (:class:`BookIndex`; the service's is a host x page index,
+:class:`~models.decision.hostindex.HostIndex`: exact greedy top of ``V(tau_eff)`` under the
+hosts' room, hosts without room parked; the simulator's, with few hosts and dense re-keys, is
+:class:`models.index.CrawlIndex`),
 never-crawled pages (:class:`~models.decision.fresh.FreshPages`), the longest-interval
 floor (:class:`~models.decision.floor.FloorQueue`), the hosts' token buckets
 (:class:`~models.decision.hosts.HostBuckets`) and the pages with an order in flight
@@ -29,6 +31,7 @@ import heapq
 import math
 from collections.abc import Callable, Hashable, Sequence
 from dataclasses import dataclass, field
+from typing import Protocol
 
 import numpy as np
 import numpy.typing as npt
@@ -39,7 +42,44 @@ from models.decision.hostindex import HostIndex
 from models.decision.hosts import HostBuckets
 from models.decision.table import PageTable
 
-__all__ = ["Pick", "ShardBook", "choose"]
+__all__ = ["BookIndex", "Pick", "ShardBook", "choose"]
+
+
+class BookIndex(Protocol):
+    """What a :class:`ShardBook` and :func:`choose` need of the index of crawled pages:
+    :class:`~models.decision.hostindex.HostIndex` (many hosts, the service's) or
+    :class:`models.index.CrawlIndex` (few hosts and dense re-keys, the simulator's).  The
+    pick rule is :func:`choose`'s whatever the index; the index is a data structure
+    choice.  ``best_capped``: the greedy top ``k`` of positive values under ``room(host)``
+    (ties by insertion rank); ``best``: the top ``k`` whatever the room."""
+
+    def __len__(self) -> int: ...
+
+    def __contains__(self, page_id: object) -> bool: ...
+
+    def upsert(self, page_id: Hashable, *, origin: float, alpha: float, beta: float,
+               gamma: float, mu: float, host: Hashable | None = None) -> None: ...
+
+    def set_origin(self, page_id: Hashable, origin: float) -> None: ...
+
+    def remove(self, page_id: Hashable) -> None: ...
+
+    def forget(self, page_id: Hashable) -> None: ...
+
+    def value(self, page_id: Hashable, now: float) -> float: ...
+
+    def threshold(self) -> float: ...
+
+    def unpark(self, host: Hashable) -> None: ...
+
+    def best(self, now: float, *, eligible: Callable[[Hashable], bool] | None = None,
+             eligible_host: Callable[[Hashable], bool] | None = None,
+             k: int = 1) -> list[tuple[Hashable, float]]: ...
+
+    def best_capped(self, now: float, k: int, room: Callable[[Hashable], int], *,
+                    park: Callable[[Hashable], None] | None = None,
+                    eligible: Callable[[Hashable], bool] | None = None
+                    ) -> list[tuple[Hashable, float]]: ...
 
 
 @dataclass(slots=True, frozen=True)
@@ -57,7 +97,8 @@ class ShardBook:
 
     hosts: HostBuckets
     key: Hashable = None
-    index: HostIndex = field(default_factory=HostIndex)
+    #: crawled pages (:class:`BookIndex`); the service's host index by default
+    index: BookIndex = field(default_factory=HostIndex)
     fresh: FreshPages = field(default_factory=FreshPages)
     floor: FloorQueue = field(default_factory=FloorQueue)
     #: per-page state as arrays (host, parameters, crawl times)
@@ -71,9 +112,8 @@ class ShardBook:
             self.floor.bind(self.table)
         # the host index keeps its pages by the table's slots, with the table's parameter
         # columns (models/decision/hostindex.py ``bind``); other indexes keep their own
-        bind = getattr(self.index, "bind", None)
-        if bind is not None and not self.index.uses(self.table):
-            bind(self.table)
+        if isinstance(self.index, HostIndex) and not self.index.uses(self.table):
+            self.index.bind(self.table)
 
     def __len__(self) -> int:
         return len(self.table)

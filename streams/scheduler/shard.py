@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, cast
 
 from models.decision.core import ShardBook
 from models.decision.fresh import FreshPages
@@ -78,7 +78,8 @@ class Shard:
 
     @property
     def index(self) -> HostIndex:
-        return self.book.index
+        # the service's books are built with host indexes (ShardBook's default)
+        return cast(HostIndex, self.book.index)
 
     @property
     def fresh(self) -> FreshPages:

@@ -320,17 +320,21 @@ def _random_page(rng: np.random.Generator, b: int, hosts: int, origin_s: float =
 
 
 def _world(rng: np.random.Generator, n_books: int, pages: int, hosts: int, burst: float,
-           window_s: float | None = None
+           window_s: float | None = None, index: str = "host"
            ) -> tuple[list[ShardBook], dict[tuple[int, int], dict[str, float]]]:
     """Books of random pages; ``window_s``: each book's host index made with that window
-    (bound to the book's table, as the service's)."""
+    (bound to the book's table, as the service's); ``index="crawl"``: each book's index a
+    :class:`models.index.CrawlIndex` (the simulator's)."""
     from models.decision.hostindex import HostIndex
+    from models.index import CrawlIndex
 
     books = []
     truth: dict[tuple[int, int], dict[str, float]] = {}
     for b in range(n_books):
         book = ShardBook(HostBuckets(default_rate_per_s=1.0, burst=burst), key=b)
-        if window_s is not None:
+        if index == "crawl":
+            book = ShardBook(book.hosts, key=b, index=CrawlIndex(dense=b % 2 == 0))
+        elif window_s is not None:
             book = ShardBook(book.hosts, key=b, index=HostIndex(window_s=window_s))
         for i in range(pages):
             p = _random_page(rng, b, hosts)
@@ -365,11 +369,13 @@ def _brute(books: list[ShardBook], truth: dict[tuple[int, int], dict[str, float]
     return out
 
 
+@pytest.mark.parametrize("index", ["host", "crawl"])
 @pytest.mark.parametrize("seed", range(4))
 @pytest.mark.parametrize("n", [1, 5, 40, 500])
-def test_choose_equals_brute_force_under_host_room(seed: int, n: int) -> None:
+def test_choose_equals_brute_force_under_host_room(seed: int, n: int, index: str) -> None:
     rng = np.random.default_rng(seed)
-    books, truth = _world(rng, n_books=3, pages=120, hosts=15, burst=float(1 + seed % 3))
+    books, truth = _world(rng, n_books=3, pages=120, hosts=15, burst=float(1 + seed % 3),
+                          index=index)
     now = 10.0
     for step in range(6):
         picks = choose(books, n, now)
@@ -603,21 +609,26 @@ def _brute_tick(books: list[ShardBook], truth: dict[tuple[int, int], dict[str, f
 
 
 @settings(max_examples=25, deadline=None)
-@given(seed=st.integers(0, 2**31 - 1), hosts=st.sampled_from([3, 20, 80]),
-       n=st.sampled_from([1, 4, 30, 400]), rate=st.sampled_from([0.3, 1.0, 5.0]))
+@given(seed=st.integers(0, 2**31 - 1), hosts=st.sampled_from([1, 3, 20, 80]),
+       n=st.sampled_from([1, 4, 30, 400]), rate=st.sampled_from([0.3, 1.0, 5.0]),
+       index=st.sampled_from(["host", "crawl"]))
 def test_ticks_equal_brute_force_with_parking_pings_and_outcomes(
-        seed: int, hosts: int, n: int, rate: float) -> None:
+        seed: int, hosts: int, n: int, rate: float, index: str) -> None:
     """Ticks over two books with hosts limited to ``rate`` crawls/s (burst 1-2): hosts run
     out of tokens and are parked, come back at their refill; orders go in flight and come
     back crawled (a new origin), pings move origins back, floor pages fall due, never-crawled
     pages wait, pages are deleted and new ones added (one by one and in bulk: the host
     index, bound to the book's table, gets the freed slots back): every tick equals the
-    brute force (the host index's bounds expire within the run: window 0.5 s)."""
+    brute force (the host index's bounds expire within the run: window 0.5 s).  The same
+    with the simulator's index (``CrawlIndex``) in the books: the pick is ``choose``'s."""
+    from models.decision.hostindex import HostIndex
+
     rng = np.random.default_rng(seed)
-    books, truth = _world(rng, n_books=2, pages=150, hosts=hosts, burst=1.0, window_s=0.5)
+    books, truth = _world(rng, n_books=2, pages=150, hosts=hosts, burst=1.0, window_s=0.5,
+                          index=index)
     next_id = 150
     for b, book in enumerate(books):
-        assert book.index.uses(book.table)
+        assert not isinstance(book.index, HostIndex) or book.index.uses(book.table)
         book.hosts = HostBuckets(default_rate_per_s=rate, burst=float(1 + b))
         for (bb, i), p in truth.items():
             if bb != b:
