@@ -115,7 +115,7 @@ _GAMMA = slice(4, 4 + len(GROUPS))
 @dataclass(slots=True)
 class ParamsMany:
     """:func:`page_params` of many pages as arrays (a shard's rebuild), with the stored
-    page fields they came from; ``ok`` marks the pages whose text parsed."""
+    page fields they came from."""
 
     importance: npt.NDArray[np.float64]
     last_crawl_s: npt.NDArray[np.float64]
@@ -134,7 +134,7 @@ def page_params_many(values: Sequence[str | bytes], settings: Settings) -> Param
     """:func:`page_params` of many stored pages at once (their ``P:{host}:pages`` values,
     each its page record and estimator record): the same formulas on arrays, so a shard of 10^6
     pages is rebuilt without 10^6 Python calls (binary records: ``numpy.frombuffer``).
-    None if a stored value does not parse (the caller then goes page by page, which counts
+    None if a stored value is no page record (the caller then goes page by page, which counts
     the bad ones); ``tests/integration/test_params_many.py`` checks it equals
     :func:`page_params`."""
     n, n_src = len(values), len(SOURCES)
@@ -203,8 +203,8 @@ def _pages_many(raw: list[bytes]) -> tuple[
         _Arr, _Arr, _Arr, _Arr, tuple[npt.NDArray[np.int64], _Arr] | None] | None:
     """importance, prior (NaN: none), last crawl, signals ``(n, sources)`` of stored page
     values and their estimates (:func:`_estimates_many`): binary values grouped by length,
-    each group one ``numpy.frombuffer`` (page and estimator record together); old text
-    values parsed (they hold no estimator record)."""
+    each group one ``numpy.frombuffer`` (page and estimator record together); None if a
+    value is no page record."""
     n, n_src = len(raw), len(SOURCES)
     imp = np.empty(n)
     prior = np.empty(n)
@@ -217,23 +217,22 @@ def _pages_many(raw: list[bytes]) -> tuple[
         starts = np.cumsum(lens) - lens
         nonempty = lens > 0
         first[nonempty] = np.frombuffer(b"".join(raw), np.uint8)[starts[nonempty]]
-    binary = first == PAGE_VERSION
+    if not (first == PAGE_VERSION).all():
+        return None
     est_rows: list[npt.NDArray[np.int64]] = []
     est_heads: list[npt.NDArray[Any]] = []
-    other = ~binary
-    short = binary & (lens < _PSIZE)  # stored without trailing zero bytes: padded here
+    short = lens < _PSIZE  # stored without trailing zero bytes: padded here
     # the lengths present, by counting (no sort of 10^6 lengths)
-    sizes = [x for x in np.flatnonzero(np.bincount(lens[binary & ~short])).tolist()
-             if x != _PSIZE]
+    sizes = [x for x in np.flatnonzero(np.bincount(lens[~short])).tolist() if x != _PSIZE]
     for size in [_PSIZE, *sizes]:
         if size == _PSIZE:
-            rows = np.flatnonzero(short | (binary & (lens == size)))
+            rows = np.flatnonzero(short | (lens == size))
             if not rows.size:
                 continue
             buf = b"".join([raw[i].ljust(_PSIZE, b"\0") for i in rows.tolist()])
             dt: np.dtype[Any] | None = PAGE_DTYPE
         else:
-            rows = np.flatnonzero(binary & (lens == size))
+            rows = np.flatnonzero(lens == size)
             dt = _record_dtype(size)
             buf = b"".join([raw[i] for i in rows.tolist()])
         a = np.frombuffer(buf, dt)
@@ -246,17 +245,6 @@ def _pages_many(raw: list[bytes]) -> tuple[
             ok = record_sizes(a["est"]) == size - _PSIZE
             est_rows.append(rows[ok])
             est_heads.append(record_heads(a["est"][ok]))
-    text = np.flatnonzero(other)
-    if text.size:
-        try:
-            parts = [raw[i].decode().split("|") for i in text.tolist()]
-            imp[text] = np.array([p[0] for p in parts], dtype=np.float64)
-            prior[text] = np.array([p[1] or "nan" for p in parts], dtype=np.float64)
-            last[text] = np.array([p[2] for p in parts], dtype=np.float64)
-            sig[text] = np.array(",".join(p[3] for p in parts).split(","),
-                                 dtype=np.float64).reshape(len(parts), n_src)
-        except (ValueError, IndexError, UnicodeDecodeError):
-            return None
     return imp, prior, last, sig, _estimates_many(est_rows, est_heads)
 
 

@@ -28,7 +28,6 @@ from models.decision.pings import APPLIED, VERDICTS, ping_verdict
 from streams.events.records import SOURCES
 from streams.store.page_record import (
     N_SEEN,
-    N_SOURCES,
     PageState,
     estimator_part,
     ping_fingerprint,
@@ -56,15 +55,6 @@ def _value(state: PageState, rest: str | None) -> str:
     """A page value as the scripts' ``dump`` writes it, as the Redis backend reads it
     (``surrogateescape`` text)."""
     return state.encode(rest or None).decode("utf-8", "surrogateescape")
-
-
-def _load(value: str) -> PageState:
-    """A stored value as the scripts' ``load`` reads it: counts padded to every source,
-    no fingerprints in an old text record."""
-    st = PageState.decode(value)
-    if len(st.signals) < N_SOURCES:
-        st = replace(st, signals=st.signals + (0,) * (N_SOURCES - len(st.signals)))
-    return st
 
 
 def _g14(x: float) -> str:
@@ -157,7 +147,7 @@ class MemoryStore:
                 table.get(op.host, {}).pop(op.url, None)
             return ("deleted", "")
         cur = pages.get(op.url)
-        st = _load(cur) if cur else PageState()
+        st = PageState.decode(cur) if cur else PageState()
         st = replace(st, importance=float(op.importance),
                      prior_change_rate_per_s=(st.prior_change_rate_per_s if op.prior is None
                                               else float(op.prior)))
@@ -186,7 +176,7 @@ class MemoryStore:
             if not cur:
                 out.append(("unknown", ""))
                 continue
-            st = _load(cur)
+            st = PageState.decode(cur)
             fp = ping_fingerprint(fingerprint)
             if fp in st.seen:
                 out.append(("duplicate", cur))
@@ -223,7 +213,7 @@ class MemoryStore:
         offsets[field] = str(op.offset)
         if not cur:
             return ("unknown", "", 0)
-        st = _load(cur)
+        st = PageState.decode(cur)
         code, v = "stale", cur
         fetched = float(f"{op.fetched_at:.3f}")
         if op.disallowed:

@@ -16,11 +16,10 @@ Python with :data:`PAGE_STRUCT` (the fingerprints as one 48-byte string, :func:`
 (numpy, for the rebuild).
 A page record without an estimator record after it is stored without its trailing zero
 bytes (a page never crawled nor pinged: 9 bytes; readers pad it back).
-A value whose first byte is not ``0xA1`` is the old text record
-``"importance|prior|last_crawl|n_sitemap,..."`` (read by both sides, rewritten as binary by
-the next script that changes the page: no upgrade step).  Binary values reach Python through
-a client decoding with ``surrogateescape`` (:meth:`Store.from_url`), so they stay ``str``
-and round-trip byte for byte; :func:`record_bytes` gives the bytes back.
+A value whose first byte is not ``0xA1`` is no page record: Python's :meth:`PageState.decode`
+raises ``ValueError`` and the scripts' ``load`` an error naming it.  Values reach Python
+through a client decoding with ``surrogateescape`` (:meth:`Store.from_url`), so they stay
+``str`` and round-trip byte for byte; :func:`record_bytes` gives the bytes back.
 
 Ping dedup (``streams/store/lua/apply_pings.lua``): a ping whose fingerprint (its identity,
 ``PingEvent.fingerprint``: its id and source, else its change time, else its receive time)
@@ -62,7 +61,7 @@ __all__ = [
 
 N_SOURCES = len(SOURCES)
 
-#: the page record's first byte (module docstring); not a byte any text record starts with
+#: the page record's first byte (module docstring)
 PAGE_VERSION = 0xA1
 #: ping fingerprints a page record keeps (its last distinct pings, any source: the dedup)
 N_SEEN = 8
@@ -134,34 +133,18 @@ class PageState:
                                 pack_seen(self.seen))
         return page + record_bytes(estimator) if estimator else page.rstrip(b"\0")
 
-    def encode_text(self) -> str:
-        """The old text record (what state written before version 1 holds; tests)."""
-        prior = "" if self.prior_change_rate_per_s is None else repr(self.prior_change_rate_per_s)
-        last = "0" if self.last_crawl_s == 0 else f"{self.last_crawl_s:.3f}"
-        counts = ",".join(str(n) for n in self.signals)
-        return f"{self.importance!r}|{prior}|{last}|{counts}"
-
     @classmethod
     def decode(cls, value: str | bytes) -> PageState:
-        """A stored record: binary (version 1) or the old text; ``ValueError`` if neither."""
+        """A stored page value (module docstring); ``ValueError`` if it is none."""
         raw = record_bytes(value)
-        if raw[:1] == bytes((PAGE_VERSION,)):
-            if len(raw) < PAGE_STRUCT.size:  # stored without its trailing zero bytes
-                raw = raw.ljust(PAGE_STRUCT.size, b"\0")
-            try:
-                v = PAGE_STRUCT.unpack_from(raw)
-            except struct.error as exc:
-                raise ValueError(f"page record of {len(raw)} bytes: {exc}") from None
-            n = N_SOURCES
-            prior = None if math.isnan(v[2]) else v[2]
-            return cls(v[1], prior, v[3], tuple(v[4 : 4 + n]), unpack_seen(v[4 + n]))
-        try:
-            text = raw.decode()
-            imp, prior_s, last, counts = text.split("|")
-            signals = tuple(int(n) for n in counts.split(","))
-        except (UnicodeDecodeError, ValueError) as exc:
-            raise ValueError(f"page record {raw[:40]!r}: {exc}") from None
-        return cls(float(imp), float(prior_s) if prior_s else None, float(last), signals)
+        if raw[:1] != bytes((PAGE_VERSION,)):
+            raise ValueError(f"no page record (first byte not {PAGE_VERSION:#x}): {raw[:40]!r}")
+        if len(raw) < PAGE_STRUCT.size:  # stored without its trailing zero bytes
+            raw = raw.ljust(PAGE_STRUCT.size, b"\0")
+        v = PAGE_STRUCT.unpack_from(raw)
+        n = N_SOURCES
+        prior = None if math.isnan(v[2]) else v[2]
+        return cls(v[1], prior, v[3], tuple(v[4 : 4 + n]), unpack_seen(v[4 + n]))
 
     def after_crawl(self, fetched_at_s: float) -> PageState:
         return replace(self, last_crawl_s=fetched_at_s, signals=(0,) * N_SOURCES)

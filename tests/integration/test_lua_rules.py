@@ -5,8 +5,8 @@ inputs and a real Redis (the ping rule's own test is ``test_ping_rule_lua.py``):
   :func:`models.decision.hosts.refill` and :func:`models.decision.hosts.admit`;
 * the host's rate of ``apply_host.lua`` (the operator's lowered by the other sources')
   against :func:`models.decision.hosts.binding_rate`;
-* the ping rule of ``apply_pings.lua``'s second branch (a page stored as text) against
-  :func:`models.decision.pings.ping_verdict` (the binary branch: ``test_ping_rule_lua.py``);
+* the ping rule of ``apply_pings.lua`` and of the memory store against
+  :func:`models.decision.pings.ping_verdict` (the stored bytes: ``test_ping_rule_lua.py``);
 * the memory store (:mod:`streams.store.memory`), which calls those Python rules, against
   the same scripts on the same inputs, including the ping dedup on 48-bit fingerprints.
 """
@@ -167,9 +167,9 @@ def test_refill_is_the_bucket_the_scheduler_mirrors() -> None:
         assert hb.room("h", now) == max(0, int(refill(tokens, ts, now, rate, burst)))
 
 
-async def test_the_ping_rule_of_a_text_page_is_the_python_rule(redis_url: str) -> None:
-    """``apply_pings.lua`` judges a page stored as text in its own branch: every verdict
-    there is :func:`ping_verdict`'s ``"live"`` rule's, and the memory store's."""
+async def test_the_ping_rule_of_both_stores_is_the_python_rule(redis_url: str) -> None:
+    """Every verdict of ``apply_pings.lua`` is :func:`ping_verdict`'s ``"live"`` rule's,
+    and the memory store's."""
     redis = Store.from_url(redis_url, f"tp{uuid.uuid4().hex[:8]}")
     memory = MemoryStore()
     try:
@@ -179,9 +179,9 @@ async def test_the_ping_rule_of_a_text_page_is_the_python_rule(redis_url: str) -
         want: list[str] = []
         for i, (last, received, changed, t_delay) in enumerate(_cases(400, seed=17)):
             host, url = f"t{i}.test", f"http://t{i}.test/p"
-            text = PageState(last_crawl_s=last).encode_text()
-            await redis.redis.hset(redis.key(host, "pages"), url, text)
-            memory.pages.setdefault(host, {})[url] = text
+            value = PageState(last_crawl_s=last).encode()
+            await redis.redis.hset(redis.key(host, "pages"), url, value)
+            memory.pages.setdefault(host, {})[url] = value.decode("utf-8", "surrogateescape")
             batch = [PingBatch(host, "pings", 0, [(i, url, "sitemap", changed, received,
                                                    f"f{i}")])]
             (res,) = await redis.apply_pings(batch, t_delay_s=t_delay)

@@ -5,7 +5,6 @@ are ``PageState.after_crawl(...).encode(...)`` of the page read before."""
 from __future__ import annotations
 
 import uuid
-from dataclasses import replace
 
 import numpy as np
 import pytest
@@ -18,11 +17,10 @@ pytestmark = pytest.mark.integration
 
 
 async def test_an_outcome_writes_the_record_the_page_model_gives(redis_url: str) -> None:
-    """Random pages, binary (spliced at their fields' offsets by the script) and old text
-    ones (unpacked and packed): with and without an estimator record after the page, a new
-    record in the outcome or none (the old one kept), the fetch newer than the last crawl
-    ('applied': the last crawl written, the counts zeroed, the fingerprints kept) or not
-    ('stale': nothing written)."""
+    """Random pages (spliced at their fields' offsets by the script): with and without an
+    estimator record after the page, a new record in the outcome or none (the old one
+    kept), the fetch newer than the last crawl ('applied': the last crawl written, the
+    counts zeroed, the fingerprints kept) or not ('stale': nothing written)."""
     rng = np.random.default_rng(31)
     store = Store.from_url(redis_url, f"or{uuid.uuid4().hex[:8]}")
     try:
@@ -36,12 +34,9 @@ async def test_an_outcome_writes_the_record_the_page_model_gives(redis_url: str)
                          for x in rng.integers(1, 1 << 48, N_SEEN))
             prior = None if rng.random() < 0.5 else float(rng.uniform(1e-6, 1e-2))
             page = PageState(float(rng.uniform(0.1, 10)), prior, last, signals, seen)
-            text = i % 10 == 0
-            old = None if text or rng.random() < 0.4 else bytes([0x82]) + rng.bytes(132)
-            stored = page.encode_text() if text else page.encode(old)
+            old = None if rng.random() < 0.4 else bytes([0x82]) + rng.bytes(132)
+            stored = page.encode(old)
             await store.redis.hset(store.key(host, "pages"), url, stored)
-            if text:  # what the script reads of it: no fingerprints
-                page = replace(page, seen=(0,) * N_SEEN)
             new = None if rng.random() < 0.5 else bytes([0x82]) + rng.bytes(132)
             fetched = (last or 1.0e9) + [-1.0, 0.0, 0.001, 60.0][int(rng.integers(0, 4))]
             (res,) = await store.apply_outcomes([OutcomeOp(

@@ -46,10 +46,8 @@ def test_vectorised_parameters_equal_page_params(quantile: float) -> None:
         # an unreadable tail (not an estimator record) reads as none on both paths
         est = rng.choice([None, None, *recs, "garbage", "1,2,3|xx", ""])
         # as stored (float32 importance and prior), the estimator record after the page
-        # record; every 5th page in the old text form, which holds none
-        text = len(values) % 5 == 4
-        est = None if text else est
-        values.append(st.encode_text() if text else st.encode(est or None))
+        # record
+        values.append(st.encode(est or None))
         states.append(PageState.decode(values[-1]))
         ests.append(est)
     many = page_params_many(values, settings)
@@ -90,11 +88,17 @@ def test_an_unreadable_record_reads_as_none_on_arrays() -> None:
             pytest.approx(one.origin_s, rel=1e-12), pytest.approx(one.mu, rel=1e-12))
 
 
-def test_unparseable_values_fall_back() -> None:
-    assert page_params_many(["1.0||0|0,0,0,0,0", "nonsense"], Settings()) is None
-    assert page_params_many(["1.0||0|0,0,0"], Settings()) is None
-    ok = page_params_many(["1.0||0|0,0,0,0,0"], Settings())
+def test_a_value_that_is_no_page_record_falls_back() -> None:
+    """One value that is no page record (text, an empty value, another
+    first byte) sends the whole batch page by page, where it is counted."""
+    good = PageState(2.0, None, 1.7e9, (1, 0, 0, 0, 0)).encode()
+    for bad in ["2.0||1700000000.0|1,0,0,0,0", "", b"\xa0" + good[1:]]:
+        assert page_params_many([good, bad], Settings()) is None
+        with pytest.raises(ValueError, match="no page record"):
+            PageState.decode(bad)
+    ok = page_params_many([good, good[:9]], Settings())
     assert ok is not None and np.isfinite(ok.max_value).all()
+    assert list(ok.importance) == [2.0, 2.0] and list(ok.last_crawl_s) == [1.7e9, 0.0]
 
 
 def test_a_bulk_rebuild_equals_a_page_by_page_one(redis_url: str) -> None:
@@ -134,12 +138,10 @@ def test_a_bulk_rebuild_equals_a_page_by_page_one(redis_url: str) -> None:
                     ests[u] = rec
                     pages[u] = PageState.decode(pages[u]).encode(rec).decode(
                         "utf-8", "surrogateescape")
-                elif r < 0.5:  # the old text page value (no estimator record)
-                    pages[u] = PageState.decode(pages[u]).encode_text()
                 if rng.random() < 0.1:
                     fl[u] = f"o{h}-{j}|{now - 5}"
             if h == 3:
-                pages[f"https://{host}/bad"] = "not|a|page"  # unreadable: left out, counted
+                pages[f"https://{host}/bad"] = "not|a|page"  # no page record: left out, counted
             data[host] = {"pages": pages, "est": ests, "inflight": fl}
             pipe = store.redis.pipeline(transaction=False)
             stored = {"pages": pages, "inflight": fl}

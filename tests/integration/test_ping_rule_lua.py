@@ -11,10 +11,11 @@ from dataclasses import replace
 
 import numpy as np
 import pytest
+from redis.exceptions import ResponseError
 
 from models.decision.pings import VERDICTS, ping_verdict
 from streams.events.records import SOURCES
-from streams.store import PingBatch
+from streams.store import OutcomeOp, PageOp, PingBatch
 from streams.store.page_record import FP_BYTES, PAGE_STRUCT, ping_fingerprint
 from streams.store.redis_store import N_SEEN, PageState, Store, record_bytes
 
@@ -152,25 +153,34 @@ async def test_dedup_lives_in_the_page_record(redis_url: str) -> None:
         await store.close()
 
 
-async def test_an_old_text_page_is_read_and_rewritten_binary(redis_url: str) -> None:
-    """State written before record version 1: a text page value is read by every script
-    and written back binary by the first that changes it."""
+async def test_a_value_that_is_no_page_record_is_refused_by_every_script(
+        redis_url: str) -> None:
+    """A stored value whose first byte is not the page record's version (text such as
+    ``imp|prior|last|counts``, another version byte) is no page: the ping, outcome and
+    page scripts give an error naming it and leave it as it is, and Python's
+    ``PageState.decode`` raises ``ValueError``."""
     store = Store.from_url(redis_url, f"pt{uuid.uuid4().hex[:8]}")
-    host, url = "t.test", "http://t.test/p"
+    host = "t.test"
+    good = PageState(2.5, 1e-4, 1000.25, (1, 0, 2, 0, 0)).encode()
     try:
         await store.load_scripts()
-        old = PageState(2.5, 1e-4, 1000.25, (1, 0, 2, 0, 0))
-        await store.redis.hset(store.key(host, "pages"), url, old.encode_text())
-        assert await store.get_page(host, url) == old
-        (res,) = await store.apply_pings(
-            [PingBatch(host, "pings", 0, [(1, url, "sitemap", None, 2000.0, "s1")])],
-            t_delay_s=0.0)
-        assert res[0][0] == "applied"
-        raw = record_bytes(await store.get_page_raw(host, url) or "")
-        # 27 bytes, then the one fingerprint (the zero bytes after it are not stored)
-        assert raw[0] == 0xA1 and len(raw) == 27 + FP_BYTES
-        new = PageState(2.5, 1e-4, 1000.25, (2, 0, 2, 0, 0))
-        assert await store.get_page(host, url) == PageState.decode(new.encode())  # float32
+        for i, bad in enumerate([b"2.5|0.0001|1000.25|1,0,2,0,0", b"\xa0" + good[1:]]):
+            url = f"http://t.test/p{i}"
+            await store.redis.hset(store.key(host, "pages"), url, bad)
+            calls = [
+                store.apply_pings([PingBatch(host, "pings", 0, [
+                    (10 * i + 1, url, "sitemap", None, 2000.0, "s1")])], t_delay_s=0.0),
+                store.apply_outcomes([OutcomeOp(url, host, None, 2000.0, None, "outcomes",
+                                                0, 10 * i + 2)]),
+                store.apply_pages([PageOp(url, host, 1.0, None, False, "pages", 0,
+                                          10 * i + 3)]),
+            ]
+            for call in calls:  # each op's error is its result (the others' go on)
+                (res,) = await call
+                assert isinstance(res, ResponseError) and "no page record" in str(res), res
+            assert record_bytes(await store.get_page_raw(host, url) or "") == bad
+            with pytest.raises(ValueError, match="no page record"):
+                PageState.decode(bad)
     finally:
         await store.delete_all()
         await store.close()

@@ -1,7 +1,7 @@
 """A batch's pages into the book at once (``Scheduler.on_pages``, what the agents call) and
 one at a time (``Scheduler.on_page``): the same book.  No Redis, no Kafka: the stored
 values are built as the scripts write them (``PageState.encode`` with the estimator record
-after the page record, or the old text page form), time is passed in."""
+after the page record), time is passed in."""
 
 from __future__ import annotations
 
@@ -48,10 +48,10 @@ def _scheduler(max_interval_s: float, clock: list[float] | None = None) -> Sched
 
 def _updates(rng: random.Random, n_batches: int) -> list[list[tuple]]:
     """Batches of (partition, host, url, value, order ended, estimator) as the agents make
-    them: outcomes (a new record, stored after the page record), old text page values
-    (no record), pings and outcomes without an observed interval (the stored
-    record kept, no estimator given), deletions, pages of a loading shard, repeats within
-    a batch."""
+    them: outcomes (a new record, stored after the page record), page values without a
+    record (a page deleted and added again), pings and outcomes without an observed
+    interval (the stored record kept, no estimator given), deletions, pages of a loading
+    shard, repeats within a batch."""
     recs = _records()
     urls = [(f"h{i % 9}.example", f"https://h{i % 9}.example/{i}") for i in range(120)]
     stored: dict[str, str | None] = {}  # each page's record in its value (None: none)
@@ -69,9 +69,9 @@ def _updates(rng: random.Random, n_batches: int) -> list[list[tuple]]:
             if r < 0.3:  # an outcome with an observed interval: its record in the value
                 est = stored[url] = rng.choice(recs)
                 value: str | None = st.encode(est).decode("utf-8", "surrogateescape")
-            elif r < 0.36:  # the old text page value: no estimator record
+            elif r < 0.36:  # a page value without an estimator record
                 stored[url] = None
-                value = st.encode_text()
+                value = st.encode().decode("utf-8", "surrogateescape")
             elif r < 0.39:
                 value = None  # deleted
                 stored.pop(url, None)

@@ -17,12 +17,9 @@ if applied(KEYS[2], ARGV[1], ARGV[2]) then return {'dup-offset', cur or '', 0} e
 if ARGV[7] == '1' and (cur or '') ~= ARGV[8] then return {'conflict', cur or '', 0} end
 redis.call('HSET', KEYS[2], ARGV[1], ARGV[2])
 if not cur then return {'unknown', '', 0} end
--- a binary record is read and written at its fields' offsets (as apply_pings.lua), any
--- other through load() and dump()
-local bin = string.byte(cur, 1) == __PVER
-local v0 = cur
-if bin and #v0 < __PSIZE then v0 = v0 .. string.rep('\0', __PSIZE - #v0) end
-local t = bin and {last = struct.unpack('<d', v0, __LPOS)} or load(cur)
+-- the record read and written at its fields' offsets (as apply_pings.lua)
+local v0 = padded(cur)
+local last = struct.unpack('<d', v0, __LPOS)
 local code, v = 'stale', cur
 if ARGV[9] == '1' then
   -- not fetched (robots.txt): no crawl; blocked unless a newer robots.txt was announced
@@ -33,22 +30,15 @@ if ARGV[9] == '1' then
   else
     code = 'stale-robots'
   end
-elseif tonumber(ARGV[5]) > t.last then
+elseif tonumber(ARGV[5]) > last then
   code = 'applied'
   local rest = nil
   if ARGV[6] ~= '' then rest = ARGV[6] end
-  if bin then
-    -- the last crawl written, the counts zeroed, the rest kept unless a new record came
-    v = string.sub(v0, 1, __LPOS - 1) .. struct.pack('<d', tonumber(ARGV[5]))
-      .. string.rep('\0', __FPOS - __CPOS) .. string.sub(v0, __FPOS, __PSIZE)
-    rest = rest or string.sub(v0, __PSIZE + 1)
-    if rest == '' then v = (string.gsub(v, '%z+$', '')) else v = v .. rest end  -- as dump()
-  else
-    t.last = tonumber(ARGV[5])
-    for i = 1, __N do t.c[i] = 0 end
-    if rest then t.rest = rest end
-    v = dump(t)
-  end
+  -- the last crawl written, the counts zeroed, the rest kept unless a new record came
+  v = string.sub(v0, 1, __LPOS - 1) .. struct.pack('<d', tonumber(ARGV[5]))
+    .. string.rep('\0', __FPOS - __CPOS) .. string.sub(v0, __FPOS, __PSIZE)
+  rest = rest or string.sub(v0, __PSIZE + 1)
+  if rest == '' then v = (string.gsub(v, '%z+$', '')) else v = v .. rest end  -- as dump()
   put(pkey, f, v, okey, url)
 end
 local cleared = 0

@@ -25,12 +25,11 @@ for i = 5, #ARGV, 6 do
     if off > top then top, top_s = off, ARGV[i] end
     if not cur then
       code = 'unknown'
-    elseif string.byte(cur, 1) == __PVER then
-      -- a binary record: the fields a ping reads and writes taken at their offsets and
-      -- spliced in, the bytes dump(load(cur)) would write without unpacking the record
-      -- (a quarter of Redis's time per ping, docs/benchmarks.md "Design decisions")
-      local v0 = cur
-      if #v0 < __PSIZE then v0 = v0 .. string.rep('\0', __PSIZE - #v0) end
+    else
+      -- the fields a ping reads and writes taken at their offsets and spliced in, the
+      -- bytes dump(load(cur)) would write without unpacking the record (a quarter of
+      -- Redis's time per ping, docs/benchmarks.md "Design decisions")
+      local v0 = padded(cur)
       local n, fpb = tonumber(ARGV[i + 2]), struct.pack('<I__FPB', tonumber(ARGV[i + 5]))
       local seen = string.sub(v0, __FPOS, __FPOS + __FPB * __SEEN - 1)
       local s = string.find(seen, fpb, 1, true)
@@ -57,30 +56,6 @@ for i = 5, #ARGV, 6 do
         end
         v = head .. fpb .. string.sub(seen, 1, __FPB * (__SEEN - 1)) .. string.sub(v0, __PSIZE + 1)
         if #cur <= __PSIZE then v = (string.gsub(v, '%z+$', '')) end  -- as dump()
-        put(pkey, f, v, okey, url)
-      end
-    else
-      local t = load(cur)
-      local n, fp = tonumber(ARGV[i + 2]), tonumber(ARGV[i + 5])
-      local dup = false
-      for k = 1, __SEEN do if t.fp[k] == fp then dup = true end end
-      if dup then
-        code = 'duplicate'
-      else
-        for k = __SEEN, 2, -1 do t.fp[k] = t.fp[k - 1] end
-        t.fp[1] = fp
-        local received = tonumber(ARGV[i + 4])
-        local last = t.last
-        local changed = tonumber(ARGV[i + 3])
-        if last > 0 and ((changed and changed < last) or received < last) then
-          code = 'before-crawl'
-        elseif last > 0 and received <= last + t_delay then
-          code = 'within-delay'
-        else
-          t.c[n] = t.c[n] + 1
-          code = 'applied'
-        end
-        v = dump(t)
         put(pkey, f, v, okey, url)
       end
     end

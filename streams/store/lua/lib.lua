@@ -1,27 +1,25 @@
 -- The page record (streams/store/page_record.py's docstring): load() gives a table
 -- {imp, prior (nil = none), last, c = counts[__N], fp = fingerprints[__SEEN], rest = the
--- estimator record after the __PSIZE bytes of the page ('' = none)} from a binary record
--- (first byte __PVER) or the old text one; dump() packs it (always binary) with its rest,
--- or without its trailing zero bytes when it has none.
+-- estimator record after the __PSIZE bytes of the page ('' = none)}; dump() packs it with
+-- its rest, or without its trailing zero bytes when it has none.  A value whose first byte
+-- is not __PVER is no page record: padded() and load() raise an error naming it.
+local function padded(v)
+  if string.byte(v, 1) ~= __PVER then
+    error('no page record (first byte not __PVER): ' .. string.format('%q', string.sub(v, 1, 40)))
+  end
+  -- stored without its trailing zero bytes when no estimator record follows
+  if #v < __PSIZE then v = v .. string.rep('\0', __PSIZE - #v) end
+  return v
+end
 local function load(v)
   local t = {c = {}, fp = {}, rest = ''}
-  if string.byte(v, 1) == __PVER then
-    -- stored without its trailing zero bytes when no estimator record follows
-    if #v < __PSIZE then v = v .. string.rep('\0', __PSIZE - #v) end
-    local r = {struct.unpack('__PFMT', v)}
-    t.imp, t.last = r[2], r[4]
-    if r[3] == r[3] then t.prior = r[3] end  -- NaN: none
-    for i = 1, __N do t.c[i] = r[4 + i] end
-    for i = 1, __SEEN do t.fp[i] = r[4 + __N + i] end
-    t.rest = string.sub(v, __PSIZE + 1)
-  else
-    local a, b, c, d = string.match(v, '^([^|]*)|([^|]*)|([^|]*)|([^|]*)$')
-    t.imp, t.prior, t.last = tonumber(a), tonumber(b), tonumber(c)
-    local i = 0
-    for n in string.gmatch(d, '[^,]+') do i = i + 1; t.c[i] = tonumber(n) end
-    for k = 1, __N do t.c[k] = t.c[k] or 0 end
-    for k = 1, __SEEN do t.fp[k] = 0 end
-  end
+  v = padded(v)
+  local r = {struct.unpack('__PFMT', v)}
+  t.imp, t.last = r[2], r[4]
+  if r[3] == r[3] then t.prior = r[3] end  -- NaN: none
+  for i = 1, __N do t.c[i] = r[4 + i] end
+  for i = 1, __SEEN do t.fp[i] = r[4 + __N + i] end
+  t.rest = string.sub(v, __PSIZE + 1)
   return t
 end
 local function dump(t)
