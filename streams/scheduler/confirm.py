@@ -31,6 +31,8 @@ from collections.abc import Awaitable, Callable
 
 from aiokafka import AIOKafkaConsumer, TopicPartition
 
+from streams.retry import Backoff, retry
+
 __all__ = ["SETTLE_S", "WINDOW_S", "OrderLog", "confirm_flights", "kafka_order_log", "settle",
            "unconfirmed"]
 
@@ -42,6 +44,8 @@ SETTLE_S = 3.0
 WINDOW_S = 180.0
 #: read the topic from this long before the oldest mark checked (clocks of two machines)
 SKEW_S = 30.0
+#: the waits between attempts to read the orders topic
+READ_BACKOFF = Backoff(0.5, 5.0)
 
 #: order ids on the orders topic's ``partition`` issued since ``since_s`` (epoch seconds)
 OrderLog = Callable[[int, float], Awaitable[set[str]]]
@@ -108,15 +112,7 @@ async def confirm_flights(partition: int, in_flight: dict[str, tuple[str, float]
         return []
     await settle(marks, now_s, since)
     oldest = min(at for _oid, at in marks.values())
-    delay = 0.5
-    while True:
-        try:
-            on_topic = await order_log(partition, oldest - SKEW_S)
-            break
-        except asyncio.CancelledError:
-            raise
-        except Exception as exc:
-            log.warning("reading the orders of shard %d failed (%r); retrying", partition, exc)
-            await asyncio.sleep(delay)
-            delay = min(2 * delay, 5.0)
+    on_topic = await retry(lambda: order_log(partition, oldest - SKEW_S),
+                           what=f"reading the orders of shard {partition}",
+                           backoff=READ_BACKOFF, logger=log)
     return unconfirmed(marks, on_topic, since)

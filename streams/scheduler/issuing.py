@@ -16,6 +16,7 @@ from redis.exceptions import NoScriptError
 
 from models.decision import budget
 from models.decision.pacer import CreditPacer
+from streams.retry import Backoff, retry
 from streams.scheduler.loading import ShardLoading
 from streams.scheduler.shard import Shard
 from streams.store import IssueBatch
@@ -28,6 +29,8 @@ log = logging.getLogger(__name__)
 #: the threshold is an EWMA of the log-values ordered over about this many seconds of
 #: orders: each order weighs ``1 / max(1, share_per_s * EWMA_S)``
 EWMA_S = 2.0
+#: the waits between attempts to clear in-flight marks
+EXPIRE_BACKOFF = Backoff(0.1, 2.0)
 
 
 #: one order out: Kafka key and value; returns once the producer holds it (its
@@ -284,21 +287,16 @@ class OrderIssuing(ShardLoading):
         order time-out).  A master without the scripts (a restart; a Redis Cluster
         pipeline cannot check first) answers NOSCRIPT: load them and run again (the script
         is id-guarded)."""
-        delay = 0.1
-        while True:
-            try:
-                # (a call Redis answered NOSCRIPT runs again in the store, scripts loaded)
-                results = await self.store.expire(orders)
-                if any(isinstance(r, Exception) for r in results):
-                    log.warning("clearing in-flight marks: %r", results)
-                return
-            except Exception as exc:
-                if self.stopping:
-                    log.warning("stopping: %d orders stay in flight (%r)", len(orders), exc)
-                    return
-                log.warning("clearing in-flight marks failed (%r); retrying", exc)
-                await asyncio.sleep(delay)
-                delay = min(2 * delay, 2.0)
+        try:
+            # (a call Redis answered NOSCRIPT runs again in the store, scripts loaded)
+            results = await retry(lambda: self.store.expire(orders),
+                                  what="clearing in-flight marks", backoff=EXPIRE_BACKOFF,
+                                  retryable=lambda _exc: not self.stopping, logger=log)
+        except Exception as exc:  # given up: stopping
+            log.warning("stopping: %d orders stay in flight (%r)", len(orders), exc)
+            return
+        if any(isinstance(r, Exception) for r in results):
+            log.warning("clearing in-flight marks: %r", results)
 
     def _restore(self, shard: Shard, url: str) -> None:
         """Put a chosen page that was not ordered back in its book (a never-crawled page

@@ -58,6 +58,7 @@ from streams.events.records import (
 )
 from streams.events.urls import canonical_host
 from streams.reach import OutageReport, redis_address
+from streams.retry import Backoff, retry
 from streams.settings import Settings
 from streams.store import (
     ControlOp,
@@ -173,6 +174,8 @@ RedisUnavailable = StoreUnavailable
 
 TRANSIENT = (RedisConnectionError, RedisTimeoutError, ConnectionError, OSError,
              StoreUnavailable)
+#: the waits between a batch's attempts while Redis or Kafka is away
+OUTAGE_BACKOFF = Backoff(0.05, 2.0)
 
 
 @dataclass(slots=True)
@@ -339,27 +342,15 @@ class Agents:
                     await on_error(res)
 
     async def _retry(self, where: str, fn: Callable[[], Awaitable[Any]]) -> Any:
-        """Run ``fn`` until it succeeds; transient failures (outages) back off and retry."""
-        delay = 0.05
-        outage = self.outages[where]
-        while True:
-            try:
-                result = await fn()
-                outage.ok()
-                return result
-            except TRANSIENT as exc:
-                self.metrics.retry(where)
-                outage.failed(exc)
-                await asyncio.sleep(delay)
-                delay = min(delay * 2, 2.0)
-            except Exception as exc:
-                if where == "kafka" and kafka_transient(exc):
-                    self.metrics.retry(where)
-                    outage.failed(exc)
-                    await asyncio.sleep(delay)
-                    delay = min(delay * 2, 2.0)
-                    continue
-                raise
+        """Run ``fn`` until it succeeds; transient failures (outages of ``where``: "redis"
+        or "kafka") back off and retry (:func:`streams.retry.retry`), reported with the
+        service's address (:attr:`outages`) and counted; any other failure is raised."""
+        def transient(exc: Exception) -> bool:
+            return isinstance(exc, TRANSIENT) or (where == "kafka" and kafka_transient(exc))
+
+        return await retry(fn, what="", backoff=OUTAGE_BACKOFF, retryable=transient,
+                           report=self.outages[where],
+                           on_retry=lambda _exc: self.metrics.retry(where))
 
     async def _checked(self, events: Sequence[faust.types.EventT[Any]],
                        model: type[BaseModel]) -> list[Job]:

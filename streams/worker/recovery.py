@@ -39,6 +39,7 @@ from typing import Any
 import faust
 from aiokafka import AIOKafkaConsumer, TopicPartition
 
+from streams.retry import Backoff, retry
 from streams.settings import Settings
 from streams.store import StateStore
 from streams.store.logs import Anchor, CatalogueLost, LogEpochs
@@ -53,6 +54,8 @@ log = logging.getLogger(__name__)
 REPLAY_ORDER = ("control", "hosts", "pages", "pings", "outcomes")
 #: records handed to a handler at once
 REPLAY_BATCH = 500
+#: the waits between attempts to replay (a replay is idempotent: run again from the start)
+REPLAY_BACKOFF = Backoff(0.5, 10.0)
 
 
 @dataclass(slots=True)
@@ -108,20 +111,15 @@ class Recovery:
             self.tally["catalogue.lost"] += 1
         if self.scheduler is not None:
             self.scheduler.hold(partitions)
-        delay = 0.5
+
+        async def attempt() -> tuple[float, int]:
+            await self.logs.renew()  # the others find the loss at their next check
+            t0 = time.monotonic()
+            return t0, await self.replay(partitions)
+
         try:
-            while True:
-                try:
-                    await self.logs.renew()  # the others find the loss at their next check
-                    t0 = time.monotonic()
-                    n = await self.replay(partitions)
-                    break
-                except asyncio.CancelledError:
-                    raise
-                except Exception as exc:
-                    log.warning("replay failed (%r); trying again in %.1fs", exc, delay)
-                    await asyncio.sleep(delay)
-                    delay = min(2 * delay, 10.0)
+            t0, n = await retry(attempt, what=f"replaying partitions {sorted(partitions)}",
+                                backoff=REPLAY_BACKOFF, logger=log)
         finally:
             if self.scheduler is not None:
                 self.scheduler.release(partitions)
