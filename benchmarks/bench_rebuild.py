@@ -8,8 +8,9 @@ Writes ``--pages`` crawled and pinged pages on ``--hosts`` hosts into one shard,
 estimator record made by the real :class:`streams.estimates.estimation.Estimation` (so every page
 takes the estimates path), a signal count and a ping fingerprint (page record and estimator
 record in one field, in the page buckets the host's page count gives,
-``redis_store.layout_after``), then measures the Redis bytes per page (``INFO memory``
-``used_memory`` delta after ``MEMORY PURGE``) and times ``Scheduler`` rebuilding the shard
+``redis_store.layout_after``) and each host's prior sums (``P:{host}:prior``), then
+measures the Redis bytes per page (``INFO memory`` ``used_memory`` delta after
+``MEMORY PURGE``) and times ``Scheduler`` rebuilding the shard
 (arrays: ``Scheduler._load_hosts``).  Same-run references: the Redis reads alone
 (``Store.dump_hosts`` over every host: the floor any rebuild pays), and with
 ``--reference-pages`` the page-by-page path (``Scheduler._apply_or_skip`` per page) over
@@ -21,6 +22,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import cProfile
+import math
 import pstats
 import random
 import time
@@ -32,6 +34,7 @@ from _common import set_listpack_value
 from streams.estimates.estimation import Estimation, EstimatorRecord, Observation
 from streams.scheduler import NOT_IN_FLIGHT, Scheduler
 from streams.settings import Settings
+from streams.store.host_prior import PRIOR_FIELDS, contribution
 from streams.store.redis_store import (
     N_SEEN,
     PageState,
@@ -54,8 +57,10 @@ def records(history: str = "mixed", sources: str = "two", signal_scale: int = 1
     ``one`` (sitemap only), ``three`` (sitemap, push and cdn); ``signal_scale``: the
     counts of the ``evicted`` history's changed intervals left in the ring times this (a
     count over 255 keeps a record's counts wide; the intervals that left the ring keep
-    theirs, so the quadratic summary is not one of certain changes)."""
+    theirs, so the quadratic summary is not one of certain changes).  Each carries its
+    contribution to a host prior (host sums of 100 pages: the ``host`` field in use)."""
     est = Estimation()
+    host = (100.0, 100.0 / 86400.0, 100.0 * math.log(1.0 / 86400.0))
 
     def sig(*raw: int, scale: int = 1) -> tuple[int, ...]:
         counts = tuple(scale * c for c in raw)
@@ -66,18 +71,21 @@ def records(history: str = "mixed", sources: str = "two", signal_scale: int = 1
         return counts
 
     recs: list[str] = est.observe([
-        Observation(None, 3600.0 * (1 + i % 5), sig(1, 0, i % 2, 0, 0), i % 3 != 0, 1e9 + i)
+        Observation(None, 3600.0 * (1 + i % 5), sig(1, 0, i % 2, 0, 0), i % 3 != 0, 1e9 + i,
+                    host_sums=host)
         for i in range(64)])
     for k in range(1, 5):
         recs[: 64 - 12 * k] = est.observe([
-            Observation(r, 3600.0, sig(0, 1, 0, 0, 0), (i + k) % 2 == 0, 1e9 + 3600.0 * k + i)
+            Observation(r, 3600.0, sig(0, 1, 0, 0, 0), (i + k) % 2 == 0, 1e9 + 3600.0 * k + i,
+                        host_sums=host)
             for i, r in enumerate(recs[: 64 - 12 * k])])
     last = 6 + est.estimator.ring_capacity if history == "evicted" else 5
     for k in range(5, last):
         # the intervals left in the ring at the end: their counts times signal_scale
         scale = signal_scale if k >= last - est.estimator.ring_capacity else 1
         recs = est.observe([Observation(r, 3600.0, sig(0, 0, 1, 0, 0, scale=scale), True,
-                                        1e9 + 3600.0 * k + i) for i, r in enumerate(recs)])
+                                        1e9 + 3600.0 * k + i, host_sums=host)
+                            for i, r in enumerate(recs)])
     if history == "evicted":
         assert all(any(EstimatorRecord.decode(r).state.quad_a) for r in recs)
     return [record_bytes(r) for r in recs]
@@ -119,6 +127,11 @@ async def fill(store: Store, sizes: list[int], now: float, recs: list[bytes]) ->
         else:
             pipe.hset(store.key(host, "pages"), mapping=pages)
         pipe.sadd(store.shard_key(0), host)
+        # the host's prior sums as the outcome script writes them (%.17g)
+        parts = [contribution(recs[k % len(recs)]) for k in range(idx - per, idx)]
+        pipe.hset(store.key(host, "prior"), mapping={
+            f: f"{math.fsum(x):.17g}"
+            for f, x in zip(PRIOR_FIELDS, zip(*parts, strict=True), strict=True)})
         if h % 50 == 49:
             await pipe.execute()
             pipe = store.redis.pipeline(transaction=False)

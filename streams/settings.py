@@ -199,6 +199,11 @@ class Settings(BaseSettings):
     shorter, more conservative intervals while estimates converge; paper 003 Sec. 5.3)."""
     estimator_half_life_s: float = Field(default=0.0, ge=0.0)
     """Estimators forget: an interval's weight halves every this many seconds (0 = never)."""
+    host_prior_min_pages: int = Field(default=20, ge=1)
+    """Crawled pages a host needs before its empirical-Bayes prior sets the change rate
+    ``alpha`` of its pages without their own prior rate (their posterior mean under it:
+    docs/streaming.md, "Host prior"; the trace replay's default,
+    ``models.estimators.host_prior.MIN_PAGES``)."""
     resplit_gain: float = Field(default=0.5, ge=0.0)
     """Gain of the budget re-split controller on log-thresholds, per turnover of the books
     (``pages / R``): a log-weight moves by ``gain`` times its log-threshold gap per turnover

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import math
 import time
 import uuid
 from collections.abc import Awaitable, Callable
@@ -209,6 +210,56 @@ async def case_hosts_and_control_are_validated_and_stored(make: Make) -> None:
     assert "greater than 0" in h.rejects[0]["reason"]
 
 
+async def case_outcomes_keep_the_hosts_prior_sums(make: Make) -> None:
+    """Outcomes of one host's pages through the outcomes agent: the host's prior sums are
+    the sum of its stored records' contributions; once it has ``host_prior_min_pages``
+    pages a page's alpha is its host posterior mean; a redelivered batch changes nothing."""
+    from streams.estimates.estimation import estimates_of
+    from streams.store.host_prior import contribution
+    from streams.store.page_record import estimator_part
+
+    h = make(host_prior_min_pages=4)
+    urls = [f"https://hp.org/{i}" for i in range(5)]
+    await h.feed("pages", [js(url=u) for u in urls])
+    t0 = time.time() - 1000.0
+    await h.feed("outcomes", [js(url=u, fetched_at=t0, changed=None) for u in urls])
+    assert (await h.store.read_host_priors(["hp.org"])) == [(0.0, 0.0, 0.0)]
+
+    async def stored() -> tuple[tuple[float, float, float], list[Any]]:
+        values = [await h.store.get_page_raw("hp.org", u) for u in urls]
+        return (await h.store.read_host_priors(["hp.org"]))[0], values
+
+    await h.feed("outcomes", [js(url=u, fetched_at=t0 + 100.0, changed=i % 2 == 0)
+                              for i, u in enumerate(urls)])
+    sums, values = await stored()
+    parts = [contribution(estimator_part(v)) for v in values]
+    assert sums[0] == 5.0 and all(p[0] == 1.0 for p in parts)
+    assert sums[1] == pytest.approx(math.fsum(p[1] for p in parts), rel=1e-12)
+    assert sums[2] == pytest.approx(math.fsum(p[2] for p in parts), rel=1e-12)
+    # not yet the pages' alpha: the host had no page before this batch
+    assert all(contribution(estimator_part(v))[1] == -_host_mean(v) for v in values)
+    second = [js(url=u, fetched_at=t0 + 300.0, changed=i % 3 == 0) for i, u in enumerate(urls)]
+    before = h.offsets["outcomes"]
+    await h.feed("outcomes", second)
+    sums, values = await stored()
+    for v in values:
+        est = estimates_of(estimator_part(v))
+        assert est is not None and est.alpha_per_s == _host_mean(v) > 0.0
+    await h.feed("outcomes", second, offset=before)  # redelivered: nothing changes
+    assert await stored() == (sums, values)
+    assert h.rejects == []
+
+
+def _host_mean(value: str) -> float:
+    """The stored (signed) host mean of a page value's estimator record."""
+    from streams.estimates.record import EstimatorRecord
+    from streams.store.page_record import estimator_part
+
+    part = estimator_part(value)
+    assert part is not None
+    return EstimatorRecord.decode(part).host[0]
+
+
 CASES: list[Callable[[Make], Awaitable[None]]] = [
     case_page_event_is_applied_once_even_when_redelivered,
     case_invalid_events_are_rejected_and_the_stream_goes_on,
@@ -216,4 +267,5 @@ CASES: list[Callable[[Make], Awaitable[None]]] = [
     case_pings_without_an_id_or_a_change_time_each_count_once,
     case_outcome_clears_only_its_own_order_and_resets_signals,
     case_hosts_and_control_are_validated_and_stored,
+    case_outcomes_keep_the_hosts_prior_sums,
 ]

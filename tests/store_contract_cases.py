@@ -6,8 +6,13 @@ the Redis one (the Lua scripts, a real Redis) under ``tests/integration``
 
 from __future__ import annotations
 
+import math
+from typing import Any
+
+import numpy as np
 import pytest
 
+from streams.estimates.estimation import Estimation, Observation, estimates_of
 from streams.store import (
     ControlOp,
     HostOp,
@@ -17,6 +22,7 @@ from streams.store import (
     PingBatch,
     StateStore,
 )
+from streams.store.host_prior import contribution
 from streams.store.page_record import PageState, estimator_part
 
 __all__ = [
@@ -24,6 +30,7 @@ __all__ = [
     "page",
     "test_a_host_of_many_pages",
     "test_control_fields_once_per_offset",
+    "test_host_prior_sums_are_the_incremental_em_of_the_stored_records",
     "test_host_rate_is_the_operators_lowered_by_the_others",
     "test_issue_tokens_flight_and_expire",
     "test_outcome_codes_and_flight",
@@ -210,3 +217,100 @@ async def test_a_host_of_many_pages(store: StateStore) -> None:
     got = await store.get_pages(h, urls[:20])
     assert [estimator_part(got[u][0]) for u in urls[:20]] == [
         None if u in gone else "EST" for u in urls[:20]]
+
+
+async def _crawl_round(store: StateStore, est: Any, host: str, urls: list[str],
+                       fetched: float, changed: list[bool], first_offset: int) -> list[Any]:
+    """One crawl of each of ``urls`` reported as the outcomes agent reports it: the pages and
+    the host's prior sums read, the intervals added (``Estimation.observe``), the records
+    written by the offset-guarded outcome step with a compare-and-set; the ops, to
+    redeliver."""
+    values = await store.read_pages([(host, u) for u in urls])
+    (sums,) = await store.read_host_priors([host])
+    obs = []
+    for v, c in zip(values, changed, strict=True):
+        assert v
+        st = PageState.decode(v)
+        obs.append(Observation(estimator_part(v), fetched - st.last_crawl_s, st.signals, c,
+                               fetched, st.prior_change_rate_per_s, sums))
+    records = est.observe(obs)
+    ops = [OutcomeOp(u, host, None, fetched, r, "t.out", 0, first_offset + i, expect=v)
+           for i, (u, r, v) in enumerate(zip(urls, records, values, strict=True))]
+    assert [r[0] for r in await store.apply_outcomes(ops)] == ["applied"] * len(urls)
+    return ops
+
+
+async def test_host_prior_sums_are_the_incremental_em_of_the_stored_records(
+        store: StateStore) -> None:
+    """A host's pages crawled round after round through the store and the estimation
+    service: the stored sums are the incremental EM of models.estimators.host_prior run on
+    the same observations (each page's posterior under the host's prior before its round,
+    float32 as the records keep it), the sum of the stored records' contributions; a page's
+    ``alpha`` is its posterior mean once the host has ``host_min_pages`` pages, its own mode
+    before; a redelivered round and a deleted page's record change nothing else."""
+    from models.estimators import batch_alpha_kappa, batch_init, batch_update
+    from models.estimators.host_prior import (
+        add_contributions,
+        grid_log_likelihood,
+        host_contributions,
+        host_priors,
+    )
+
+    h, m, rounds = "a.org", 12, 6
+    urls = [f"https://a.org/p{i}" for i in range(m)]
+    await store.apply_pages([page(u, i) for i, u in enumerate(urls)])
+    await store.apply_outcomes([OutcomeOp(u, h, None, 1000.0, None, "t.out", 0, i)
+                                for i, u in enumerate(urls)])
+    est = Estimation(host_min_pages=m)
+    # the reference: the same intervals through models' arrays, float64, nothing stored
+    ref = batch_init(est.estimator, m)
+    sums = [np.zeros(1), np.zeros(1), np.zeros(1)]
+    c_mean, c_log, c_count = np.zeros(m), np.zeros(m), np.zeros(m)
+    rng = np.random.default_rng(3)
+    rates = np.exp(rng.uniform(np.log(1e-4), np.log(1e-2), m))  # per s
+    t, off = 1000.0, m
+    for r in range(rounds):
+        tau = 600.0 * (1 + r % 3)
+        chg = rng.random(m) < -np.expm1(-rates * tau)
+        t += tau
+        shape, rate, fitted = host_priors(*sums)
+        ops = await _crawl_round(store, est, h, urls, t, chg.tolist(), off)
+        off += m
+        batch_update(est.estimator, ref, np.full(m, tau), chg, np.zeros((m, 3)),
+                     end_s=np.full(m, t), prior_rate_per_s=np.full(m, np.nan))
+        a, _se, kap = batch_alpha_kappa(est.estimator, ref, np.full(m, np.nan))
+        ref.theta[:, 0], ref.theta[:, 1:] = a, kap
+        post = host_contributions(grid_log_likelihood(ref), np.repeat(shape, m),
+                                  np.repeat(rate, m), np.repeat(fitted, m),
+                                  (np.ones(m), np.full(m, 1.0 / est.estimator.init().theta[0])))
+        add_contributions(*sums, np.zeros(m, dtype=np.int64), c_count, c_mean, c_log, post)
+        c_mean, c_log, c_count = post.mean_per_s, post.mean_log, np.ones(m)
+        (stored,) = await store.read_host_priors([h])
+        assert stored[0] == m
+        assert stored[1] == pytest.approx(float(sums[1][0]), rel=1e-4)
+        assert stored[2] == pytest.approx(float(sums[2][0]), rel=1e-5)
+        values = await store.read_pages([(h, u) for u in urls])
+        parts = [contribution(estimator_part(v)) for v in values]
+        assert stored == pytest.approx(tuple(map(math.fsum, zip(*parts, strict=True))),
+                                       rel=1e-12)
+        # alpha: the host posterior mean from the round the host had m pages before it
+        alphas = [estimates_of(estimator_part(v)).alpha_per_s for v in values]  # type: ignore[union-attr]
+        if r >= 1:
+            assert alphas == pytest.approx(post.mean_per_s.tolist(), rel=1e-4)
+        else:
+            assert alphas == pytest.approx(a.tolist(), rel=1e-5)
+        # the whole round again (a redelivery): nothing changes
+        assert {x[0] for x in await store.apply_outcomes(ops)} == {"dup-offset"}
+        assert (await store.read_host_priors([h]))[0] == stored
+        assert await store.read_pages([(h, u) for u in urls]) == values
+    got = host_priors(*(np.array([x]) for x in stored))
+    want = host_priors(*sums)
+    assert got[0][0] == pytest.approx(want[0][0], rel=1e-3)
+    assert got[1][0] == pytest.approx(want[1][0], rel=1e-3)
+    # a deleted page's contribution leaves the sums
+    gone = contribution(estimator_part(await store.get_page_raw(h, urls[0])))
+    await store.apply_pages([page(urls[0], 10_000, deleted=True)])
+    (after,) = await store.read_host_priors([h])
+    assert after[0] == m - 1
+    assert after[1] == pytest.approx(stored[1] - gone[1], rel=1e-12)
+    assert after[2] == pytest.approx(stored[2] - gone[2], rel=1e-12)

@@ -65,14 +65,18 @@ __all__ = [
     "GRID_MAX_PER_S",
     "GRID_MIN_PER_S",
     "GRID_POINTS",
+    "MIN_PAGES",
     "GammaPrior",
     "HostPriorState",
     "PagePosterior",
+    "add_contributions",
     "fit_gamma",
     "fit_gammas",
     "fit_host_prior",
     "grid_log_likelihood",
+    "host_contributions",
     "host_prior_update",
+    "host_priors",
     "page_posteriors",
 ]
 
@@ -88,6 +92,9 @@ _STEP_LOG = math.log(_STEP)
 #: bounds on the fitted shape: below 0.02 the Gamma puts nearly all its mass under the grid
 MIN_SHAPE = 0.02
 MAX_SHAPE = 1e4
+#: crawled pages a host needs before its prior sets its pages' rates (the trace replay's
+#: and the live worker's default; fewer pages say too little about the host's spread)
+MIN_PAGES = 20
 #: pages per block of the grid computation (bounds the (pages x grid) temporaries)
 _BLOCK = 4096
 
@@ -316,3 +323,49 @@ def host_prior_update(host: HostPriorState, old_mean: nm.FloatArray, old_log: nm
     except ValueError:
         prior = default
     return HostPriorState(n, sm, sl, prior)
+
+
+def host_priors(n: nm.FloatArray, sum_mean: nm.FloatArray, sum_log: nm.FloatArray
+                ) -> tuple[nm.FloatArray, nm.FloatArray, npt.NDArray[np.bool_]]:
+    """Each host's Gamma from the sums of its pages' contributions (the M-step of the
+    incremental EM, :func:`fit_gammas`): ``(shape, rate_s, fitted)``, ``fitted`` false
+    (shape and rate 1) where the sums hold no page (``n < 0.5``, or ``sum_mean`` not > 0:
+    every page left, up to rounding)."""
+    n = np.asarray(n, dtype=np.float64)
+    sm = np.asarray(sum_mean, dtype=np.float64)
+    sl = np.asarray(sum_log, dtype=np.float64)
+    ok = (n >= 0.5) & (sm > 0.0) & np.isfinite(sm) & np.isfinite(sl)
+    shape, rate = np.ones(n.shape), np.ones(n.shape)
+    if ok.any():
+        a, b = fit_gammas(sm[ok] / n[ok], sl[ok] / n[ok])
+        shape[ok], rate[ok] = a, b
+    return shape, rate, ok
+
+
+def host_contributions(loglik: nm.FloatArray, shape: nm.FloatArray, rate: nm.FloatArray,
+                       fitted: npt.NDArray[np.bool_],
+                       default: GammaPrior | tuple[nm.FloatArray, nm.FloatArray]
+                       ) -> PagePosterior:
+    """The E-step of the incremental EM for pages (rows of ``loglik``): each page's
+    posterior under its host's Gamma (``shape``, ``rate`` per row, :func:`host_priors`), or
+    under ``default`` (one Gamma, or one per row) where the host is not ``fitted``."""
+    d_a, d_b = ((default.shape, default.rate_s) if isinstance(default, GammaPrior)
+                else default)
+    a = np.where(fitted, shape, d_a)
+    b = np.where(fitted, rate, d_b)
+    return page_posteriors(loglik, (np.asarray(a, dtype=np.float64),
+                                    np.asarray(b, dtype=np.float64)))
+
+
+def add_contributions(n: nm.FloatArray, sum_mean: nm.FloatArray, sum_log: nm.FloatArray,
+                      hosts: IntArray, old_count: nm.FloatArray, old_mean: nm.FloatArray,
+                      old_log: nm.FloatArray, new: PagePosterior) -> None:
+    """Replace pages' contributions to their hosts' sums, in place (``hosts``: each page's
+    index into the sums; ``old_count`` 0 for a page not yet counted): the bookkeeping of
+    :func:`host_prior_update` for many hosts at once."""
+    h = np.asarray(hosts, dtype=np.int64)
+    size = n.shape[0]
+    oc = np.asarray(old_count, dtype=np.float64)
+    n += np.bincount(h, weights=1.0 - oc, minlength=size)
+    sum_mean += np.bincount(h, weights=new.mean_per_s - oc * old_mean, minlength=size)
+    sum_log += np.bincount(h, weights=new.mean_log - oc * old_log, minlength=size)

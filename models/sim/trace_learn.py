@@ -13,6 +13,8 @@ from typing import TYPE_CHECKING
 import numpy as np
 import numpy.typing as npt
 
+from models.estimators.host_prior import MIN_PAGES
+
 if TYPE_CHECKING:
     from models.estimators.host_prior import GammaPrior
     from models.sim.trace import Trace
@@ -76,7 +78,7 @@ class OnlineRates:
 
     def __init__(self, m: int, *, use_pings: bool, variant: str | None = None,
                  prior: str = "host", host: IntArray | None = None,
-                 min_pages: int = 20, half_life_days: float = math.inf) -> None:
+                 min_pages: int = MIN_PAGES, half_life_days: float = math.inf) -> None:
         from models.estimators import SignalEstimator, batch_init
         from models.estimators.host_prior import GammaPrior
 
@@ -152,30 +154,29 @@ class OnlineRates:
         """Incremental EM (:func:`models.estimators.host_prior.host_prior_update`, over
         every host at once): the pages' contributions under their host's current prior
         replace their old ones and each touched host's M-step is redone."""
-        from models.estimators.host_prior import fit_gammas, grid_log_likelihood, page_posteriors
+        from models.estimators.host_prior import (
+            add_contributions,
+            grid_log_likelihood,
+            host_contributions,
+            host_priors,
+        )
 
         hp = self.host[pages]
-        has = self.h_fitted[hp]
-        a = np.where(has, self.h_shape[hp], self.default_prior.shape)
-        b = np.where(has, self.h_rate[hp], self.default_prior.rate_s)
-        post = page_posteriors(grid_log_likelihood(self.state, pages, self._kappa(pages)),
-                               (a, b))
-        H = self.n_hosts
-        oc = self.c_count[pages]
-        self.h_n += np.bincount(hp, weights=1.0 - oc, minlength=H)
-        self.h_sum_mean += np.bincount(hp, weights=post.mean_per_s - oc * self.c_mean[pages],
-                                       minlength=H)
-        self.h_sum_log += np.bincount(hp, weights=post.mean_log - oc * self.c_log[pages],
-                                      minlength=H)
+        post = host_contributions(grid_log_likelihood(self.state, pages, self._kappa(pages)),
+                                  self.h_shape[hp], self.h_rate[hp], self.h_fitted[hp],
+                                  self.default_prior)
+        add_contributions(self.h_n, self.h_sum_mean, self.h_sum_log, hp, self.c_count[pages],
+                          self.c_mean[pages], self.c_log[pages], post)
         self.c_mean[pages], self.c_log[pages], self.c_count[pages] = (
             post.mean_per_s, post.mean_log, 1.0)
         touched = np.unique(hp)
-        ok = (self.h_n[touched] >= 0.5) & (self.h_sum_mean[touched] > 0.0)
+        shape_all, rate_all, ok = host_priors(self.h_n[touched], self.h_sum_mean[touched],
+                                              self.h_sum_log[touched])
         self.h_fitted[touched[~ok]] = False
         t = touched[ok]
         if not t.size:
             return
-        shape, rate = fit_gammas(self.h_sum_mean[t] / self.h_n[t], self.h_sum_log[t] / self.h_n[t])
+        shape, rate = shape_all[ok], rate_all[ok]
         self.h_shape[t], self.h_rate[t], self.h_fitted[t] = shape, rate, True
         big = self.h_n[t] >= self.min_pages
         if big.any():

@@ -70,6 +70,12 @@ from models.estimators import (
     states_to_batch,
     update_many,
 )
+from models.estimators.host_prior import (
+    MIN_PAGES,
+    grid_log_likelihood,
+    host_contributions,
+    host_priors,
+)
 from streams.estimates.record import (
     COUNT_MAX,
     N_GROUPS,
@@ -136,11 +142,13 @@ def group_sums(signals: npt.NDArray[np.float64]) -> npt.NDArray[np.float64]:
 
 
 def estimates_of(record: str | bytes | None) -> Estimates | None:
-    """The estimates of a stored record (cheap: no solve); None if absent/unreadable."""
+    """The estimates of a stored record as the crawl value reads them (cheap: no solve;
+    ``alpha`` the host posterior mean where the record says so:
+    :attr:`EstimatorRecord.value_estimates`); None if absent/unreadable."""
     if not record:
         return None
     try:
-        return EstimatorRecord.decode(record).estimates
+        return EstimatorRecord.decode(record).value_estimates
     except ValueError:
         return None
 
@@ -172,14 +180,21 @@ class Observation:
     #: the page's own prior change rate (its page record's, given by the operator), if any:
     #: the estimator's pseudo-intervals imply it (``SignalEstimator.prior_scale``)
     prior_rate_per_s: float | None = None
+    #: the page's host's prior sums ``(n, sum E[lambda], sum E[log lambda])`` as stored
+    #: before this interval (``StateStore.read_host_priors``); None: the record gets no
+    #: contribution to a host prior
+    host_sums: tuple[float, float, float] | None = None
 
 
 class Estimation:
     """The estimator of every page (one :class:`SignalEstimator` over the source groups)."""
 
-    def __init__(self, half_life_s: float = math.inf, ring_capacity: int = STREAM_RING) -> None:
+    def __init__(self, half_life_s: float = math.inf, ring_capacity: int = STREAM_RING,
+                 host_min_pages: int = MIN_PAGES) -> None:
         self.estimator = SignalEstimator(N_GROUPS, half_life_s=half_life_s,
                                          ring_capacity=ring_capacity)
+        #: crawled pages a host needs before its prior sets its pages' ``alpha``
+        self.host_min_pages = int(host_min_pages)
 
     def state_of(self, record: str | bytes | None, end_s: float = -math.inf) -> SignalState:
         """The stored state, or the prior's if absent, unreadable or of a longer ring than
@@ -220,7 +235,34 @@ class Estimation:
         alpha, alpha_se, kappa = batch_alpha_kappa(self.estimator, batch, rates)
         # the mode is the running estimate from here on (module docstring)
         batch.theta[:, 0], batch.theta[:, 1:] = alpha, kappa
-        return self.records_of(batch, alpha, alpha_se, kappa)
+        host = self.host_contributions(observations, batch, rates)
+        return self.records_of(batch, alpha, alpha_se, kappa, host)
+
+    def host_contributions(self, observations: Sequence[Observation], batch: BatchSignalState,
+                           rates: npt.NDArray[np.float64]) -> npt.NDArray[np.float64] | None:
+        """The records' ``host`` fields (``streams.estimates.record``): each page's posterior
+        ``E[lambda]`` and ``E[log lambda]`` under its host's prior as read before the update
+        (the E-step of the incremental EM, :func:`models.estimators.host_prior.host_contributions`;
+        a host whose sums hold no page: ``Gamma(1, 1/r)`` at the page's own prior rate, else
+        at the estimator's initial rate), the mean negated where it is not the page's crawl
+        ``alpha`` (host with fewer than ``host_min_pages`` pages, or a page with its own
+        prior rate).  None when no observation carries host sums."""
+        use = np.fromiter((o.host_sums is not None for o in observations), bool,
+                          len(observations))
+        if not use.any():
+            return None
+        rows = np.flatnonzero(use)
+        sums = np.array([observations[i].host_sums for i in rows.tolist()], dtype=np.float64)
+        shape, rate, fitted = host_priors(sums[:, 0], sums[:, 1], sums[:, 2])
+        own = np.isfinite(rates[rows]) & (rates[rows] > 0.0)
+        start = np.where(own, rates[rows], self.estimator.init().theta[0])
+        post = host_contributions(grid_log_likelihood(batch, rows), shape, rate, fitted,
+                                  (np.ones(rows.size), 1.0 / start))
+        in_use = fitted & (sums[:, 0] >= self.host_min_pages) & ~own
+        out = np.zeros((len(observations), 2))
+        out[rows, 0] = np.where(in_use, post.mean_per_s, -post.mean_per_s)
+        out[rows, 1] = post.mean_log
+        return out
 
     def states_of(self, records: Sequence[str | bytes | None],
                   end_s: npt.NDArray[np.float64] | None = None) -> BatchSignalState:
@@ -236,12 +278,12 @@ class Estimation:
         return batch
 
     def records_of(self, batch: BatchSignalState, alpha: npt.NDArray[np.float64],
-                   alpha_se: npt.NDArray[np.float64], kappa: npt.NDArray[np.float64]
-                   ) -> list[str]:
-        """The record of every page of ``batch`` with its estimates
+                   alpha_se: npt.NDArray[np.float64], kappa: npt.NDArray[np.float64],
+                   host: npt.NDArray[np.float64] | None = None) -> list[str]:
+        """The record of every page of ``batch`` with its estimates and host contributions
         (:func:`streams.estimates.record.records_from_batch`), as surrogate-escaped ``str``."""
         return [r.decode("utf-8", "surrogateescape")
-                for r in records_from_batch(batch, alpha, alpha_se, kappa)]
+                for r in records_from_batch(batch, alpha, alpha_se, kappa, host)]
 
     def observe_states(self, observations: Sequence[Observation]) -> list[str]:
         """:meth:`observe` through ``SignalState`` objects (:func:`update_many`): the same

@@ -252,13 +252,16 @@ def _estimates_many(
     rows: list[npt.NDArray[np.int64]], heads: list[npt.NDArray[Any]],
 ) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.float64]] | None:
     """Rows with a readable record and their numbers (columns: alpha, alpha_se, Delta, -,
-    gamma, kappa, then only n_intervals is filled) from the records' heads, ``gamma`` and
-    ``Delta`` derived as :func:`streams.estimates.estimation.estimates_of` derives them."""
+    gamma, kappa, then only n_intervals is filled) from the records' heads, ``alpha``,
+    ``gamma`` and ``Delta`` as :func:`streams.estimates.estimation.estimates_of` gives them."""
     if not rows:
         return None
     h = np.concatenate(heads)
     e = np.full((len(h), _N_EST), np.nan)
     alpha = h["alpha"].astype(np.float64)
+    # the host posterior mean where the record stores it as the page's alpha (value_alpha)
+    hm = h["host"][:, 0].astype(np.float64)
+    alpha = np.where((hm > 0.0) & (hm < np.inf), hm, alpha)
     kappa = h["kappa"].astype(np.float64)
     gam = gamma_from_totals(h["totals"].astype(np.float64))
     e[:, 0], e[:, 1] = alpha, h["alpha_se"]

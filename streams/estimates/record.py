@@ -14,6 +14,12 @@ Layout (little-endian): a version byte :data:`VERSION`, a layout byte, then the 
 ============  ========  ==============================================================
 field         type      meaning
 ============  ========  ==============================================================
+host          float32x2 the page's contribution to its host's prior: its posterior mean
+                        rate ``E[lambda]`` and ``E[log lambda]`` under the host's Gamma
+                        (:mod:`models.estimators.host_prior`); the mean is stored negated
+                        while it is not the page's crawl-value ``alpha`` (its host has too
+                        few pages, or the page has its own prior rate); ``(0, 0)``: no
+                        contribution
 n_intervals   uint32    crawl intervals observed (saturating)
 alpha         float32   the change rate no source signals (the posterior mode)
 alpha_se      float32   its standard error
@@ -56,9 +62,9 @@ weights kept (11), ``theta`` kept (12).  The layout byte is the index of those f
 most :data:`STREAM_RING`, no ``theta``, no weights; with wide counts at most one low byte
 left out); any other layout is the byte :data:`_ESCAPE` followed by the flags as uint16
 (two bytes more: an estimator half-life, a ring longer than the stream's, a state not from
-the stream).  A three-group page with a ring of 2 takes 104 bytes with the quadratic
-summary, 112 with both summaries; a page never pinged with a ring of 2, 48 with the
-representative interval, 40 without.
+the stream).  A three-group page with a ring of 2 takes 112 bytes with the quadratic
+summary, 120 with both summaries; a page never pinged with a ring of 2, 56 with the
+representative interval, 48 without (8 of them the ``host`` contribution).
 
 A ring count is a group's signals in one crawl interval, saturating at :data:`COUNT_MAX`
 as the page record's per-source counts do
@@ -88,6 +94,7 @@ import numpy as np
 import numpy.typing as npt
 
 from models.estimators import BatchSignalState, SignalState
+from streams.store.host_prior import EST_ESCAPE, EST_VERSION, contribution
 
 __all__ = [
     "COUNT_MAX",
@@ -97,12 +104,14 @@ __all__ = [
     "VERSION",
     "Estimates",
     "EstimatorRecord",
+    "contribution",
     "full_dtype",
     "gamma_from_totals",
     "record_heads",
     "record_sizes",
     "records_from_batch",
     "unpack_records",
+    "value_alpha",
 ]
 
 #: the estimator's source groups (:data:`streams.estimates.estimation.GROUPS`)
@@ -113,9 +122,9 @@ _IU = np.triu_indices(_D)
 #: changed intervals the stream's estimator keeps exactly
 STREAM_RING = 2
 #: the record's first byte; a later format takes another
-VERSION = 0x01
+VERSION = EST_VERSION
 #: the layout byte of a layout not in :data:`_CODES`: its flags follow as uint16
-_ESCAPE = 0xFF
+_ESCAPE = EST_ESCAPE
 #: the most signals of one group a ring entry counts (uint16)
 COUNT_MAX = 0xFFFF
 #: the longest ring a layout holds (3 bits)
@@ -153,6 +162,7 @@ def full_dtype(ring: int, weighted: bool = False) -> np.dtype:
     if weighted:
         entry.append(("w", "<f4"))
     fields: list[Any] = [
+        ("host", "<f4", (2,)),
         ("n_intervals", "<u4"), ("alpha", "<f4"), ("alpha_se", "<f4"), ("kappa", "<f4", (g,)),
         ("theta", "<f4", (d,)), ("lin", "<f4", (d,)), ("totals", "<f4", (d,)),
         ("quad_a", "<f4", (_NQ,)), ("rep", "<f4", (2,)),
@@ -164,7 +174,7 @@ def full_dtype(ring: int, weighted: bool = False) -> np.dtype:
 
 #: the full record's fields before the ring, and a ring entry (without, with its weight), as
 #: in :func:`full_dtype` (``struct``'s ``<`` has no padding): the scalar decode
-_HEAD = struct.Struct(f"<I{2 + N_GROUPS}f{3 * _D + _NQ + 2}f")
+_HEAD = struct.Struct(f"<2fI{2 + N_GROUPS}f{3 * _D + _NQ + 2}f")
 _RING = struct.Struct(f"<f{N_GROUPS}H")
 _RING_W = struct.Struct(f"<f{N_GROUPS}Hf")
 
@@ -397,11 +407,12 @@ def _pack(arr: Any, ring: int, weighted: bool) -> list[bytes]:
 
 
 def records_from_batch(batch: BatchSignalState, alpha: npt.NDArray[np.float64],
-                       alpha_se: npt.NDArray[np.float64], kappa: npt.NDArray[np.float64]
-                       ) -> list[bytes]:
-    """The record of every page of ``batch`` with its estimates; ``ValueError`` if a ring
-    count is not a whole number of at most :data:`COUNT_MAX` or a ring is longer than a
-    layout holds."""
+                       alpha_se: npt.NDArray[np.float64], kappa: npt.NDArray[np.float64],
+                       host: npt.NDArray[np.float64] | None = None) -> list[bytes]:
+    """The record of every page of ``batch`` with its estimates and its contribution to its
+    host's prior (``host`` ``(N, 2)``, the ``host`` field; default none); ``ValueError`` if
+    a ring count is not a whole number of at most :data:`COUNT_MAX` or a ring is longer
+    than a layout holds."""
     n = batch.n_pages
     out: list[bytes] = [b""] * n
     k = batch.ring.shape[1]
@@ -417,6 +428,8 @@ def records_from_batch(batch: BatchSignalState, alpha: npt.NDArray[np.float64],
                                zip(batch.ring_len.tolist(), weighted.tolist(), strict=True)}):
         rows = np.flatnonzero((batch.ring_len == ring_len) & (weighted == w))
         arr = np.zeros(rows.size, dtype=full_dtype(ring_len, w))
+        if host is not None:
+            arr["host"] = host[rows]
         arr["n_intervals"] = np.minimum(batch.n_intervals[rows], 0xFFFFFFFF)
         arr["alpha"] = alpha[rows]
         arr["alpha_se"] = alpha_se[rows]
@@ -465,7 +478,7 @@ def fill_batch(batch: BatchSignalState, rows: npt.NDArray[np.int64], ring_len: i
 
 
 #: what a rebuild reads of an estimator record (:func:`record_heads`)
-HEADS = np.dtype([("n", "<u4"), ("alpha", "<f4"), ("alpha_se", "<f4"),
+HEADS = np.dtype([("host", "<f4", (2,)), ("n", "<u4"), ("alpha", "<f4"), ("alpha_se", "<f4"),
                   ("kappa", "<f4", (N_GROUPS,)), ("totals", "<f4", (_D,))])
 
 
@@ -482,7 +495,7 @@ def record_heads(mat: npt.NDArray[np.uint8]) -> npt.NDArray[Any]:
         assert layout is not None
         arr = _full_of(mat[rows], f).view(full_dtype(layout[0], layout[6]))[:, 0]
         heads["n"][rows] = arr["n_intervals"]
-        for name in ("alpha", "alpha_se", "kappa", "totals"):
+        for name in ("host", "alpha", "alpha_se", "kappa", "totals"):
             heads[name][rows] = arr[name]
     return heads
 
@@ -512,6 +525,12 @@ def derived(alpha: float, alpha_se: float, kappa: Sequence[float], totals: Seque
                      recall, nan, n_intervals)
 
 
+def value_alpha(host_mean: float) -> float | None:
+    """The crawl-value ``alpha`` a record's stored host mean gives (the mean where it is
+    stored positive and finite), None where it is the page's own mode (module docstring)."""
+    return host_mean if 0.0 < host_mean < math.inf else None
+
+
 def raw_bytes(record: str | bytes) -> bytes:
     """A record as bytes (a ``str`` read through a ``surrogateescape`` client)."""
     return record if isinstance(record, bytes) else record.encode("utf-8", "surrogateescape")
@@ -519,10 +538,24 @@ def raw_bytes(record: str | bytes) -> bytes:
 
 @dataclass(frozen=True, slots=True)
 class EstimatorRecord:
-    """A page's estimator record (module docstring): its estimates and state."""
+    """A page's estimator record (module docstring): its estimates (``alpha`` the page's
+    own posterior mode), state and contribution to its host's prior (the ``host`` field,
+    as stored: :func:`contribution` reads it)."""
 
     estimates: Estimates
     state: SignalState
+    host: tuple[float, float] = (0.0, 0.0)
+
+    @property
+    def value_estimates(self) -> Estimates:
+        """The estimates the crawl value reads: ``alpha`` the page's posterior mean under
+        its host's prior where the record says so (:func:`value_alpha`), ``Delta`` and
+        recall derived from it; ``kappa`` kept."""
+        a = value_alpha(self.host[0])
+        if a is None:
+            return self.estimates
+        e = self.estimates
+        return derived(a, e.alpha_se_per_s, e.kappa, self.state.totals, e.n_intervals)
 
     def encode(self) -> str:
         """The record as a ``str`` of surrogate-escaped bytes (what a ``surrogateescape``
@@ -541,6 +574,7 @@ class EstimatorRecord:
             raise ValueError(f"estimator record: a ring longer than {_MAX_RING}")
         weighted = any(x[-1] != 1.0 for x in ring)
         arr = np.zeros(1, dtype=full_dtype(len(ring), weighted))
+        arr["host"] = self.host
         arr["n_intervals"] = min(st.n_intervals, 0xFFFFFFFF)
         arr["alpha"], arr["alpha_se"], arr["kappa"] = e.alpha_per_s, e.alpha_se_per_s, e.kappa
         arr["theta"] = st.theta
@@ -574,12 +608,12 @@ class EstimatorRecord:
         entry = _RING_W if weighted else _RING
         ring = tuple((*(float(x) for x in entry.unpack_from(full, _HEAD.size + j * entry.size)),
                       *(() if weighted else (1.0,))) for j in range(ring_len))
-        i = 3 + g  # n_intervals, alpha, alpha_se, kappa, then theta, lin, totals, ...
+        i = 5 + g  # host (2), n_intervals, alpha, alpha_se, kappa, then theta, lin, totals, ...
         theta, lin, totals = (v[i + k * d : i + (k + 1) * d] for k in range(3))
         quad_a, rep = v[i + 3 * d : i + 3 * d + _NQ], v[i + 3 * d + _NQ : i + 3 * d + _NQ + 2]
-        state = SignalState(g, end_s if math.isfinite(end_s) else -math.inf, v[0], theta, lin,
+        state = SignalState(g, end_s if math.isfinite(end_s) else -math.inf, v[2], theta, lin,
                             totals, ring, (0.0,) * d, quad_a, max(ring_capacity, ring_len),
                             (rep[0], rep[1]))
-        est = derived(v[1], v[2], v[3 : 3 + g], totals, v[0])
-        return cls(est, state)
+        est = derived(v[3], v[4], v[5 : 5 + g], totals, v[2])
+        return cls(est, state, (v[0], v[1]))
 

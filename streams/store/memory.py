@@ -26,6 +26,7 @@ from typing import Any
 from models.decision.hosts import NO_TOKEN, admit, binding_rate, refill
 from models.decision.pings import APPLIED, VERDICTS, ping_verdict
 from streams.events.records import SOURCES
+from streams.store.host_prior import swapped
 from streams.store.page_record import (
     N_SEEN,
     PageState,
@@ -94,6 +95,8 @@ class MemoryStore:
         self.pages: dict[str, dict[str, str]] = {}
         self.inflight: dict[str, dict[str, str]] = {}
         self.hosts: dict[str, dict[str, str]] = {}
+        #: per host the prior sums ``(n, mean, log)`` (``P:{host}:prior``)
+        self.priors: dict[str, tuple[float, float, float]] = {}
         self.blocked: dict[str, set[str]] = {}
         self.offsets: dict[str, dict[str, str]] = {}
         self.shards: dict[int, set[str]] = {}
@@ -143,6 +146,9 @@ class MemoryStore:
         if self._guard(offsets, op.topic, op.partition, op.offset):
             return ("dup-offset", pages.get(op.url, ""))
         if op.deleted:
+            gone = pages.get(op.url)
+            if gone:
+                self._swap_prior(op.host, estimator_part(gone), None)
             for table in (self.pages, self.inflight):
                 table.get(op.host, {}).pop(op.url, None)
             return ("deleted", "")
@@ -198,6 +204,14 @@ class MemoryStore:
     async def read_pages(self, items: Sequence[tuple[str, str]]) -> list[str | None]:
         return [self.pages.get(h, {}).get(u) or None for h, u in items]
 
+    def _swap_prior(self, host: str, old: str | None, new: str | None) -> None:  # lib.lua
+        sums = swapped(self.priors.get(host, (0.0, 0.0, 0.0)), old, new)
+        if sums is not None:
+            self.priors[host] = sums
+
+    async def read_host_priors(self, hosts: Sequence[str]) -> list[tuple[float, float, float]]:
+        return [self.priors.get(h, (0.0, 0.0, 0.0)) for h in hosts]
+
     async def apply_outcomes(self, ops: Sequence[OutcomeOp]) -> list[Any]:
         return _each(self._outcome, ops)
 
@@ -225,10 +239,12 @@ class MemoryStore:
                 code = "stale-robots"
         elif fetched > st.last_crawl_s:
             code = "applied"
-            rest = estimator_part(cur)
+            rest = old = estimator_part(cur)
             if op.new_estimator:
                 rest = op.new_estimator
             v = pages[op.url] = _value(st.after_crawl(fetched), rest)
+            if op.new_estimator:
+                self._swap_prior(op.host, old, op.new_estimator)
         cleared = 0
         flights = self.inflight.get(op.host, {})
         fl = flights.get(op.url)
@@ -413,7 +429,7 @@ class MemoryStore:
 
     async def delete_all(self) -> int:
         tables: list[dict[Any, Any]] = [self.pages, self.inflight, self.hosts,
-                                        self.blocked, self.offsets, self.shards]
+                                        self.blocked, self.offsets, self.shards, self.priors]
         n = sum(len(t) for t in tables)
         self.__init__(self.prefix, self.clock)  # type: ignore[misc]
         return n

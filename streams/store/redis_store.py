@@ -25,6 +25,8 @@ same code runs on one Redis node and on a Redis Cluster, :mod:`streams.store.red
                               the smallest of rate_operator, rate_robots, rate_pushback (who
                               set it: HostEvent.source) with reason_<source>; robots: the
                               digest of the host's robots.txt as last announced
+    P:{host}:prior      HASH  n, mean, log: the sums of the host's pages' contributions to its
+                              change-rate prior (streams/store/host_prior.py); absent: none
     P:{host}:blocked    SET   urls the host's robots.txt disallows (never ordered; emptied
                               when the robots.txt digest changes)
     P:{host}:offsets    HASH  "<topic>:<partition>[~<epoch>]" -> last applied offset
@@ -116,6 +118,7 @@ from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from streams.events.records import SOURCES
+from streams.store.host_prior import EST_ESCAPE, EST_VERSION, PRIOR_FIELDS
 from streams.store.page_record import (
     FP_BYTES,
     N_SEEN,
@@ -297,10 +300,12 @@ _LIB = (_lua("lib.lua")
         .replace("__PFMT", "<Bffd" + "H" * N_SOURCES + f"I{FP_BYTES}" * N_SEEN)
         .replace("__SEEN", str(N_SEEN))
         .replace("__PVER", str(PAGE_VERSION)).replace("__PSIZE", str(PAGE_STRUCT.size))
-        .replace("__N", str(N_SOURCES)))
+        .replace("__N", str(N_SOURCES))
+        .replace("__EVER", str(EST_VERSION)).replace("__EESC", str(EST_ESCAPE)))
 _APPLY_PAGE = (_LIB + _lua("apply_page.lua").replace("__N", str(N_SOURCES))
                .replace("__SEEN", str(N_SEEN)).replace("__SPLITS", str(BUCKET_SPLITS))
-               .replace("__FILL", str(BUCKET_FILL)).replace("__FIRST", str(BUCKET_FIRST)))
+               .replace("__FILL", str(BUCKET_FILL)).replace("__FIRST", str(BUCKET_FIRST))
+               .replace("__PVER", str(PAGE_VERSION)).replace("__PSIZE", str(PAGE_STRUCT.size)))
 _APPLY_PINGS = (_LIB + _lua("apply_pings.lua").replace("__SEEN", str(N_SEEN))
                 .replace("__LPOS", _pos("last_crawl")).replace("__CPOS", _pos("signals"))
                 .replace("__FPOS", _pos("seen")).replace("__FPB", str(FP_BYTES))
@@ -483,7 +488,8 @@ class Store:
 
     # -- the scripts' calls: (script, keys, args) of one item ------------------------------
     def _page_call(self, op: PageOp) -> _Call:
-        keys = [self.key(op.host, k) for k in ("pages", "offsets", "inflight", "buckets")]
+        keys = [self.key(op.host, k)
+                for k in ("pages", "offsets", "inflight", "buckets", "prior")]
         args: list[Any] = [
             self.offset_field(op.topic, op.partition), op.offset, op.url,
             "1" if op.deleted else "0", repr(float(op.importance)),
@@ -505,7 +511,8 @@ class Store:
 
     def _outcome_call(self, op: OutcomeOp) -> _Call:
         keys = [self.key(op.host, k)
-                for k in ("pages", "offsets", "inflight", "blocked", "host", "buckets")]
+                for k in ("pages", "offsets", "inflight", "blocked", "host", "buckets",
+                          "prior")]
         expect = op.expect
         args: list[Any] = [
             self.offset_field(op.topic, op.partition), op.offset, op.url, op.order_id or "",
@@ -606,6 +613,16 @@ class Store:
         r: Any = await self.read_pages_script(keys=self._read_call(host, urls)[1],
                                               args=list(urls), client=self.redis)
         return [r[j] or None for j in range(len(urls))]
+
+    async def read_host_priors(self, hosts: Sequence[str]) -> list[tuple[float, float, float]]:
+        pipe = self.batch.pipeline(transaction=False)
+        for h in hosts:
+            pipe.hmget(self.key(h, "prior"), *PRIOR_FIELDS)
+        out = []
+        for r in await _execute(pipe, raise_on_error=True):
+            n, m, lg = (float(x) if x is not None else 0.0 for x in r)
+            out.append((n, m, lg))
+        return out
 
     async def apply_outcomes(self, ops: Sequence[OutcomeOp]) -> list[Any]:
         return [r if isinstance(r, Exception) else (_text(r[0]), _text(r[1]), int(r[2]))

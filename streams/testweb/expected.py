@@ -39,6 +39,7 @@ from streams.estimates.params import page_params
 from streams.events.records import SOURCES
 from streams.scheduler.placing import new_book, place_page
 from streams.settings import Settings
+from streams.store.host_prior import swapped
 from streams.store.page_record import PageState
 from streams.testweb.world import World
 
@@ -74,7 +75,10 @@ class WorkerMirror:
             for i, p in enumerate(world.pages)
         ]  # fmt: skip
         self.records: list[str | None] = [None] * len(world.pages)
-        self.estimation = Estimation(settings.estimator_half_life_s or math.inf)
+        self.estimation = Estimation(settings.estimator_half_life_s or math.inf,
+                                     host_min_pages=settings.host_prior_min_pages)
+        #: per host its prior sums, as the worker's store keeps them (streams.store.host_prior)
+        self.prior_sums: dict[int, tuple[float, float, float]] = {}
         self.book = new_book(settings)
         self.failures = 0
         for i in range(len(world.pages)):
@@ -102,12 +106,19 @@ class WorkerMirror:
         st = self.states[page]
         fetched = t + self.offset
         if st.crawled and fetched >= st.last_crawl_s:
+            h = self.hosts[page]
+            sums = self.prior_sums.get(h, (0.0, 0.0, 0.0))
             obs = Observation(self.records[page], fetched - st.last_crawl_s, st.signals,
-                              changed, fetched, st.prior_change_rate_per_s)  # fmt: skip
+                              changed, fetched, st.prior_change_rate_per_s, sums)  # fmt: skip
             try:
-                self.records[page] = self.estimation.observe([obs])[0]
+                new = self.estimation.observe([obs])[0]
             except Exception:  # the worker applies the outcome without its estimate too
                 self.failures += 1
+            else:
+                after = swapped(sums, self.records[page], new)
+                if after is not None:
+                    self.prior_sums[h] = after
+                self.records[page] = new
         self.states[page] = st.after_crawl(fetched)
         self._rekey(page, fetched)
 

@@ -239,7 +239,8 @@ class Agents:
             "kafka": OutageReport("kafka", settings.kafka_bootstrap,
                                   settings.outage_report_s, log)}
         half_life = settings.estimator_half_life_s or math.inf
-        self.estimation = Estimation(half_life)
+        self.estimation = Estimation(half_life,
+                                     host_min_pages=self.settings.host_prior_min_pages)
 
     # -- plumbing ------------------------------------------------------------------------
     async def reject(self, event: faust.types.EventT[Any], reason: str) -> None:
@@ -639,6 +640,11 @@ class Agents:
     async def _outcome_attempt(self, jobs: list[Job], *, cas: bool) -> list[Job]:
         current = await self._store(lambda: self.store.read_pages(
             [(j.record.host, j.record.url) for j in jobs]))
+        # the hosts' prior sums as they are before this chunk (each page's posterior under
+        # its host's prior: Estimation.host_contributions)
+        hosts = list(dict.fromkeys(j.record.host for j in jobs if j.record.changed is not None))
+        sums = dict(zip(hosts, await self._store(lambda: self.store.read_host_priors(hosts))
+                        if hosts else [], strict=True))
         observations: list[Observation] = []
         observed: list[int] = []
         reads: list[str | None] = []
@@ -654,7 +660,7 @@ class Agents:
                     observed.append(i)
                     observations.append(Observation(
                         est, o.fetched_at - state.last_crawl_s, state.signals, o.changed,
-                        o.fetched_at, state.prior_change_rate_per_s))
+                        o.fetched_at, state.prior_change_rate_per_s, sums[o.host]))
         new_records: dict[int, str] = {}
         if observations:
             try:

@@ -38,8 +38,8 @@ from streams.store.page_record import PageState, estimator_part
 HOUR = 3600.0
 D, NQ = 4, 10
 #: the full record's offsets (the docstring's table)
-N_AT, ALPHA_AT, SE_AT, KAPPA_AT, THETA_AT, LIN_AT, TOTALS_AT, QUAD_AT, REP_AT, RING_AT = (
-    0, 4, 8, 12, 24, 40, 56, 72, 112, 120)
+HOST_AT, N_AT, ALPHA_AT, SE_AT, KAPPA_AT, THETA_AT, LIN_AT, TOTALS_AT, QUAD_AT, REP_AT, RING_AT = (
+    0, 8, 12, 16, 20, 32, 48, 64, 80, 120, 128)
 
 
 def full_bytes(rec: EstimatorRecord) -> bytes:
@@ -47,8 +47,8 @@ def full_bytes(rec: EstimatorRecord) -> bytes:
     st, e = rec.state, rec.estimates
     weighted = any(x[-1] != 1.0 for x in st.ring)
     lin = [u - b for u, b in zip(st.unchanged, st.quad_b, strict=True)]
-    out = struct.pack("<I2f3f4f4f4f10f2f", st.n_intervals, e.alpha_per_s, e.alpha_se_per_s,
-                      *e.kappa, *st.theta, *lin, *st.totals, *st.quad_a, *st.rep)
+    out = struct.pack("<2fI2f3f4f4f4f10f2f", *rec.host, st.n_intervals, e.alpha_per_s,
+                      e.alpha_se_per_s, *e.kappa, *st.theta, *lin, *st.totals, *st.quad_a, *st.rep)
     for x in st.ring:
         out += struct.pack("<f3H", x[0], *(int(n) for n in x[1:-1]))
         if weighted:
@@ -117,10 +117,11 @@ def check(record: str | bytes, end_s: float = -math.inf) -> EstimatorRecord:
     back = EstimatorRecord.decode(record, end_s)
     assert expanded(raw) == full_bytes(back)  # every byte where the docstring puts it
     assert back.to_bytes() == raw  # written again: the same bytes
-    assert estimates_of(record) == back.estimates
+    assert estimates_of(record) == back.value_estimates
     assert record_sizes(np.frombuffer(raw[:4], np.uint8)[None, :]).tolist() == [len(raw)]
     heads = record_heads(np.frombuffer(raw, np.uint8)[None, :])
     assert heads["n"][0] == back.state.n_intervals
+    assert heads["host"][0].tolist() == list(back.host)
     assert heads["alpha"][0] == np.float32(back.estimates.alpha_per_s)
     assert heads["totals"][0].tolist() == list(back.state.totals)
     est = Estimation(ring_capacity=max(STREAM_RING, len(back.state.ring)))
@@ -181,13 +182,13 @@ def test_the_summaries_cost_bytes_only_when_present() -> None:
     assert any(signalled.state.quad_a) and signalled.state.rep == (0.0, 0.0)
     assert not any(silent.state.quad_a) and silent.state.rep[0] > 0.0
     # three groups, a ring of 2, narrow counts, the totals' two low bytes zero: the full
-    # record (120 + 2 x 10) less theta (16), the rep (8), the 8 narrow bytes (n_intervals'
+    # record (128 + 2 x 10) less theta (16), the rep (8), the 8 narrow bytes (n_intervals'
     # high two, each ring count's high byte) and the 6 low bytes of the groups' totals
-    assert len(raw_bytes(last[0])) == 2 + 140 - 16 - 8 - 8 - 6
+    assert len(raw_bytes(last[0])) == 2 + 148 - 16 - 8 - 8 - 6
     both = dataclasses.replace(signalled.state, rep=(2.0, HOUR))
-    assert len(EstimatorRecord(signalled.estimates, both).to_bytes()) == 2 + 140 - 16 - 8 - 6
+    assert len(EstimatorRecord(signalled.estimates, both).to_bytes()) == 2 + 148 - 16 - 8 - 6
     # no group: quad_a not stored, the rep kept; each group's lin, totals and ring counts go
-    assert len(raw_bytes(last[1])) == 2 + 140 - 16 - 40 - 3 * (8 + 2 * 2) - 2
+    assert len(raw_bytes(last[1])) == 2 + 148 - 16 - 40 - 3 * (8 + 2 * 2) - 2
     for r in last:
         check(r)
 

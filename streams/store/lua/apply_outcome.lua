@@ -1,4 +1,4 @@
--- KEYS: pages, offsets, inflight, blocked, host, buckets
+-- KEYS: pages, offsets, inflight, blocked, host, buckets, prior
 -- ARGV: offset field, offset, url, order_id ('' = any), fetched_at, new estimator record
 -- ('' = keep), compare-and-set '1'/'0', expected page value, disallowed '1'/'0', robots
 -- digest
@@ -11,6 +11,8 @@
 -- compare-and-set, if it changed since (a ping, another worker) nothing is written,
 -- not even the offset ('conflict': the agent re-reads and recomputes).  The offset check
 -- comes first, so a redelivered outcome never adds its interval twice.
+-- A new estimator record's contribution to the host's prior sums replaces the old one's
+-- (swap_prior), in the same step.
 local url = ARGV[3]
 local pkey, f, cur, okey = find(KEYS[1], KEYS[6], url)
 if applied(KEYS[2], ARGV[1], ARGV[2]) then return {'dup-offset', cur or '', 0} end
@@ -34,12 +36,14 @@ elseif tonumber(ARGV[5]) > last then
   code = 'applied'
   local rest = nil
   if ARGV[6] ~= '' then rest = ARGV[6] end
+  local rest_new = rest
   -- the last crawl written, the counts zeroed, the rest kept unless a new record came
   v = string.sub(v0, 1, __LPOS - 1) .. struct.pack('<d', tonumber(ARGV[5]))
     .. string.rep('\0', __FPOS - __CPOS) .. string.sub(v0, __FPOS, __PSIZE)
   rest = rest or string.sub(v0, __PSIZE + 1)
   if rest == '' then v = (string.gsub(v, '%z+$', '')) else v = v .. rest end  -- as dump()
   put(pkey, f, v, okey, url)
+  if rest_new then swap_prior(KEYS[7], string.sub(v0, __PSIZE + 1), rest_new) end
 end
 local cleared = 0
 local fl = redis.call('HGET', KEYS[3], url)

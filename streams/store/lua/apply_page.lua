@@ -1,4 +1,4 @@
--- KEYS: pages, offsets, inflight, buckets
+-- KEYS: pages, offsets, inflight, buckets, prior
 -- ARGV: offset field, offset, url, deleted 0/1, importance, prior ('' = keep)
 -- A page added past a bucket's share splits buckets (linear hashing, at most __SPLITS per
 -- call: a host stored in one hash before the buckets catches up over its next additions).
@@ -9,6 +9,8 @@ redis.call('HSET', KEYS[2], ARGV[1], ARGV[2])
 if ARGV[4] == '1' then
   if cur then
     if okey then redis.call('HDEL', okey, url) else redis.call('HDEL', pkey, f) end
+    -- its estimator record's contribution leaves the host's prior sums
+    if string.byte(cur, 1) == __PVER then swap_prior(KEYS[5], string.sub(cur, __PSIZE + 1), nil) end
     -- the layout is (0, 0) exactly when the buckets hash is absent (one bucket, no count)
     local l, p = layout(KEYS[4])
     if l ~= 0 or p ~= 0 then redis.call('HINCRBY', KEYS[4], 'n', -1) end

@@ -93,3 +93,30 @@ local function put(pkey, f, v, okey, url)
   if okey then redis.call('HDEL', okey, url) end
   redis.call('HSET', pkey, f, v)
 end
+-- A host's prior sums (streams/store/host_prior.py): an estimator record's contribution
+-- (count, E[lambda], E[log lambda]) is the two float32 after its header (2 bytes, or 4
+-- after the escape layout byte), the mean stored negated while it is not the page's alpha;
+-- swap_prior replaces the old record's contribution by the new one's in the sums.
+local function contribution(rec)
+  if not rec or #rec < 2 or string.byte(rec, 1) ~= __EVER then return 0, 0, 0 end
+  local off = 3
+  if string.byte(rec, 2) == __EESC then off = 5 end
+  if #rec < off + 7 then return 0, 0, 0 end
+  local m, l = struct.unpack('<ff', rec, off)
+  if m == 0 or m ~= m or l ~= l or m == math.huge or m == -math.huge or l == math.huge
+     or l == -math.huge then
+    return 0, 0, 0
+  end
+  return 1, math.abs(m), l
+end
+local function swap_prior(hkey, old, new)
+  local c0, m0, l0 = contribution(old)
+  local c1, m1, l1 = contribution(new)
+  if c0 == 0 and c1 == 0 then return end
+  local s = redis.call('HMGET', hkey, 'n', 'mean', 'log')
+  local n = (tonumber(s[1]) or 0) + c1 - c0
+  local sm = (tonumber(s[2]) or 0) + m1 - m0
+  local sl = (tonumber(s[3]) or 0) + l1 - l0
+  redis.call('HSET', hkey, 'n', string.format('%.17g', n), 'mean', string.format('%.17g', sm),
+             'log', string.format('%.17g', sl))
+end
