@@ -23,8 +23,8 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     p.add_argument("--sitemap-share", type=float, default=0.5)
     p.add_argument("--poll-interval", type=float, default=1.0, help="sitemap poll period (s)")
     p.add_argument(
-        "--no-rates", action="store_true",
-        help="do not give the worker the true change rates as priors",
+        "--true-rates", action="store_true",
+        help="give the worker the true change rates as priors (default: it learns them)",
     )  # fmt: skip
     p.add_argument(
         "--t-delay", type=float, default=2.0,
@@ -52,7 +52,7 @@ def run(args: argparse.Namespace) -> int:
         duration_s=args.duration, warmup_s=args.warmup, budget_per_s=args.budget,
         hosts=args.hosts, pages_per_host=args.pages_per_host, seed=args.seed,
         time_unit_s=args.time_unit, sitemap_share=args.sitemap_share,
-        poll_interval_s=args.poll_interval, give_rates=not args.no_rates, live=not args.quiet,
+        poll_interval_s=args.poll_interval, give_rates=args.true_rates, live=not args.quiet,
         t_delay_s=args.t_delay, sim_runs=args.sim_runs, workers=args.workers,
         kill_at_s=args.kill_at, restart_after_s=args.restart_after,
     )  # fmt: skip

@@ -36,8 +36,9 @@ class DemoConfig:
     time_unit_s: float = 10.0
     sitemap_share: float = 0.5
     poll_interval_s: float = 1.0
-    #: Give the worker the true change rates as priors (``pages.change_rate_per_s``).
-    give_rates: bool = True
+    #: Give the worker the true change rates as priors (``pages.change_rate_per_s``;
+    #: ``--true-rates``); by default it learns them from its crawls and pings.
+    give_rates: bool = False
     #: Per-host crawl limit; default ``4 * budget / hosts`` (rarely binding).
     host_limit_per_s: float | None = None
     live: bool = True

@@ -1,9 +1,10 @@
 """End to end: worker (the scheduler), fetcher, test web, producers; the live
 accuracy is within 3 points of the simulator's expectation for the same world.
 
-The expectation is Algorithm 1 in ``models.sim`` given what the worker is given (true change
-rates as priors, ping quality learned online with the worker's own estimator code) on the
-run's own changes, pings and order times (``streams.testweb.expected``; docs/edges.md).
+The expectation is Algorithm 1 in ``models.sim`` given what the worker is given and learns
+(change rates and ping quality learned online with the worker's own estimator code, the
+demo's default) on the run's own changes, pings and order times
+(``streams.testweb.expected``; docs/edges.md).
 """
 
 from __future__ import annotations

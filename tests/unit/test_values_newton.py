@@ -1,7 +1,7 @@
 """The inverse of the crawl value (``V(iota) = level``) raises no floating-point warning:
-``recrawl demo --no-rates`` printed ``RuntimeWarning: overflow encountered in divide`` from
-the Newton step of ``models.values._solve_numpy`` (a warm start far below the root sent the
-first step deep into the saturated region, where ``V'`` is ~1e-310 and ``f/V'``
+``recrawl demo`` learning the rates printed ``RuntimeWarning: overflow encountered in
+divide`` from the Newton step of ``models.values._solve_numpy`` (a warm start far below
+the root sent the first step deep into the saturated region, where ``V'`` is ~1e-310 and ``f/V'``
 overflowed).  Every test here turns warnings into errors."""
 
 from __future__ import annotations
