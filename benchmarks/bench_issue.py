@@ -23,7 +23,8 @@ import uuid
 from collections.abc import Callable
 
 from streams.store import IssueBatch, redis_store
-from streams.store.redis_store import PageState, Store
+from streams.store.page_record import PageState
+from streams.store.redis_store import Store
 
 #: how a page is stored (before short fields: under its url)
 FIELD: Callable[[str, str], str] = getattr(redis_store, "page_field", lambda _h, u: u)

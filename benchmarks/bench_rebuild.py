@@ -35,16 +35,8 @@ from streams.estimates.estimation import Estimation, EstimatorRecord, Observatio
 from streams.scheduler import NOT_IN_FLIGHT, Scheduler
 from streams.settings import Settings
 from streams.store.host_prior import PRIOR_FIELDS, contribution
-from streams.store.redis_store import (
-    N_SEEN,
-    PageState,
-    Store,
-    bucket_of,
-    layout_after,
-    page_field,
-    ping_fingerprint,
-    record_bytes,
-)
+from streams.store.page_record import N_SEEN, PageState, ping_fingerprint, record_bytes
+from streams.store.redis_store import Store, bucket_of, layout_after, page_field
 from streams.telemetry.metrics import Metrics
 
 

@@ -27,7 +27,8 @@ import numpy as np
 
 from streams.scheduler import Scheduler
 from streams.settings import Settings
-from streams.store.redis_store import PageState, Store, page_field
+from streams.store.page_record import PageState
+from streams.store.redis_store import Store, page_field
 from streams.telemetry.metrics import Metrics
 
 

@@ -21,7 +21,8 @@ import pytest
 
 from streams.settings import Settings
 from streams.store import IssueBatch, StateStore
-from streams.store.redis_store import PageState, Store
+from streams.store.page_record import PageState
+from streams.store.redis_store import Store
 from streams.telemetry.metrics import Metrics
 from streams.worker.agents import register_agents
 

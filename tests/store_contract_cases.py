@@ -1,5 +1,6 @@
-"""The store contract (:class:`streams.store.StateStore`): the cases both backends answer
-to, written once.  Each backend's test module imports them with its own ``store`` fixture:
+"""The store contract (:class:`streams.store.AdminStore`, which holds
+:class:`streams.store.StateStore`): the cases both backends answer to, written once.  Each
+backend's test module imports them with its own ``store`` fixture:
 the in-memory one under ``tests/unit`` (``test_store_contract_memory.py``, no service),
 the Redis one (the Lua scripts, a real Redis) under ``tests/integration``
 (``test_store_contract.py``, which also runs random operations on both side by side)."""
@@ -14,13 +15,13 @@ import pytest
 
 from streams.estimates.estimation import Estimation, Observation, estimates_of
 from streams.store import (
+    AdminStore,
     ControlOp,
     HostOp,
     IssueBatch,
     OutcomeOp,
     PageOp,
     PingBatch,
-    StateStore,
 )
 from streams.store.host_prior import contribution
 from streams.store.page_record import PageState, estimator_part
@@ -46,7 +47,7 @@ def page(url: str, off: int, *, host: str = "a.org", imp: float = 1.0,
     return PageOp(url, host, imp, prior, deleted, T, partition, off)
 
 
-async def test_pages_added_updated_deleted_and_redelivered(store: StateStore) -> None:
+async def test_pages_added_updated_deleted_and_redelivered(store: AdminStore) -> None:
     u = "https://a.org/x"
     (r1,) = await store.apply_pages([page(u, 0, imp=3.0, prior=0.01)])
     assert r1[0] == "added" and PageState.decode(r1[1]) == PageState(3.0, pytest.approx(0.01))
@@ -60,7 +61,7 @@ async def test_pages_added_updated_deleted_and_redelivered(store: StateStore) ->
     assert await store.get_page("a.org", u) is None
 
 
-async def test_ping_codes(store: StateStore) -> None:
+async def test_ping_codes(store: AdminStore) -> None:
     u = "https://a.org/p"
     await store.apply_pages([page(u, 0)])
     await store.apply_outcomes([OutcomeOp(u, "a.org", None, 1000.0, None, "t.out", 0, 0)])
@@ -86,7 +87,7 @@ async def test_ping_codes(store: StateStore) -> None:
     assert [c for c, _v in again] == ["dup-offset", "applied"]
 
 
-async def test_outcome_codes_and_flight(store: StateStore) -> None:
+async def test_outcome_codes_and_flight(store: AdminStore) -> None:
     u, h = "https://a.org/o", "a.org"
     await store.apply_pages([page(u, 0)])
     (iss,) = await store.issue([IssueBatch(h, [(u, "o1")])], now_s=100.0, default_rate=1.0,
@@ -124,7 +125,7 @@ async def test_outcome_codes_and_flight(store: StateStore) -> None:
     assert cleared[2] == 1 and await store.blocked_among(h, [u]) == set()
 
 
-async def test_host_rate_is_the_operators_lowered_by_the_others(store: StateStore) -> None:
+async def test_host_rate_is_the_operators_lowered_by_the_others(store: AdminStore) -> None:
     h = "r.org"
 
     def op(off: int, rate: float | None, source: str, mif: int | None = None) -> HostOp:
@@ -145,7 +146,7 @@ async def test_host_rate_is_the_operators_lowered_by_the_others(store: StateStor
     assert await store.shard_hosts(0) == [h]
 
 
-async def test_control_fields_once_per_offset(store: StateStore) -> None:
+async def test_control_fields_once_per_offset(store: AdminStore) -> None:
     res = await store.apply_control([ControlOp({"budget_per_s": "3"}, "t.control", 0, 0),
                                      ControlOp({"budget_per_s": "9"}, "t.control", 0, 0),
                                      ControlOp({"paused": "1"}, "t.control", 0, 1)])
@@ -153,7 +154,7 @@ async def test_control_fields_once_per_offset(store: StateStore) -> None:
     assert await store.get_control() == {"budget_per_s": "3", "paused": "1"}
 
 
-async def test_issue_tokens_flight_and_expire(store: StateStore) -> None:
+async def test_issue_tokens_flight_and_expire(store: AdminStore) -> None:
     h = "b.org"
     urls = [f"https://b.org/{i}" for i in range(4)]
     await store.apply_pages([page(u, i, host=h) for i, u in enumerate(urls)])
@@ -180,7 +181,7 @@ async def test_issue_tokens_flight_and_expire(store: StateStore) -> None:
     assert set(dump.pages) == set(urls)
 
 
-async def test_a_host_of_many_pages(store: StateStore) -> None:
+async def test_a_host_of_many_pages(store: AdminStore) -> None:
     """1,000 pages of one host (spread over buckets in Redis): every path finds each page."""
     h = "big.org"
     urls = [f"https://big.org/p/{i}" for i in range(1000)]
@@ -219,7 +220,7 @@ async def test_a_host_of_many_pages(store: StateStore) -> None:
         None if u in gone else "EST" for u in urls[:20]]
 
 
-async def _crawl_round(store: StateStore, est: Any, host: str, urls: list[str],
+async def _crawl_round(store: AdminStore, est: Any, host: str, urls: list[str],
                        fetched: float, changed: list[bool], first_offset: int) -> list[Any]:
     """One crawl of each of ``urls`` reported as the outcomes agent reports it: the pages and
     the host's prior sums read, the intervals added (``Estimation.observe``), the records
@@ -241,7 +242,7 @@ async def _crawl_round(store: StateStore, est: Any, host: str, urls: list[str],
 
 
 async def test_host_prior_sums_are_the_incremental_em_of_the_stored_records(
-        store: StateStore) -> None:
+        store: AdminStore) -> None:
     """A host's pages crawled round after round through the store and the estimation
     service: the stored sums are the incremental EM of models.estimators.host_prior run on
     the same observations (each page's posterior under the host's prior before its round,

@@ -154,3 +154,24 @@ def test_test_modules_have_distinct_names() -> None:
     for path in (REPO / "tests").rglob("test_*.py"):
         names.setdefault(path.name, []).append(str(path.relative_to(REPO)))
     assert not {n: p for n, p in names.items() if len(p) > 1}
+
+
+def test_record_layouts_are_imported_from_their_module_not_through_a_backend() -> None:
+    """The page record's names (``streams.store.page_record.__all__``) are imported from
+    ``streams.store.page_record`` everywhere, never through ``streams.store.redis_store``
+    (whose ``__all__`` holds none of them)."""
+    import ast
+
+    from streams.store import page_record, redis_store
+
+    record = set(page_record.__all__)
+    assert not record & set(redis_store.__all__)
+    through = []
+    for top in ("streams", "models", "benchmarks", "experiments", "infra", "tests"):
+        for p in sorted((REPO / top).rglob("*.py")):
+            for node in ast.walk(ast.parse(p.read_text())):
+                if (isinstance(node, ast.ImportFrom) and node.module == "streams.store.redis_store"
+                        and p.name != "redis_store.py"):
+                    through += [(str(p.relative_to(REPO)), a.name) for a in node.names
+                                if a.name in record]
+    assert through == []

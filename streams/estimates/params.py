@@ -41,7 +41,7 @@ from streams.estimates.estimation import (
 from streams.estimates.record import gamma_from_totals, record_heads, record_sizes
 from streams.events.records import SOURCES
 from streams.settings import Settings
-from streams.store.redis_store import PAGE_DTYPE, PAGE_STRUCT, PAGE_VERSION, PageState, record_bytes
+from streams.store.page_record import PAGE_DTYPE, PAGE_STRUCT, PAGE_VERSION, PageState, record_bytes
 
 __all__ = ["PageParams", "ParamsMany", "page_params", "page_params_many"]
 

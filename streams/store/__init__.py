@@ -1,9 +1,11 @@
-"""The state behind the agents and the scheduler: :class:`StateStore` and its backends,
+"""The state behind the agents and the scheduler: :class:`StateStore` (and
+:class:`AdminStore`, the commands', dashboard's and demo's calls besides) and its backends,
 Redis (:class:`streams.store.redis_store.Store`, production) and memory (:class:`MemoryStore`,
 tests)."""
 
 from streams.store.memory import MemoryStore
 from streams.store.protocol import (
+    AdminStore,
     ControlOp,
     HostOp,
     IssueBatch,
@@ -16,6 +18,7 @@ from streams.store.protocol import (
 )
 
 __all__ = [
+    "AdminStore",
     "ControlOp",
     "HostOp",
     "IssueBatch",

@@ -1,6 +1,8 @@
-"""What the agents and the scheduler need of the state, whatever holds it.
+"""What the agents and the scheduler need of the state, whatever holds it
+(:class:`StateStore`), and what the commands, the dashboard and the demo read and do besides
+(:class:`AdminStore`).
 
-Two backends implement :class:`StateStore`: :class:`streams.store.redis_store.Store` (Redis; every
+Two backends implement both: :class:`streams.store.redis_store.Store` (Redis; every
 mutation one Lua script of ``streams/store/lua/``, the source of truth in production) and
 :class:`streams.store.memory.MemoryStore` (plain dictionaries in this process: the agents'
 unit tests, with ``agent.test_context()``).  ``tests/integration/test_store_contract.py``
@@ -44,6 +46,7 @@ from streams.events.records import MAX_IN_FLIGHT, MAX_RATE_PER_S
 from streams.store.page_record import PageState, estimator_part
 
 __all__ = [
+    "AdminStore",
     "ControlOp",
     "HostDump",
     "HostInfo",
@@ -249,18 +252,8 @@ class StateStore(Protocol):
         ...
 
     # -- reads -----------------------------------------------------------------------------
-    async def get_page(self, host: str, url: str) -> PageState | None: ...
-
-    async def get_page_raw(self, host: str, url: str) -> str | None: ...
-
     async def get_pages(self, host: str, urls: Sequence[str]
                         ) -> dict[str, tuple[str | None, ...]]: ...
-
-    async def explain_data(self, host: str, url: str) -> dict[str, Any]: ...
-
-    async def get_host(self, host: str) -> HostInfo: ...
-
-    async def host_stats(self, host: str) -> dict[str, Any]: ...
 
     async def shard_hosts(self, partition: int) -> list[str]: ...
 
@@ -274,14 +267,39 @@ class StateStore(Protocol):
 
     async def put_shards(self, entries: dict[int, dict[str, Any]]) -> None: ...
 
-    async def get_truth(self) -> dict[str, Any] | None: ...
-
     async def server_time(self) -> float: ...
 
     async def load_scripts(self) -> None:
-        """Make the store ready again after it lost its scripts (a no-op where none)."""
+        """Make the store ready again after it lost its scripts (a no-op where none): the
+        scheduler's loop starts with it, e.g. after Redis restarted."""
         ...
 
-    async def delete_all(self) -> int: ...
-
     async def close(self) -> None: ...
+
+
+@runtime_checkable
+class AdminStore(StateStore, Protocol):
+    """:class:`StateStore` and what the operator's commands, the dashboard and the demo read
+    and do besides (no agent or scheduler calls these): one page's stored state, a host's
+    capacity and counts, the demo's ground truth, deleting every key of the prefix."""
+
+    async def get_page(self, host: str, url: str) -> PageState | None: ...
+
+    async def get_page_raw(self, host: str, url: str) -> str | None: ...
+
+    async def explain_data(self, host: str, url: str) -> dict[str, Any]:
+        """What ``recrawl explain`` and ``GET /explain`` show of a page: its stored state,
+        estimator record, order in flight, host."""
+        ...
+
+    async def get_host(self, host: str) -> HostInfo: ...
+
+    async def host_stats(self, host: str) -> dict[str, Any]: ...
+
+    async def get_truth(self) -> dict[str, Any] | None:
+        """The demo's ground truth, if one was stored."""
+        ...
+
+    async def delete_all(self) -> int:
+        """Delete every key of the store's prefix; the number deleted."""
+        ...

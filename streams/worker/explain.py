@@ -18,7 +18,7 @@ from streams.estimates.params import page_params
 from streams.events.records import SOURCES, check_url, host_of, shard_of
 from streams.scheduler import Control
 from streams.settings import Settings
-from streams.store.redis_store import Store
+from streams.store import AdminStore
 
 __all__ = ["estimates_view", "explain"]
 
@@ -58,7 +58,7 @@ def estimates_view(record: str | None,
     }
 
 
-async def explain(store: Store, settings: Settings, url: str, now_s: float,
+async def explain(store: AdminStore, settings: Settings, url: str, now_s: float,
                   decisions: Sequence[str] | None = None,
                   steady: Callable[[], Awaitable[float | None]] | None = None,
                   ) -> dict[str, Any]:

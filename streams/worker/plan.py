@@ -35,8 +35,8 @@ from models.policies import optimal_thresholds
 from streams.estimates.params import page_params
 from streams.scheduler import Control
 from streams.settings import Settings
+from streams.store import StateStore
 from streams.store.page_record import PageState
-from streams.store.redis_store import Store
 
 #: a shard entry younger than this is a live worker's (as the scheduler's resplit reads them)
 LIVE_S = 3.0
@@ -70,7 +70,7 @@ class PlanInputs:
         return int(self.mu.size)
 
 
-async def load_inputs(store: Store, settings: Settings, *, chunk: int = 50) -> PlanInputs:
+async def load_inputs(store: StateStore, settings: Settings, *, chunk: int = 50) -> PlanInputs:
     """Every page's parameters, read the way the scheduler rebuilds its shards."""
     raw_control = await store.get_control()
     control = Control.from_redis(raw_control, settings)
@@ -161,7 +161,7 @@ def _row(inputs: PlanInputs, budget_per_s: float) -> dict[str, Any]:
 
 
 async def plan_from_store(
-    store: Store, settings: Settings, budgets_per_s: Sequence[float]
+    store: StateStore, settings: Settings, budgets_per_s: Sequence[float]
 ) -> dict[str, Any]:
     """:func:`load_inputs` then :func:`plan` in a thread (the solver is CPU work: a worker
     calling this keeps its event loop free)."""
@@ -223,7 +223,7 @@ class SingleFlight:
         return value
 
 
-async def steady_threshold(store: Store, settings: Settings) -> float | None:
+async def steady_threshold(store: StateStore, settings: Settings) -> float | None:
     """``Lambda`` of the continuous optimum at the control budget: where the crawl-value
     threshold settles once the pages above it have been crawled (Theorem 1 of paper 004);
     None with no budget or no pages.  Reads the whole catalogue (as :func:`load_inputs`)."""

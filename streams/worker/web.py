@@ -48,7 +48,7 @@ from streams.events.records import shard_of
 from streams.reach import redis_address
 from streams.scheduler import Scheduler
 from streams.settings import Settings
-from streams.store.redis_store import Store
+from streams.store import AdminStore
 from streams.telemetry.metrics import Metrics
 from streams.worker.explain import explain
 from streams.worker.plan import MAX_PLAN_BUDGETS, SingleFlight, plan_from_store, steady_threshold
@@ -129,7 +129,7 @@ def guard_middleware(allowed: frozenset[str]) -> Callable[..., Awaitable[Any]]:
 
 
 def register_views(
-    app: faust.App, settings: Settings, store: Store, scheduler: Scheduler, metrics: Metrics
+    app: faust.App, settings: Settings, store: AdminStore, scheduler: Scheduler, metrics: Metrics
 ) -> None:
     steady_cache: list[tuple[float, float | None]] = []
     allowed = frozenset(h.strip().lower() for h in settings.web_allowed_hosts.split(",")

@@ -12,8 +12,9 @@ import pytest
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
 
 from streams.settings import Settings
+from streams.store.page_record import PageState
 from streams.store.redis_conn import connect_sync as connect_redis_sync
-from streams.store.redis_store import PageState, page_url
+from streams.store.redis_store import page_url
 
 pytestmark = pytest.mark.integration
 

@@ -29,8 +29,9 @@ from infra.proc import spawn
 from streams.events.records import host_of
 from streams.integrations.scrapy import MAX_BODY_BYTES, ROBOTS_ERROR, outcome
 from streams.settings import Settings
+from streams.store.page_record import PageState
 from streams.store.redis_conn import connect as connect_redis
-from streams.store.redis_store import PageState, page_field
+from streams.store.redis_store import page_field
 from streams.testweb.server import TestWeb
 
 pytestmark = pytest.mark.integration

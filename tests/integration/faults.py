@@ -34,8 +34,9 @@ from infra.proc import stop_group
 from streams.estimates.estimation import EstimatorRecord
 from streams.events.records import SOURCES
 from streams.settings import Settings
+from streams.store.page_record import PageState, estimator_part
 from streams.store.redis_conn import connect_sync as connect_redis_sync
-from streams.store.redis_store import PageState, estimator_part, page_url
+from streams.store.redis_store import page_url
 
 INPUT = ("pages", "pings", "outcomes", "hosts", "control")
 

@@ -19,7 +19,7 @@ from aiokafka.errors import KafkaConnectionError, KafkaTimeoutError
 
 from streams.scheduler import Scheduler
 from streams.store import IssueBatch
-from streams.store.redis_store import PageState
+from streams.store.page_record import PageState
 
 pytestmark = pytest.mark.integration
 

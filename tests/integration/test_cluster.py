@@ -12,8 +12,9 @@ import pytest
 from kafka_io import consume, produce_json, wait_for
 
 from streams.settings import Settings
+from streams.store.page_record import PageState
 from streams.store.redis_conn import connect_sync
-from streams.store.redis_store import PageState, page_field
+from streams.store.redis_store import page_field
 
 pytestmark = pytest.mark.integration
 

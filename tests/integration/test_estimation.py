@@ -29,7 +29,7 @@ from streams.estimates.params import page_params
 from streams.events.records import SOURCES
 from streams.settings import Settings
 from streams.store import OutcomeOp
-from streams.store.redis_store import PageState
+from streams.store.page_record import PageState
 from streams.worker.explain import estimates_view
 
 HOUR = 3600.0

@@ -12,7 +12,8 @@ import pytest
 from test_plan import eq5_by_hand, put_pages, settings_for
 
 from streams.events.records import shard_of
-from streams.store.redis_store import PageState, Store
+from streams.store.page_record import PageState
+from streams.store.redis_store import Store
 from streams.worker.explain import explain
 from streams.worker.plan import steady_threshold
 

@@ -31,7 +31,8 @@ from streams.events.records import (
 )
 from streams.scheduler import Scheduler
 from streams.settings import Settings
-from streams.store.redis_store import PageState, Store
+from streams.store.page_record import PageState
+from streams.store.redis_store import Store
 from streams.telemetry.metrics import Metrics
 from streams.worker.agents import Agents, kafka_transient, transient_reply
 

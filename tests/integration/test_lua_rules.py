@@ -24,8 +24,8 @@ from models.decision.hosts import admit, binding_rate, refill
 from models.decision.pings import VERDICTS, ping_verdict
 from streams.store import HostOp, IssueBatch, PingBatch
 from streams.store.memory import MemoryStore
-from streams.store.page_record import FP_BYTES, N_SEEN, ping_fingerprint
-from streams.store.redis_store import PageState, Store, record_bytes
+from streams.store.page_record import FP_BYTES, N_SEEN, PageState, ping_fingerprint, record_bytes
+from streams.store.redis_store import Store
 
 pytestmark = pytest.mark.integration
 

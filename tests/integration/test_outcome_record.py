@@ -11,7 +11,8 @@ import pytest
 
 from streams.events.records import SOURCES
 from streams.store import OutcomeOp
-from streams.store.redis_store import N_SEEN, PageState, Store, record_bytes
+from streams.store.page_record import N_SEEN, PageState, record_bytes
+from streams.store.redis_store import Store
 
 pytestmark = pytest.mark.integration
 

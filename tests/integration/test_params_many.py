@@ -14,7 +14,7 @@ from streams.estimates.estimation import Estimation, Observation
 from streams.estimates.params import page_params, page_params_many
 from streams.events.records import SOURCES
 from streams.settings import Settings
-from streams.store.redis_store import PageState, estimator_part
+from streams.store.page_record import PageState, estimator_part
 
 
 def _records() -> list[str]:

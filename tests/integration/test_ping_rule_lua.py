@@ -16,8 +16,15 @@ from redis.exceptions import ResponseError
 from models.decision.pings import VERDICTS, ping_verdict
 from streams.events.records import SOURCES
 from streams.store import OutcomeOp, PageOp, PingBatch
-from streams.store.page_record import FP_BYTES, PAGE_STRUCT, ping_fingerprint
-from streams.store.redis_store import N_SEEN, PageState, Store, record_bytes
+from streams.store.page_record import (
+    FP_BYTES,
+    N_SEEN,
+    PAGE_STRUCT,
+    PageState,
+    ping_fingerprint,
+    record_bytes,
+)
+from streams.store.redis_store import Store
 
 pytestmark = pytest.mark.integration
 

@@ -17,7 +17,8 @@ from scipy.special import gammainc
 from models.policies import optimal_thresholds
 from streams.estimates.estimation import Estimation, Observation
 from streams.settings import Settings
-from streams.store.redis_store import PageState, Store
+from streams.store.page_record import PageState
+from streams.store.redis_store import Store
 from streams.worker.plan import load_inputs, plan
 
 HOUR = 3600.0

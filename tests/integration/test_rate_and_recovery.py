@@ -12,8 +12,9 @@ from kafka_io import consume, produce_json, wait_for
 
 from infra.proc import free_port
 from streams.settings import Settings
+from streams.store.page_record import PageState
 from streams.store.redis_conn import connect_sync as connect_redis_sync
-from streams.store.redis_store import PageState, page_field
+from streams.store.redis_store import page_field
 
 pytestmark = pytest.mark.integration
 

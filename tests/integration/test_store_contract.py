@@ -1,6 +1,7 @@
-"""The store contract (``streams.store.StateStore``): one suite, run on both backends, the
-Redis one (the Lua scripts, a real Redis) and the in-memory one; and a differential run of
-random operations on both side by side, reply for reply and record for record.
+"""The store contract (``streams.store.AdminStore``, which holds ``StateStore``): one suite,
+run on both backends, the Redis one (the Lua scripts, a real Redis) and the in-memory one;
+and a differential run of random operations on both side by side, reply for reply and
+record for record.
 
 The cases both backends answer to are ``tests/store_contract_cases.py``'s: here on Redis,
 and on the in-memory backend under ``tests/unit`` (``test_store_contract_memory.py``).
@@ -18,6 +19,7 @@ from store_contract_cases import *  # noqa: F403 (the shared cases, collected he
 from store_contract_cases import T, page
 
 from streams.store import (
+    AdminStore,
     ControlOp,
     HostOp,
     IssueBatch,
@@ -40,9 +42,9 @@ async def _redis_store(redis_url: str) -> Store:
 
 
 @pytest.fixture
-async def store(redis_url: str) -> AsyncIterator[StateStore]:
-    s: StateStore = await _redis_store(redis_url)
-    assert isinstance(s, StateStore)
+async def store(redis_url: str) -> AsyncIterator[AdminStore]:
+    s: AdminStore = await _redis_store(redis_url)
+    assert isinstance(s, AdminStore)
     yield s
     await s.delete_all()
     await s.close()

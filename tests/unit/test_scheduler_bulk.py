@@ -17,7 +17,7 @@ from streams.estimates.estimation import Estimation, Observation
 from streams.events.records import SOURCES
 from streams.scheduler import Scheduler, Shard
 from streams.settings import Settings
-from streams.store.redis_store import PageState
+from streams.store.page_record import PageState
 from streams.telemetry.metrics import Metrics
 
 NOW = 1.8e9

@@ -166,7 +166,7 @@ def test_a_ping_reuses_the_tables_estimate_exactly() -> None:
     from streams.estimates.estimation import Estimation, Observation, estimates_of
     from streams.estimates.params import page_params
     from streams.scheduler import NOT_IN_FLIGHT
-    from streams.store.redis_store import PageState
+    from streams.store.page_record import PageState
 
     est = Estimation()
     record = None

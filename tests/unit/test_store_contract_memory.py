@@ -9,13 +9,13 @@ from collections.abc import AsyncIterator
 import pytest
 from store_contract_cases import *  # noqa: F403 (the shared cases, collected here)
 
-from streams.store import MemoryStore, StateStore
+from streams.store import AdminStore, MemoryStore
 
 
 @pytest.fixture
-async def store() -> AsyncIterator[StateStore]:
-    s: StateStore = MemoryStore()
-    assert isinstance(s, StateStore)
+async def store() -> AsyncIterator[AdminStore]:
+    s: AdminStore = MemoryStore()
+    assert isinstance(s, AdminStore)
     yield s
     await s.delete_all()
     await s.close()
