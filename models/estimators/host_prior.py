@@ -149,37 +149,51 @@ def grid_log_likelihood(state: BatchSignalState, pages: IntArray | None = None,
     kap = state.theta[idx, 1:] if kappa is None else np.asarray(kappa, dtype=np.float64)
     if kap.shape != (idx.size, d - 1):
         raise ValueError(f"kappa must have shape ({idx.size}, {d - 1}), got {kap.shape}")
-    lam = _GRID[None, :]
+    lam = _GRID
     unchanged = state.unchanged[idx]
-    out = -unchanged[:, :1] * lam - np.sum(unchanged[:, 1:] * kap, axis=1)[:, None]
+    # (pages x grid) arrays built in place, and each term only on the rows it is not 0 on
+    out = np.multiply.outer(-unchanged[:, 0], lam)
+    out -= np.sum(unchanged[:, 1:] * kap, axis=1)[:, None]
     ring = state.ring[idx]
     rw = _ring_weights(ring, state.ring_len[idx], state.ring_pos[idx])
     for j in range(ring.shape[1]):
-        w = rw[:, j]
-        if not np.any(w > 0.0):
+        r = np.flatnonzero(rw[:, j] > 0.0)
+        if not r.size:
             continue
-        x = ring[:, j, :1] * lam + np.sum(ring[:, j, 1:d] * kap, axis=1)[:, None]
-        out += np.where(w[:, None] > 0.0, w[:, None] * _log1mexp(x), 0.0)
+        x = np.multiply.outer(ring[r, j, 0], lam)
+        x += np.sum(ring[r, j, 1:d] * kap[r], axis=1)[:, None]
+        term = _log1mexp(x)
+        term *= rw[r, j][:, None]
+        out[r] += term
     rep = state.rep[idx]
-    if np.any(rep[:, 0] > 0.0):
-        out += np.where(rep[:, :1] > 0.0, rep[:, :1] * _log1mexp(rep[:, 1:2] * lam), 0.0)
+    r = np.flatnonzero(rep[:, 0] > 0.0)
+    if r.size:
+        term = _log1mexp(np.multiply.outer(rep[r, 1], lam))
+        term *= rep[r, 0][:, None]
+        out[r] += term
     if d > 1:
         qb, qa = state.quad_b[idx], state.quad_a[idx]
         # theta = (lam, kappa): b.theta - theta'A theta/2, expanded in lam
         c0 = (np.sum(qb[:, 1:] * kap, axis=1)
               - 0.5 * np.einsum("ni,nij,nj->n", kap, qa[:, 1:, 1:], kap))
         c1 = qb[:, 0] - np.einsum("nj,nj->n", qa[:, 0, 1:], kap)
-        out += c0[:, None] + c1[:, None] * lam - 0.5 * qa[:, 0, 0][:, None] * lam * lam
+        c2 = 0.5 * qa[:, 0, 0]
+        r = np.flatnonzero((c0 != 0.0) | (c1 != 0.0) | (c2 != 0.0))
+        if r.size:
+            quad = np.multiply.outer(c1[r], lam)
+            quad -= np.multiply.outer(c2[r], lam * lam)
+            quad += c0[r, None]
+            out[r] += quad
     res: nm.FloatArray = out
     return res
 
 
 def _log1mexp(x: nm.FloatArray) -> nm.FloatArray:
-    """``log(1 - exp(-x))`` for ``x >= 0`` (``-inf`` at 0), accurate at both ends."""
-    x = np.maximum(x, 1e-300)
-    small = x < math.log(2.0)
-    out: nm.FloatArray = np.log1p(-np.exp(-np.where(small, math.log(2.0), x)))
-    out = np.where(small, np.log(-np.expm1(-np.where(small, x, 1.0))), out)
+    """``log(1 - exp(-x))`` for ``x >= 0`` (``-inf`` at 0): ``log(-expm1(-x))``, within
+    ~1e-16 of the exact value everywhere (absolute: where ``exp(-x)`` is below the double's
+    epsilon the result is 0 instead of ``-exp(-x)``), which is what a sum of
+    log-likelihood terms needs."""
+    out: nm.FloatArray = np.log(-np.expm1(-np.maximum(x, 1e-300)))
     return out
 
 
@@ -202,8 +216,11 @@ def page_posteriors(loglik: nm.FloatArray, prior: GammaPrior | tuple[nm.FloatArr
         if a.shape != (ll.shape[0],) or b.shape != a.shape or not (
                 np.all(a > 0) and np.all(b > 0)):
             raise ValueError(f"prior arrays must be {ll.shape[0]} shapes and rates > 0")
-    logp = (ll + (a * np.log(b) - gammaln(a))[:, None] + a[:, None] * _LOG_GRID[None, :]
-            - b[:, None] * _GRID[None, :])  # log Gamma density + log lambda (the jacobian)
+    # log Gamma density + log lambda (the jacobian), built in place
+    logp = np.multiply.outer(a, _LOG_GRID)
+    logp -= np.multiply.outer(b, _GRID)
+    logp += (a * np.log(b) - gammaln(a))[:, None]
+    logp += ll
     # the prior's mass under the grid, where the likelihood is its value at the grid's
     # first point (constant there unless the page changed, and then negligible):
     # P(lambda < l0) = P(a, b*l0) (regularised lower incomplete gamma), and under a
@@ -212,7 +229,8 @@ def page_posteriors(loglik: nm.FloatArray, prior: GammaPrior | tuple[nm.FloatArr
     with np.errstate(divide="ignore"):
         log_tail = ll[:, 0] + np.log(tail_mass) - _STEP_LOG
     top = np.maximum(np.max(logp, axis=1), log_tail)[:, None]
-    w = np.exp(logp - top)
+    w = np.subtract(logp, top)
+    np.exp(w, out=w)
     wt = np.exp(log_tail - top[:, 0])
     z = np.sum(w, axis=1) + wt
     mean = (w @ _GRID + wt * GRID_MIN_PER_S * a / (a + 1.0)) / z

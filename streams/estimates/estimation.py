@@ -253,7 +253,11 @@ class Estimation:
             return None
         rows = np.flatnonzero(use)
         sums = np.array([observations[i].host_sums for i in rows.tolist()], dtype=np.float64)
-        shape, rate, fitted = host_priors(sums[:, 0], sums[:, 1], sums[:, 2])
+        # one M-step per host (a chunk's pages of one host read the same sums)
+        uniq, inv = np.unique(sums, axis=0, return_inverse=True)
+        inv = inv.reshape(-1)
+        h_shape, h_rate, h_fitted = host_priors(uniq[:, 0], uniq[:, 1], uniq[:, 2])
+        shape, rate, fitted = h_shape[inv], h_rate[inv], h_fitted[inv]
         own = np.isfinite(rates[rows]) & (rates[rows] > 0.0)
         start = np.where(own, rates[rows], self.estimator.init().theta[0])
         post = host_contributions(grid_log_likelihood(batch, rows), shape, rate, fitted,
