@@ -248,7 +248,8 @@ def page_posteriors(loglik: nm.FloatArray, prior: GammaPrior | tuple[nm.FloatArr
         if narrow.any():
             rr, gg = r[narrow], gi[narrow]
             c = curv[narrow]
-            u = _LOG_GRID[gg] + (yp[narrow] - ym[narrow]) / (2.0 * _STEP * _STEP * c)
+            # the vertex of y0 + B x - c x^2 / 2 through x = -h, 0, h: B / c, B = (yp - ym) / 2h
+            u = _LOG_GRID[gg] + (yp[narrow] - ym[narrow]) / (2.0 * _STEP * c)
             var = 1.0 / c
             mean[rr] = np.exp(u + 0.5 * var)
             mlog[rr] = u

@@ -314,3 +314,33 @@ def test_a_record_holds_the_model_state_of_any_history() -> None:
         [u - b for u, b in zip(st.unchanged, st.quad_b, strict=True)], rel=1e-6)
     (again,) = est.results([back.state])
     assert again.alpha_per_s == pytest.approx(e.alpha_per_s, rel=1e-4)
+
+
+def test_the_host_mean_is_alpha_once_the_host_prior_is_in_use() -> None:
+    """A record's ``host`` mean is the crawl-value ``alpha`` where stored positive (its
+    host had ``host_min_pages`` pages; the page has no prior rate of its own), the page's own
+    mode otherwise; ``page_params`` and the rebuild's ``page_params_many`` read the same."""
+    est = Estimation(host_min_pages=20)
+    big = (20.0, 20 / 86400.0, 20 * (math.log(1 / 86400.0) - 0.5))
+    small = (19.0, 19 / 86400.0, 19 * (math.log(1 / 86400.0) - 0.5))
+    obs = [Observation(None, HOUR, (0, 1, 0, 0, 0), True, 1e6, None, big),
+           Observation(None, HOUR, (0, 1, 0, 0, 0), True, 1e6, None, small),
+           Observation(None, HOUR, (0, 1, 0, 0, 0), True, 1e6, 1e-4, big),
+           Observation(None, HOUR, (0, 1, 0, 0, 0), True, 1e6, None, None)]
+    recs = est.observe(obs)
+    decoded = [EstimatorRecord.decode(r) for r in recs]
+    mean0 = decoded[0].host[0]
+    assert mean0 > 0.0 and decoded[1].host[0] < 0.0 and decoded[2].host[0] < 0.0
+    assert decoded[3].host == (0.0, 0.0)
+    # one changed hour moves the page above its host's mean (1/day), not to its own mode
+    assert 1.0 / 86400.0 < mean0 != decoded[0].estimates.alpha_per_s
+    values = [PageState(1.0, o.prior_rate_per_s, 2e6, (0, 1, 0, 0, 0)).encode(r)
+              for o, r in zip(obs, recs, strict=True)]
+    many = page_params_many(values, Settings())
+    assert many is not None
+    for i, (v, d) in enumerate(zip(values, decoded, strict=True)):
+        one = page_params(PageState.decode(v), estimator_part(v), Settings())
+        want = mean0 if i == 0 else d.estimates.alpha_per_s
+        assert one.alpha_per_s == want and many.alpha[i] == want
+        assert many.delta[i] == pytest.approx(one.change_rate_per_s, rel=1e-12)
+        assert many.beta[i] == pytest.approx(one.beta_s, rel=1e-12)

@@ -226,3 +226,20 @@ def test_online_rates_fit_one_prior_per_host() -> None:
         return float(np.mean(np.log(learner.params()[0] / lam_day) ** 2))
 
     assert err(per_host) < 0.7 * err(one)
+
+
+@pytest.mark.parametrize("shape", [100.0, 1000.0, 1e4])
+def test_a_narrow_posterior_is_centred_where_its_density_peaks(shape: float) -> None:
+    """Narrower than two grid steps, the posterior mean is the Laplace value of the parabola
+    through the mode's three grid points: a page without data under a narrow Gamma gets
+    the Gamma's mean and ``E[log lambda]`` (wherever the mean falls between grid points)."""
+    from scipy.special import digamma
+
+    from models.estimators.host_prior import GRID_POINTS
+
+    means = np.exp(np.linspace(np.log(1e-6), np.log(1e-2), 23))
+    post = page_posteriors(np.zeros((means.size, GRID_POINTS)),
+                           (np.full(means.size, shape), shape / means))
+    np.testing.assert_allclose(post.mean_per_s, means, rtol=0.01)
+    np.testing.assert_allclose(post.mean_log, digamma(shape) - np.log(shape / means),
+                               atol=0.01)
