@@ -35,10 +35,11 @@ Parameters for the crawl value
 The value function (Theorem 1 of paper 004) has one signal source; with several we use
 ``alpha`` (changes no source signals), ``gamma = sum_g gamma_g`` (all signals observed) and
 ``beta = ln(gamma/nu)/alpha`` with ``nu = sum_g gamma_g exp(-alpha beta_g)``: Sec. 3 of
-paper 004 applied to the merged source (:func:`models.decision.pooling.pooled_beta`, the
-same rule as the simulator; the plain mean of ``beta_g`` while ``gamma = 0``).  ``alpha``
-may be taken at an upper quantile of its posterior (``settings.estimate_quantile``,
-:func:`conservative_change_rate` of paper 003 Sec. 5.3) while the estimate converges;
+paper 004 applied to the merged source (:func:`models.decision.pooling.pooled_params`, the
+same rule as the simulator, in :func:`streams.estimates.params.params_arrays`; the plain
+mean of ``beta_g`` while ``gamma = 0``).  ``alpha`` may be taken at an upper quantile of
+its posterior (``settings.estimate_quantile``, :func:`conservative_change_rate` of paper 003
+Sec. 5.3) while the estimate converges;
 ``kappa_g = alpha*beta_g`` is kept, so a signal's evidence does not change with the quantile.
 
 A crawl whose outcome says ``changed: null`` (the fetcher's first fetch of a URL: nothing to
@@ -55,7 +56,6 @@ from dataclasses import dataclass, replace
 import numpy as np
 import numpy.typing as npt
 
-from models.decision.pooling import pooled_beta
 from models.estimators import (
     BatchEstimate,
     BatchSignalState,
@@ -66,7 +66,6 @@ from models.estimators import (
     batch_from_bytes,
     batch_result,
     batch_update,
-    conservative_change_rate,
     states_to_batch,
     update_many,
 )
@@ -104,7 +103,6 @@ __all__ = [
     "full_estimates",
     "gamma_from_totals",
     "group_counts",
-    "value_parameters",
 ]
 
 
@@ -338,17 +336,3 @@ def _estimates_list(r: BatchEstimate, states: Sequence[SignalState]) -> list[Est
                   tuple(p_se[i]), tuple(q[i]), tuple(q_se[i]), st.n_intervals)
         for i, st in enumerate(states)
     ]
-
-
-def value_parameters(
-    est: Estimates, quantile: float
-) -> tuple[float, tuple[float, ...], float, float]:
-    """``(alpha, beta per group, gamma, beta)`` for the crawl value (module docstring)."""
-    alpha = max(est.alpha_per_s, 1e-300)
-    if quantile != 0.5:
-        alpha = float(conservative_change_rate(alpha, est.alpha_se_per_s, quantile)) or alpha
-    betas = tuple(k / alpha for k in est.kappa)
-    gamma = float(sum(est.gamma_per_s))
-    # the merged source of paper 004 Sec. 3 (models.decision.pooling): the simulator's rule
-    beta = pooled_beta(alpha, betas, est.gamma_per_s)
-    return alpha, betas, gamma, beta

@@ -36,14 +36,13 @@ from streams.estimates.estimation import (
     GROUPS,
     Estimates,
     estimates_of,
-    value_parameters,
 )
 from streams.estimates.record import gamma_from_totals, record_heads, record_sizes
 from streams.events.records import SOURCES
 from streams.settings import Settings
 from streams.store.page_record import PAGE_DTYPE, PAGE_STRUCT, PAGE_VERSION, PageState, record_bytes
 
-__all__ = ["PageParams", "ParamsMany", "page_params", "page_params_many"]
+__all__ = ["PageParams", "ParamsMany", "page_params", "page_params_many", "params_arrays"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -84,25 +83,28 @@ class PageParams:
 def page_params(
     state: PageState, estimator: str | Estimates | None, settings: Settings
 ) -> PageParams:
-    """Parameters of one page (``estimator``: its stored record or its parsed estimates)."""
+    """Parameters of one page (``estimator``: its stored record or its parsed estimates):
+    :func:`params_arrays` on arrays of one page.  ``ValueError`` if its estimate is out
+    of the quantile's range."""
     est = estimates_of(estimator) if isinstance(estimator, str) else estimator
+    rows = None
     if est is not None and est.n_intervals > 0:
-        alpha, group_betas, gamma, beta = value_parameters(est, settings.estimate_quantile)
-        betas = tuple(group_betas[g] for g in GROUP_OF)
-        delta = est.change_rate_per_s
-        estimated = True
-    else:
-        prior = state.prior_change_rate_per_s
-        delta = prior if prior is not None and prior > 0.0 else settings.default_change_rate_per_s
-        alpha, gamma = delta, 0.0
-        beta = -math.log(1.0 - settings.default_source_precision) / alpha
-        betas = (beta,) * len(SOURCES)
-        estimated = False
-    if state.crawled:
-        origin = state.last_crawl_s - sum(b * n for b, n in zip(betas, state.signals, strict=True))
-    else:
-        origin = 0.0
-    return PageParams(alpha, beta, gamma, state.importance, delta, betas, origin, estimated)
+        e = np.full((1, _N_EST), np.nan)
+        e[0, :3] = est.alpha_per_s, est.alpha_se_per_s, est.change_rate_per_s
+        e[0, _GAMMA], e[0, _KAPPA] = est.gamma_per_s, est.kappa
+        e[0, -1] = est.n_intervals
+        rows = (_ROW0, e)
+    prior = state.prior_change_rate_per_s
+    m = params_arrays(np.array([state.importance]),
+                      np.array([math.nan if prior is None else prior]),
+                      np.array([state.last_crawl_s]),
+                      np.array([state.signals], dtype=np.float64), rows, settings)
+    return PageParams(float(m.alpha[0]), float(m.beta[0]), float(m.gamma[0]),
+                      state.importance, float(m.delta[0]), tuple(m.src_beta[0].tolist()),
+                      float(m.origin[0]), bool(m.estimated[0]))
+
+
+_ROW0 = np.zeros(1, dtype=np.int64)
 
 
 #: columns of the estimates matrix of :func:`_estimates_many` (as the fields of
@@ -135,14 +137,30 @@ def page_params_many(values: Sequence[str | bytes], settings: Settings) -> Param
     each its page record and estimator record): the same formulas on arrays, so a shard of 10^6
     pages is rebuilt without 10^6 Python calls (binary records: ``numpy.frombuffer``).
     None if a stored value is no page record (the caller then goes page by page, which counts
-    the bad ones); ``tests/integration/test_params_many.py`` checks it equals
+    the bad ones); ``tests/unit/test_params_many.py`` checks it equals
     :func:`page_params`."""
-    n, n_src = len(values), len(SOURCES)
-    raw = [record_bytes(v) for v in values]
-    pages = _pages_many(raw)
+    pages = _pages_many([record_bytes(v) for v in values])
     if pages is None:
         return None
-    imp, prior, last, sig, est = pages
+    try:
+        return params_arrays(*pages, settings)
+    except ValueError:  # some record out of range: page by page, counted
+        return None
+
+
+def params_arrays(
+    imp: npt.NDArray[np.float64], prior: npt.NDArray[np.float64],
+    last: npt.NDArray[np.float64], sig: npt.NDArray[np.float64],
+    est: tuple[npt.NDArray[np.int64], npt.NDArray[np.float64]] | None, settings: Settings,
+) -> ParamsMany:
+    """The parameters (module docstring) of pages given as arrays: importance, prior change
+    rate (NaN: none), last crawl (0: never), signal counts ``(n, sources)`` and, for the
+    rows ``est[0]`` with an estimate, its numbers ``est[1]`` (columns as
+    :class:`streams.estimates.estimation.Estimates`' fields: alpha, alpha_se, Delta, -,
+    gamma per group, kappa per group, ..., n_intervals last).  The one implementation of
+    the formulas: :func:`page_params` (one page) and :func:`page_params_many` (stored
+    values) call it.  ``ValueError`` if an estimate is out of the quantile's range."""
+    n, n_src = len(imp), sig.shape[1]
     crawled = last > 0.0
     # priors (before any observed interval): Greedy's alpha = Delta, gamma = 0
     delta = np.where(np.isfinite(prior) & (prior > 0.0), prior,
@@ -160,10 +178,7 @@ def page_params_many(values: Sequence[str | bytes], settings: Settings) -> Param
         if rows.size:
             a = np.maximum(e[:, 0], 1e-300)
             if settings.estimate_quantile != 0.5:
-                try:
-                    q = conservative_change_rate(a, e[:, 1], settings.estimate_quantile)
-                except ValueError:  # some record out of range: page by page, counted
-                    return None
+                q = conservative_change_rate(a, e[:, 1], settings.estimate_quantile)
                 a = np.where(q != 0.0, q, a)
             gam = e[:, _GAMMA]
             with np.errstate(divide="ignore", over="ignore", invalid="ignore"):

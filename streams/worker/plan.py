@@ -32,7 +32,7 @@ from typing import Any
 import numpy as np
 
 from models.policies import optimal_thresholds
-from streams.estimates.params import page_params
+from streams.estimates.params import page_params_many
 from streams.scheduler import Control
 from streams.settings import Settings
 from streams.store import StateStore
@@ -71,7 +71,8 @@ class PlanInputs:
 
 
 async def load_inputs(store: StateStore, settings: Settings, *, chunk: int = 50) -> PlanInputs:
-    """Every page's parameters, read the way the scheduler rebuilds its shards."""
+    """Every page's parameters, read the way the scheduler rebuilds its shards (on arrays:
+    :func:`streams.estimates.params.page_params_many`)."""
     raw_control = await store.get_control()
     control = Control.from_redis(raw_control, settings)
     shards = await store.get_shards()
@@ -88,28 +89,36 @@ async def load_inputs(store: StateStore, settings: Settings, *, chunk: int = 50)
     hosts: set[str] = set()
     for p in sorted(partitions):
         hosts.update(await store.shard_hosts(p))
-    cols: list[list[float]] = [[], [], [], []]
+    cols: list[list[np.ndarray]] = [[], [], [], []]
     estimated = unusable = 0
     ordered = sorted(hosts)
     for i in range(0, len(ordered), chunk):
-        for dump in await store.dump_hosts(ordered[i : i + chunk]):
-            for url, value in dump.pages.items():
-                try:
-                    state = PageState.decode(value)
-                    pp = page_params(state, dump.estimator(url), settings)
-                except (ValueError, ArithmeticError):
-                    unusable += 1
-                    continue
-                row = (pp.mu, pp.alpha_per_s, pp.beta_s, pp.gamma_per_s)
-                if not (all(math.isfinite(x) for x in (row[0], row[1], row[3]))
-                        and not math.isnan(row[2]) and min(row) >= 0.0):
-                    unusable += 1
-                    continue
-                for c, x in zip(cols, row, strict=True):
-                    c.append(x)
-                estimated += pp.estimated
-    mu, a, b, g = (np.asarray(c, dtype=np.float64) for c in cols)
+        dumps = await store.dump_hosts(ordered[i : i + chunk])
+        values = [v for d in dumps for v in d.pages.values()]
+        many = page_params_many(values, settings) if values else None
+        if many is None:  # some value is no page record: those pages are left out
+            many = page_params_many([v for v in values if _readable(v)], settings)
+            unusable += sum(not _readable(v) for v in values)
+        if many is None:
+            continue
+        row = (many.importance, many.alpha, many.beta, many.gamma)
+        with np.errstate(invalid="ignore"):
+            ok = (np.isfinite(row[0]) & np.isfinite(row[1]) & np.isfinite(row[3])
+                  & ~np.isnan(row[2]) & (np.minimum.reduce(row) >= 0.0))
+        unusable += int((~ok).sum())
+        estimated += int(many.estimated[ok].sum())
+        for c, x in zip(cols, row, strict=True):
+            c.append(x[ok])
+    mu, a, b, g = (np.concatenate(c) if c else np.zeros(0) for c in cols)
     return PlanInputs(mu, a, b, g, estimated, unusable, budget, source, control.paused)
+
+
+def _readable(value: str | bytes) -> bool:
+    try:
+        PageState.decode(value)
+        return True
+    except ValueError:
+        return False
 
 
 def plan(inputs: PlanInputs, budgets_per_s: Sequence[float]) -> dict[str, Any]:

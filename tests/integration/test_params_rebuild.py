@@ -1,104 +1,20 @@
-"""The rebuild's vectorised parameters equal the page-by-page ones (streams/estimates/params.py)."""
+"""A shard rebuilt from a real Redis on arrays equals one built page by page
+(streams/estimates/params.py, streams/scheduler/loading.py)."""
 
 from __future__ import annotations
 
-import math
 import random
 from collections import Counter
 from urllib.parse import urlsplit
 
-import numpy as np
 import pytest
+from estimator_records import estimator_records
 
-from streams.estimates.estimation import Estimation, Observation
-from streams.estimates.params import page_params, page_params_many
 from streams.events.records import SOURCES
 from streams.settings import Settings
-from streams.store.page_record import PageState, estimator_part
+from streams.store.page_record import PageState
 
-
-def _records() -> list[str]:
-    est = Estimation()
-    obs = [Observation(None, 600.0 * (1 + i % 7), (i % 3, 0, i % 2, 0, 1 if i % 5 == 0 else 0),
-                       i % 3 != 0, 1e9 + i) for i in range(40)]
-    recs = est.observe(obs)
-    # a second interval for some: other estimates
-    recs += est.observe([Observation(r, 1800.0, (0, 1, 0, 0, 0), True, 2e9) for r in recs[:10]])
-    return recs
-
-
-@pytest.mark.parametrize("quantile", [0.5, 0.9])
-def test_vectorised_parameters_equal_page_params(quantile: float) -> None:
-    settings = Settings(estimate_quantile=quantile)
-    rng = random.Random(7)
-    recs = _records()
-    values: list[str | bytes] = []
-    ests: list[str | None] = []
-    states: list[PageState] = []
-    for _ in range(600):
-        crawled = rng.random() < 0.7
-        st = PageState(
-            importance=rng.choice([1.0, 0.5, 3.25, 1e12, 0.0]),
-            prior_change_rate_per_s=rng.choice([None, 1e-5, 0.0, 2.5e-3]),
-            last_crawl_s=1.7e9 + rng.random() * 1e5 if crawled else 0.0,
-            signals=tuple(rng.choice([0, 0, 1, 3]) for _ in SOURCES),
-        )
-        # an unreadable tail (not an estimator record) reads as none on both paths
-        est = rng.choice([None, None, *recs, "garbage", "1,2,3|xx", ""])
-        # as stored (float32 importance and prior), the estimator record after the page
-        # record
-        values.append(st.encode(est or None))
-        states.append(PageState.decode(values[-1]))
-        ests.append(est)
-    many = page_params_many(values, settings)
-    assert many is not None
-    for i, (st, est) in enumerate(zip(states, ests, strict=True)):
-        one = page_params(st, est, settings)
-        got = (many.alpha[i], many.beta[i], many.gamma[i], many.delta[i], many.origin[i],
-               many.importance[i])
-        want = (one.alpha_per_s, one.beta_s, one.gamma_per_s, one.change_rate_per_s,
-                one.origin_s, one.mu)
-        for g, w in zip(got, want, strict=True):
-            assert g == pytest.approx(w, rel=1e-12, abs=1e-300) or (math.isnan(g)
-                                                                    and math.isnan(w))
-        assert list(many.src_beta[i]) == pytest.approx(list(one.source_beta_s), rel=1e-12)
-        assert bool(many.estimated[i]) == one.estimated
-        assert bool(many.crawled[i]) == st.crawled
-        assert many.max_value[i] == pytest.approx(one.max_value(), rel=1e-12)
-
-
-def test_an_unreadable_record_reads_as_none_on_arrays() -> None:
-    """A page value whose tail is no readable estimator record (another version byte, a
-    wrong length) gives its page record and no estimates, as page_params reads it, and the
-    batch stays on arrays."""
-    settings = Settings()
-    recs = _records()
-    values: list[str | bytes] = []
-    for i, rec in enumerate(recs[:12]):
-        st = PageState(1.0 + i, None, 1.7e9 + i, (i % 2, 0, 1, 0, 0))
-        tail = rec if i % 2 else "\x02" + rec[1:] + "xyz"[: i % 4]  # readable, or not
-        values.append(st.encode(tail))
-    many = page_params_many(values, settings)
-    assert many is not None
-    for i, v in enumerate(values):
-        one = page_params(PageState.decode(v), estimator_part(v), settings)
-        assert one.estimated == bool(i % 2) == bool(many.estimated[i])
-        assert (many.alpha[i], many.beta[i], many.origin[i], many.importance[i]) == (
-            pytest.approx(one.alpha_per_s, rel=1e-12), pytest.approx(one.beta_s, rel=1e-12),
-            pytest.approx(one.origin_s, rel=1e-12), pytest.approx(one.mu, rel=1e-12))
-
-
-def test_a_value_that_is_no_page_record_falls_back() -> None:
-    """One value that is no page record (text, an empty value, another
-    first byte) sends the whole batch page by page, where it is counted."""
-    good = PageState(2.0, None, 1.7e9, (1, 0, 0, 0, 0)).encode()
-    for bad in ["2.0||1700000000.0|1,0,0,0,0", "", b"\xa0" + good[1:]]:
-        assert page_params_many([good, bad], Settings()) is None
-        with pytest.raises(ValueError, match="no page record"):
-            PageState.decode(bad)
-    ok = page_params_many([good, good[:9]], Settings())
-    assert ok is not None and np.isfinite(ok.max_value).all()
-    assert list(ok.importance) == [2.0, 2.0] and list(ok.last_crawl_s) == [1.7e9, 0.0]
+pytestmark = pytest.mark.integration
 
 
 def test_a_bulk_rebuild_equals_a_page_by_page_one(redis_url: str) -> None:
@@ -119,7 +35,7 @@ def test_a_bulk_rebuild_equals_a_page_by_page_one(redis_url: str) -> None:
                             estimate_quantile=0.8, max_interval_s=86400.0)
         store = Store.from_url(redis_url, prefix)
         rng = random.Random(3)
-        recs = _records()
+        recs = estimator_records()
         now = 1.8e9
         data: dict[str, dict[str, dict[str, str]]] = {}
         for h in range(12):
