@@ -149,7 +149,7 @@ def _policy(kind: str, w: World, R: float, T: float, rng: np.random.Generator,
         return p
     if kind.endswith("-est"):  # the variant with online App. E estimates
         return EstimatingAlgorithm1(kind, w.mu, variant=kind.removesuffix("-est"))
-    return algorithm1(kind, w.mu, w.delta, w.lam, w.nu)
+    return algorithm1(kind, w.mu, w.delta, w.lam, w.nu, host=w.host)
 
 
 def _synthetic_job(job: Job) -> list[Row]:

@@ -41,6 +41,7 @@ from __future__ import annotations
 import heapq
 import math
 from collections.abc import Callable, Hashable, Sequence
+from operator import itemgetter
 
 import numpy as np
 import numpy.typing as npt
@@ -606,8 +607,19 @@ class CrawlIndex(_PlannedIndex):
         del park  # the host index's option; here every host is looked at each query
         if k < 1:
             raise ValueError(f"k must be >= 1, got {k!r}")
+        first = self.best(now, k=k, eligible=eligible)
+        n_pos = len(first)
+        while n_pos and not first[n_pos - 1][1] > 0.0:  # values decrease: the positive head
+            n_pos -= 1
+        pos = first if n_pos == len(first) else first[:n_pos]
         names, host, slot = self._host_names, self._host, self._slot
+        if not names:
+            return pos  # no page has a host
         rooms: dict[int, int] = {}
+        if len(names) == 1:  # one host (the simulator's usual world)
+            rooms[0] = room(names[0])
+            if n_pos <= rooms[0]:
+                return pos  # room for them all
 
         def room_of(code: int) -> int:
             r = rooms.get(code)
@@ -633,7 +645,14 @@ class CrawlIndex(_PlannedIndex):
                     capped = True
             return out, capped
 
-        out, capped = greedy(self.best(now, k=k, eligible=eligible))
+        if n_pos > 16:  # a batched step: is any host over its room? (one array pass)
+            codes = host[np.fromiter(map(slot.__getitem__, map(itemgetter(0), pos)),
+                                     dtype=np.int64, count=n_pos)]
+            seen, counts = np.unique(codes, return_counts=True)
+            if all(n <= room_of(c) for c, n in zip(seen.tolist(), counts.tolist(),
+                                                   strict=True)):
+                return pos
+        out, capped = greedy(first)
         if not capped or len(out) == k:
             return out
         n = len(self._slot)

@@ -28,10 +28,12 @@ from __future__ import annotations
 
 import functools
 import heapq
+import itertools
 import math
-from collections.abc import Callable, Hashable, Sequence
+from collections.abc import Callable, Hashable, Iterable, Sequence
 from dataclasses import dataclass, field
-from typing import Protocol
+from operator import itemgetter
+from typing import NamedTuple, Protocol
 
 import numpy as np
 import numpy.typing as npt
@@ -82,8 +84,9 @@ class BookIndex(Protocol):
                     ) -> list[tuple[Hashable, float]]: ...
 
 
-@dataclass(slots=True, frozen=True)
-class Pick:
+class Pick(NamedTuple):
+    """One order of a tick (a tuple: a tick of the simulator's batched steps makes 5000)."""
+
     book: ShardBook
     page: Hashable
     host: Hashable
@@ -326,8 +329,20 @@ def _index_best(book: ShardBook, caps: _Caps, now_s: float, k: int,
     got = book.index.best_capped(now_s, k, caps.room,
                                  park=functools.partial(_park, book.hosts, now_s),
                                  eligible=None if not exclude else (lambda p: p not in exclude))
-    host_of = book.table.host_of
-    return [(pid, host_of(pid), v) for pid, v in got]
+    t = book.table
+    if len(got) < 8:
+        host_of = t.host_of
+        return [(pid, host_of(pid), v) for pid, v in got]
+    # many picks (a batched step): the hosts by one array lookup, the rows built in C
+    pids = list(map(itemgetter(0), got))
+    names = t.host_names
+    if len(names) == 1:
+        hosts: Iterable[Hashable] = itertools.repeat(names[0])
+    else:
+        codes = t.host[np.fromiter(map(t.slot.__getitem__, pids), dtype=np.int64,
+                                   count=len(pids))].tolist()
+        hosts = map(names.__getitem__, codes)
+    return list(zip(pids, hosts, map(itemgetter(1), got), strict=False))  # hosts: may repeat
 
 
 def _park(hosts: HostBuckets, now_s: float, host: Hashable) -> None:
@@ -347,6 +362,17 @@ def choose(books: Sequence[ShardBook], n: int, now_s: float, *,
         for h in b.hosts.unpark(now_s):
             b.fresh.unpark(h)
             b.index.unpark(h)
+    if (len(books) == 1 and not len(books[0].fresh)
+            and (not floor or not len(books[0].floor))):
+        # one source (the crawled pages; the simulator's book): its greedy under the
+        # caps is the tick's, the picks made as tuples in C (a batched step makes 5000)
+        b = books[0]
+        got = _index_best(b, caps[0], now_s, n, set()) if len(b.index) else []
+        if len(got) < 8:
+            return [Pick(b, p, h, "greedy", v) for p, h, v in got]
+        return list(map(tuple.__new__, itertools.repeat(Pick), zip(
+            itertools.repeat(b), map(itemgetter(0), got), map(itemgetter(1), got),
+            itertools.repeat("greedy"), map(itemgetter(2), got), strict=False)))
     chosen: list[Pick] = []
     if floor:
         due: list[tuple[float, int, int, Hashable, Hashable]] = []

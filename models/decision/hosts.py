@@ -211,6 +211,8 @@ class HostBuckets:
 
     def unpark(self, now_s: float) -> list[Hashable]:
         """Hosts whose parking time has come (each once)."""
+        if not self._parked or self._parked[0][0] > now_s:
+            return []
         out: list[Hashable] = []
         seen: set[Hashable] = set()
         heap = self._parked

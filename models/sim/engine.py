@@ -5,7 +5,10 @@
 ``1/R(t)`` after the previous one, so every policy spends exactly the same crawls.
 Per-host limits (blog, paper 001) make a page eligible only when its host has a token in
 the service's bucket (:class:`models.decision.hosts.HostBuckets`, burst 1: its last crawl
-is at least ``1/k_host`` ago); a slot with no eligible page is lost.
+is at least ``1/k_host`` ago); a slot with no eligible page is lost.  A policy with a book
+(Algorithm 1: :class:`models.decision.core.ShardBook`) is given those buckets and picks
+under them with the worker's rule (:func:`models.decision.core.choose`); the others are
+given a per-page filter.
 
 Accuracy (Sec. 6.2) is the request-weighted fraction of time the cached copy is fresh,
 ``sum_i mu_i fresh_time_i / (sum_i mu_i * T)``: the expectation, given the realised
@@ -105,6 +108,7 @@ def run(
     k = 0
     host = world.host
     buckets = host_buckets(world) if host_limits else None
+    filtered = _give_buckets(policy, world, buckets)
     times = np.empty(n_slots)
     pages = np.empty(n_slots, dtype=np.int64)
     made = 0
@@ -121,7 +125,7 @@ def run(
         while k < n_pings and pa_l[k] <= t:
             policy.on_ping(pp_l[k], pa_l[k], pe_l[k])
             k += 1
-        page = policy.choose(t, None if buckets is None else _has_room(buckets, host, t))
+        page = policy.choose(t, _has_room(buckets, host, t) if filtered else None)
         if page is None:
             continue
         changed, last_mod = cursor.copy(page, t)
@@ -149,8 +153,26 @@ def host_buckets(world: World) -> HostBuckets | None:
     return buckets
 
 
-def _has_room(buckets: HostBuckets, host: IntArray, now: float) -> Callable[[int], bool]:
+def _give_buckets(policy: Policy, world: World, buckets: HostBuckets | None) -> bool:
+    """A book's policy gets the run's host buckets (its pages must be on the world's
+    hosts); returns whether the policy needs a per-page filter instead (no book)."""
+    if buckets is None:
+        return False
+    book = getattr(policy, "book", None)
+    if book is None:
+        return True
+    host = getattr(policy, "host", None)
+    if host is None or not np.array_equal(host, world.host):
+        raise ValueError(f"policy {getattr(policy, 'name', policy)!r} has its pages on other "
+                         "hosts than the world's: build it with host=world.host")
+    book.hosts = buckets
+    return False
+
+
+def _has_room(buckets: HostBuckets | None, host: IntArray, now: float
+              ) -> Callable[[int], bool]:
     """Whether page ``p``'s host has a token at ``now`` (the service's bucket rule)."""
+    assert buckets is not None
     room = buckets.room
 
     def eligible(p: int) -> bool:
@@ -189,6 +211,7 @@ def _run_steps(
     host = world.host
     buckets = host_buckets(world) if host_limits else None
     limited = buckets is not None
+    filtered = _give_buckets(policy, world, buckets)
     times: list[FloatArray] = []
     pages_out: list[IntArray] = []
     q0 = 0
@@ -227,8 +250,7 @@ def _run_steps(
                     break
                 page = crawl_now[n]
             else:
-                got = policy.choose(t, None if buckets is None
-                                    else _has_room(buckets, host, t))
+                got = policy.choose(t, _has_room(buckets, host, t) if filtered else None)
                 if got is None:
                     break
                 page = got

@@ -39,7 +39,7 @@ from models.decision.hostindex import HostIndex
 from models.decision.hosts import HostBuckets
 from models.decision.pings import APPLIED, PingRule, ping_verdict
 from models.sim.events import ChangeCursor, Events
-from models.sim.policies import Algorithm1, PingedPages
+from models.sim.policies import Algorithm1
 
 __all__ = [
     "EngineAlgorithm1",
@@ -192,56 +192,20 @@ class EnginePolicy(Protocol):
     def on_crawl(self, page: int, t: float, changed: bool, last_modified: float) -> None: ...
 
 
-class EngineAlgorithm1(PingedPages):
-    """Algorithm 1 (paper 004) with given ``(alpha, beta, gamma)`` per page
-    (:class:`models.sim.policies.PingedPages`), on the worker's engine: the pages in a
-    :class:`models.decision.core.ShardBook` (the worker's host index and buckets), a
-    page's origin moved by a ping the worker's rule accepts (``"live"`` by default) and set
-    to the fetch time by a crawl (Sec. 3).  ``last_crawl``: each page's copy time before
-    the run (its origin); ``host``: each page's host."""
+class EngineAlgorithm1(Algorithm1):
+    """Algorithm 1 (paper 004) with given ``(alpha, beta, gamma)`` per page on the worker's
+    engine as the worker holds it: :class:`models.sim.policies.Algorithm1` with the
+    worker's host index (:class:`models.decision.hostindex.HostIndex`) in its book and the
+    worker's ping rule (``"live"`` by default).  ``last_crawl``: each page's copy time
+    before the run (its origin); ``host``: each page's host."""
 
     def __init__(self, name: str, mu: FloatArray, alpha: FloatArray, beta: FloatArray,
                  gamma: FloatArray, *, host: IntArray, last_crawl: FloatArray,
                  terms: int | None = None, ping_rule: PingRule = "live",
                  t_delay: float = 0.0) -> None:
-        super().__init__(name, mu, alpha, beta, gamma, ping_rule=ping_rule, t_delay=t_delay)
-        self.offset = 0.0
-        m = self.mu.size
-        self.last_crawl = np.asarray(last_crawl, dtype=np.float64).copy()
-        self.origin = self.last_crawl.copy()
-        self.book = ShardBook(HostBuckets(math.inf), index=HostIndex(terms=terms))
-        self._hosts = np.asarray(host, dtype=np.int64).tolist()
-        delta = self.alpha + np.where(self.gamma > 0.0,
-                                      self.gamma * -np.expm1(-self.alpha * self.beta), 0.0)
-        with np.errstate(divide="ignore", invalid="ignore"):
-            self._max_value = np.where(delta > 0.0, self.mu / delta, 0.0)
-        self.book.set_pages(
-            list(range(m)), self._hosts, crawled=np.ones(m, dtype=bool), origin=self.origin,
-            alpha=self.alpha, beta=self.beta, gamma=self.gamma, mu=self.mu,
-            max_value=self._max_value, first_seen_s=0.0, last_crawl_s=self.last_crawl,
-            delta=delta, estimated=np.zeros(m, dtype=bool), src_beta=self.beta[:, None])
-
-    def on_ping(self, page: int, arrival: float, emitted: float) -> None:
-        o = self.pinged_origin(page, arrival, emitted)
-        if o is None:
-            return
-        self.origin[page] = o
-        b = self.book
-        if page in b.in_flight:  # set in the book when its order ends (on_crawl)
-            b.table.origin[b.table.slot[page]] = o
-        else:
-            b.index.set_origin(page, o)
-
-    def on_crawl(self, page: int, t: float, changed: bool, last_modified: float) -> None:
-        self.last_crawl[page] = t
-        self.origin[page] = t
-        s = self.book.table.slot[page]
-        self.book.set_page(
-            page, self._hosts[page], crawled=True, origin=t, alpha=float(self.alpha[page]),
-            beta=float(self.beta[page]), gamma=float(self.gamma[page]),
-            mu=float(self.mu[page]), max_value=float(self._max_value[page]),
-            last_crawl_s=t, delta=float(self.book.table.delta[s]),
-            first_seen_s=0.0)
+        super().__init__(name, mu, alpha, beta, gamma, terms=terms, ping_rule=ping_rule,
+                         t_delay=t_delay, index=HostIndex(terms=terms), host=host,
+                         last_crawl=last_crawl)
 
 
 @dataclass(frozen=True)

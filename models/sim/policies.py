@@ -1,8 +1,11 @@
 """Crawl policies for the simulator, all spending the same slots (one crawl per slot).
 
 * :class:`Algorithm1` - Algorithm 1 of paper 004: at each slot crawl the page with the
-  largest crawl value, found by :class:`models.index.CrawlIndex` (the same index the
-  streaming scheduler uses).  :func:`algorithm1` builds Greedy, Greedy-CIS, Greedy-NCIS,
+  largest crawl value among pages whose host has room, picked by the worker's decision
+  engine (:func:`models.decision.core.choose` over a
+  :class:`models.decision.core.ShardBook`, :func:`greedy_book`), its crawled pages in a
+  :class:`models.index.CrawlIndex` (fast with few hosts and many re-keys per slot).
+  :func:`algorithm1` builds Greedy, Greedy-CIS, Greedy-NCIS,
   G-NCIS-Approx-1/2 and Greedy-CIS+ (Sec. 5.1, 6.2, 6.7) from true or believed
   parameters; :class:`EstimatingAlgorithm1` re-estimates the parameters online from crawl
   outcomes and pings (App. E MLE, :mod:`models.estimators`).
@@ -23,12 +26,15 @@ from __future__ import annotations
 
 import heapq
 import math
-from collections.abc import Callable, Hashable
-from typing import Protocol, cast
+from collections.abc import Callable
+from operator import itemgetter
+from typing import Protocol
 
 import numpy as np
 import numpy.typing as npt
 
+from models.decision.core import BookIndex, ShardBook, choose
+from models.decision.hosts import HostBuckets
 from models.decision.pings import APPLIED, PingRule, ping_ok, ping_verdict
 from models.index import CrawlIndex
 from models.values import change_params, signal_params
@@ -45,6 +51,7 @@ __all__ = [
     "StormCrawlerAdaptive",
     "algorithm1",
     "best_page",
+    "greedy_book",
     "value_params",
 ]
 
@@ -117,15 +124,54 @@ def value_params(
     raise ValueError(f"unknown policy kind {kind!r}; expected one of {POLICY_NAMES}")
 
 
-def best_page(index: CrawlIndex, t: float, eligible: Eligible) -> int | None:
-    """The index's best page at ``t`` among the ``eligible`` (None: no page): the pick of
-    every Algorithm-1 policy of the simulator."""
-    got = index.best(t, eligible=cast(Callable[[Hashable], bool] | None, eligible))
-    if not got:
+def greedy_book(mu: FloatArray, alpha: FloatArray, beta: FloatArray, gamma: FloatArray, *,
+                origin: FloatArray, host: IntArray | None = None,
+                index: BookIndex | None = None, terms: int | None = None) -> ShardBook:
+    """A :class:`models.decision.core.ShardBook` of pages ``0 .. m-1``, all crawled, with
+    origins ``origin`` and crawl-value parameters ``(alpha, beta, gamma, mu)``: what the
+    simulator's Algorithm 1 picks from with :func:`best_page`.
+
+    ``host``: each page's host (default: one host, 0).  ``index``: the book's index of
+    crawled pages (default a dense :class:`models.index.CrawlIndex`: few hosts and many
+    re-keys per slot, pings and batched steps).  The book's hosts have no limit (a rate of
+    ``inf`` and a burst of ``m``: room for every page in one pick) until a run gives it
+    its world's host buckets (:func:`models.sim.run`)."""
+    m = int(np.asarray(mu).size)
+    hosts = np.zeros(m, dtype=np.int64) if host is None else np.asarray(host, dtype=np.int64)
+    if hosts.shape != (m,):
+        raise ValueError(f"host must have one entry per page ({m}), got shape {hosts.shape}")
+    book = ShardBook(HostBuckets(math.inf, burst=float(max(m, 1))),
+                     index=index if index is not None else CrawlIndex(terms=terms, dense=True))
+    # Sec. 3 of paper 004: Delta = alpha + gamma (1 - exp(-alpha beta)); V(inf) = mu / Delta
+    with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
+        delta = alpha + np.where(gamma > 0.0, gamma * -np.expm1(-alpha * beta), 0.0)
+        max_value = np.nan_to_num(np.where(delta > 0.0, mu / delta, 0.0), nan=0.0)
+    book.set_pages(list(range(m)), hosts.tolist(), crawled=np.ones(m, dtype=bool),
+                   origin=origin, alpha=alpha, beta=beta, gamma=gamma, mu=mu,
+                   max_value=max_value, first_seen_s=0.0, last_crawl_s=origin,
+                   delta=np.nan_to_num(delta, nan=0.0), estimated=np.zeros(m, dtype=bool),
+                   src_beta=beta[:, None])
+    return book
+
+
+def best_page(book: ShardBook, t: float) -> int | None:
+    """The book's Greedy pick at ``t`` (None: no page of positive value has room): the one
+    order of :func:`models.decision.core.choose` (floor off), the worker's pick, so that
+    every Algorithm-1 policy of the simulator picks by the engine's rule."""
+    picks = choose([book], 1, t, floor=False)
+    if not picks:
         return None
-    page = got[0][0]
+    page = picks[0].page
     assert isinstance(page, int)
     return page
+
+
+def _no_filter(eligible: Eligible) -> None:
+    """A book's policy picks under its book's host buckets, not a per-page filter."""
+    if eligible is not None:
+        raise ValueError("this policy picks under its book's host buckets "
+                         "(models.sim.run gives the book its world's); a per-page "
+                         "eligible filter is not applied")
 
 
 class PingedPages:
@@ -166,7 +212,17 @@ class PingedPages:
 
 
 class Algorithm1(PingedPages):
-    """Algorithm 1 of paper 004 over a :class:`CrawlIndex` (:class:`PingedPages`)."""
+    """Algorithm 1 of paper 004 on the worker's decision engine (:class:`PingedPages`):
+    the pages in a :class:`models.decision.core.ShardBook` (:func:`greedy_book`), each
+    pick :func:`models.decision.core.choose`'s (:func:`best_page`; the largest crawl value
+    among pages whose host has room).  ``index``: the book's index (default a dense
+    :class:`models.index.CrawlIndex`; the service's
+    :class:`models.decision.hostindex.HostIndex` gives the same picks).  ``host``: each
+    page's host (default one); ``last_crawl``: each page's copy time before the run, its
+    first origin (default 0).
+
+    An :class:`models.sim.live.EnginePolicy` too: :func:`models.sim.live.run_timed` puts
+    its orders in flight in the book (out of the index until :meth:`on_crawl`)."""
 
     def __init__(
         self,
@@ -179,23 +235,37 @@ class Algorithm1(PingedPages):
         terms: int | None = None,
         ping_rule: PingRule = "accept",
         t_delay: float = 0.0,
-        index: CrawlIndex | None = None,
+        index: BookIndex | None = None,
+        host: IntArray | None = None,
+        last_crawl: FloatArray | None = None,
     ) -> None:
         super().__init__(name, mu, alpha, beta, gamma, ping_rule=ping_rule, t_delay=t_delay)
         m = self.mu.size
-        # dense keys: the simulator re-keys many pages per slot (pings, batched steps)
-        self.index = index if index is not None else CrawlIndex(terms=terms, dense=True)
-        for i in range(m):
-            self.index.upsert(
-                i, origin=0.0, alpha=float(self.alpha[i]), beta=float(self.beta[i]),
-                gamma=float(self.gamma[i]), mu=float(self.mu[i]),
-            )
+        if last_crawl is not None:
+            self.last_crawl = np.asarray(last_crawl, dtype=np.float64).copy()
+            self.origin = self.last_crawl.copy()
+        #: the book's clock is the simulator's (run_timed: its epoch)
+        self.offset = 0.0
+        self.host = np.zeros(m, dtype=np.int64) if host is None else np.asarray(
+            host, dtype=np.int64).copy()
+        self.book = greedy_book(self.mu, self.alpha, self.beta, self.gamma, origin=self.origin,
+                                host=self.host, index=index, terms=terms)
+        self.index = self.book.index
+
+    def _move(self, page: int, origin: float) -> None:
+        """The page's origin in the book: re-keyed in the index, or kept in the table
+        while its order is in flight (it enters the index again at :meth:`on_crawl`)."""
+        b = self.book
+        if b.in_flight and page in b.in_flight:
+            b.table.origin[b.table.slot[page]] = origin
+        else:
+            self.index.set_origin(page, origin)
 
     def on_ping(self, page: int, arrival: float, emitted: float) -> None:
         o = self.pinged_origin(page, arrival, emitted)
         if o is not None:
             self.origin[page] = o
-            self.index.set_origin(page, o)
+            self._move(page, o)
 
     def on_pings(self, pages: IntArray, arrivals: FloatArray, emitted: FloatArray) -> None:
         """All pings that arrived since the last slot, at once (same result as calling
@@ -214,24 +284,44 @@ class Algorithm1(PingedPages):
         before = self.origin[got]
         np.subtract.at(self.origin, got, self.beta[got])  # beta = inf: origin -> -inf
         moved = got[self.origin[got] != before]  # a page pinged twice: same origin twice
-        if moved.size:
-            self.index.set_origins(moved, self.origin[moved])
+        if not moved.size:
+            return
+        if self.book.in_flight:
+            for p in moved.tolist():
+                self._move(p, float(self.origin[p]))
+        else:
+            set_origins(self.index, moved, self.origin[moved])
 
     def plan(self, times: FloatArray) -> None:
-        """The slot times of the run (:func:`models.sim.run` calls this once)."""
-        self.index.plan(times)
+        """The slot times of the run (:func:`models.sim.run` calls this once): a
+        :class:`models.index.CrawlIndex` evaluates values over upcoming slots at once."""
+        plan = getattr(self.index, "plan", None)
+        if plan is not None:
+            plan(times)
 
     def choose(self, t: float, eligible: Eligible) -> int | None:
-        return best_page(self.index, t, eligible)
+        _no_filter(eligible)
+        return best_page(self.book, t)
 
     def choose_many(self, t: float, k: int) -> list[int]:
-        """The ``k`` pages of largest value at ``t`` (one step of a batched budget)."""
-        return [int(cast(int, p)) for p, _ in self.index.best(t, k=k)]
+        """The ``k`` orders of one step at ``t`` (a batched budget):
+        :func:`models.decision.core.choose`'s, the largest values under the hosts' room."""
+        return list(map(itemgetter(1), choose([self.book], k, t, floor=False)))  # the pages
 
     def on_crawl(self, page: int, t: float, changed: bool, last_modified: float) -> None:
         self.last_crawl[page] = t
         self.origin[page] = t
-        self.index.set_origin(page, t)
+        if page in self.index:
+            self.index.set_origin(page, t)
+            return
+        # its order ended (run_timed): the page enters the book's index again
+        b = self.book
+        s = b.table.slot[page]
+        b.set_page(page, int(self.host[page]), crawled=True, origin=t,
+                   alpha=float(self.alpha[page]), beta=float(self.beta[page]),
+                   gamma=float(self.gamma[page]), mu=float(self.mu[page]),
+                   max_value=float(b.table.max_value[s]), last_crawl_s=t,
+                   delta=float(b.table.delta[s]), first_seen_s=0.0)
 
     def on_crawls(self, pages: IntArray, t: float, changed: npt.NDArray[np.bool_],
                   last_modified: FloatArray) -> None:
@@ -244,9 +334,25 @@ class Algorithm1(PingedPages):
             return
         if not pages.size:
             return
+        if self.book.in_flight:  # pages may come back from flight: one at a time
+            for p, c, lm in zip(pages.tolist(), changed.tolist(), last_modified.tolist(),
+                                strict=True):
+                self.on_crawl(p, t, c, lm)
+            return
         self.last_crawl[pages] = t
         self.origin[pages] = t
-        self.index.set_origins(pages, np.full(pages.size, t))
+        set_origins(self.index, pages, np.full(pages.size, t))
+
+
+def set_origins(index: BookIndex, pages: IntArray, origins: FloatArray) -> None:
+    """Re-key several pages of a book's index at once (one call on a
+    :class:`models.index.CrawlIndex`, page by page otherwise)."""
+    many = getattr(index, "set_origins", None)
+    if many is not None:
+        many(pages, origins)
+        return
+    for p, o in zip(pages.tolist(), origins.tolist(), strict=True):
+        index.set_origin(p, o)
 
 
 def algorithm1(
@@ -259,10 +365,13 @@ def algorithm1(
     top: npt.NDArray[np.bool_] | None = None,
     ping_rule: PingRule = "accept",
     t_delay: float = 0.0,
+    host: IntArray | None = None,
 ) -> Algorithm1:
-    """Algorithm 1 with the value function of ``kind`` (see :func:`value_params`)."""
+    """Algorithm 1 with the value function of ``kind`` (see :func:`value_params`);
+    ``host``: each page's host (needed for a run with host limits)."""
     a, b, g, terms = value_params(kind, delta, lam, nu, top=top)
-    return Algorithm1(kind, mu, a, b, g, terms=terms, ping_rule=ping_rule, t_delay=t_delay)
+    return Algorithm1(kind, mu, a, b, g, terms=terms, ping_rule=ping_rule, t_delay=t_delay,
+                      host=host)
 
 
 class EstimatingAlgorithm1(Algorithm1):

@@ -67,7 +67,7 @@ from models.decision.pings import APPLIED, PingRule, ping_verdict
 from models.decision.pooling import pooled_params
 from models.index import CrawlIndex
 from models.sim.events import Events
-from models.sim.policies import Eligible, best_page
+from models.sim.policies import Eligible, best_page, greedy_book
 from models.sim.world import World
 from models.values import crawl_value
 
@@ -438,11 +438,11 @@ class MultiSourceAlgorithm1:
         self.t_delay = float(t_delay)
         self.last_crawl = np.zeros(m)
         self.origin = np.zeros(m)
+        self.host = np.zeros(m, dtype=np.int64)
+        # the worker's engine picks (best_page); the pooled shape is what the index ranks by
         self.index = CrawlIndex()
-        for i in range(m):
-            self.index.upsert(i, origin=0.0, alpha=float(self.alpha[i]),
-                              beta=float(self.value_beta[i]), gamma=float(gbar[i]),
-                              mu=float(self.mu[i]))
+        self.book = greedy_book(self.mu, self.alpha, self.value_beta, gbar, origin=self.origin,
+                                host=self.host, index=self.index)
 
     def on_ping(self, page: int, arrival: float, emitted: float) -> None:
         s = self.source_of(page, arrival, emitted)
@@ -461,7 +461,10 @@ class MultiSourceAlgorithm1:
         self.index.plan(times)
 
     def choose(self, t: float, eligible: Eligible) -> int | None:
-        return best_page(self.index, t, eligible)
+        if eligible is not None:
+            raise ValueError("this policy picks under its book's host buckets "
+                             "(models.sim.run gives the book its world's)")
+        return best_page(self.book, t)
 
     def on_crawl(self, page: int, t: float, changed: bool, last_modified: float) -> None:
         self.last_crawl[page] = t

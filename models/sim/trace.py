@@ -35,7 +35,7 @@ import numpy.typing as npt
 
 from models.decision.pings import PingRule, ping_ok
 from models.sim.events import Events
-from models.sim.policies import Algorithm1, best_page
+from models.sim.policies import Algorithm1, set_origins
 from models.sim.trace_learn import Hedge, OnlineRates, complete_history_intervals
 from models.sim.world import World
 
@@ -299,13 +299,13 @@ class VectorAlgorithm1(Algorithm1):
         np.subtract.at(self.origin, use, self.beta[use])  # beta = inf: origin -> -inf
         moved = use[self.origin[use] != before]
         if moved.size:
-            self.index.set_origins(moved, self.origin[moved])
+            set_origins(self.index, moved, self.origin[moved])
 
     def choose(self, t: float, eligible: Callable[[int], bool] | None) -> int | None:
         self._maybe_warm(t)
         if eligible is None and self.hedge is not None and self.hedge.floor_crawls(1):
             return int(np.argmin(self.last_crawl))
-        return best_page(self.index, t, eligible)
+        return super().choose(t, eligible)
 
     def choose_many(self, t: float, k: int) -> list[int]:
         self._maybe_warm(t)
@@ -340,7 +340,7 @@ class VectorAlgorithm1(Algorithm1):
         self.origin[pages] = t
         if self.learner is None:
             self.n_pings[pages] = 0.0
-            self.index.set_origins(pages, np.full(pages.size, t))
+            set_origins(self.index, pages, np.full(pages.size, t))
             return
         if self.hedge is not None:
             self.hedge.observe(self._believed_rate(pages), tau, changed)

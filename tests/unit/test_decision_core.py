@@ -369,12 +369,15 @@ def _brute(books: list[ShardBook], truth: dict[tuple[int, int], dict[str, float]
     return out
 
 
+@pytest.mark.parametrize(("n_books", "hosts"), [(3, 15), (1, 15), (1, 1)])
 @pytest.mark.parametrize("index", ["host", "crawl"])
 @pytest.mark.parametrize("seed", range(4))
 @pytest.mark.parametrize("n", [1, 5, 40, 500])
-def test_choose_equals_brute_force_under_host_room(seed: int, n: int, index: str) -> None:
+def test_choose_equals_brute_force_under_host_room(seed: int, n: int, index: str,
+                                                   n_books: int, hosts: int) -> None:
     rng = np.random.default_rng(seed)
-    books, truth = _world(rng, n_books=3, pages=120, hosts=15, burst=float(1 + seed % 3),
+    books, truth = _world(rng, n_books=n_books, pages=120, hosts=hosts,
+                          burst=float(1 + seed % 3) if hosts > 1 else 30.0 * (1 + seed % 3),
                           index=index)
     now = 10.0
     for step in range(6):
@@ -611,9 +614,9 @@ def _brute_tick(books: list[ShardBook], truth: dict[tuple[int, int], dict[str, f
 @settings(max_examples=25, deadline=None)
 @given(seed=st.integers(0, 2**31 - 1), hosts=st.sampled_from([1, 3, 20, 80]),
        n=st.sampled_from([1, 4, 30, 400]), rate=st.sampled_from([0.3, 1.0, 5.0]),
-       index=st.sampled_from(["host", "crawl"]))
+       index=st.sampled_from(["host", "crawl"]), n_books=st.sampled_from([1, 2]))
 def test_ticks_equal_brute_force_with_parking_pings_and_outcomes(
-        seed: int, hosts: int, n: int, rate: float, index: str) -> None:
+        seed: int, hosts: int, n: int, rate: float, index: str, n_books: int) -> None:
     """Ticks over two books with hosts limited to ``rate`` crawls/s (burst 1-2): hosts run
     out of tokens and are parked, come back at their refill; orders go in flight and come
     back crawled (a new origin), pings move origins back, floor pages fall due, never-crawled
@@ -624,7 +627,7 @@ def test_ticks_equal_brute_force_with_parking_pings_and_outcomes(
     from models.decision.hostindex import HostIndex
 
     rng = np.random.default_rng(seed)
-    books, truth = _world(rng, n_books=2, pages=150, hosts=hosts, burst=1.0, window_s=0.5,
+    books, truth = _world(rng, n_books=n_books, pages=150, hosts=hosts, burst=1.0, window_s=0.5,
                           index=index)
     next_id = 150
     for b, book in enumerate(books):
@@ -661,7 +664,7 @@ def test_ticks_equal_brute_force_with_parking_pings_and_outcomes(
                               beta=p["beta"], gamma=p["gamma"], mu=p["mu"],
                               max_value=p["max_value"], floor_due_s=p["due"])
         for _ in range(10):  # pings of crawled pages not in flight: the origin moves back
-            b = int(rng.integers(0, 2))
+            b = int(rng.integers(0, n_books))
             i = int(rng.integers(0, next_id))
             p = truth.get((b, i))  # type: ignore[assignment]
             if p is not None and p["crawled"] and i not in books[b].in_flight:
@@ -671,13 +674,13 @@ def test_ticks_equal_brute_force_with_parking_pings_and_outcomes(
                                   mu=p["mu"], max_value=p["max_value"],
                                   floor_due_s=None if p["due"] == math.inf else p["due"])
         for _ in range(4):  # pages deleted (some in flight): their slots are freed
-            b = int(rng.integers(0, 2))
+            b = int(rng.integers(0, n_books))
             mine = [i for bb, i in truth if bb == b]
             i = mine[int(rng.integers(0, len(mine)))]
             books[b].remove_page(i)
             del truth[(b, i)]
             flights = [f for f in flights if f != (b, i)]
-        b = int(rng.integers(0, 2))
+        b = int(rng.integers(0, n_books))
         new = [_random_page(rng, b, hosts, now) for _ in range(int(rng.integers(1, 5)))]
         for p in new:
             p["due"] = math.inf

@@ -74,11 +74,51 @@ def test_host_limits_are_respected() -> None:
     rng = np.random.default_rng(3)
     w = assign_hosts(synthetic_world(200, rng), rng, n_hosts=10, limit_per_page=0.05)
     ev = simulate_events(w, 5.0, rng)
-    res = run(w, ev, algorithm1("greedy", w.mu, w.delta, w.lam, w.nu), Budget(100.0),
-              host_limits=True)
+    res = run(w, ev, algorithm1("greedy", w.mu, w.delta, w.lam, w.nu, host=w.host),
+              Budget(100.0), host_limits=True)
     for h in np.nonzero(np.isfinite(w.host_rate))[0]:
         t = res.crawl_time[w.host[res.crawl_page] == h]
         assert np.all(np.diff(t) >= 1.0 / w.host_rate[h] - 1e-9)
+
+
+def test_host_limits_need_the_policy_on_the_worlds_hosts() -> None:
+    """Algorithm 1 picks under its book's host buckets: a book whose pages sit on other
+    hosts than the world's would ignore the limits, so the run refuses it."""
+    rng = np.random.default_rng(3)
+    w = assign_hosts(synthetic_world(50, rng), rng, n_hosts=5, limit_per_page=0.05)
+    ev = simulate_events(w, 1.0, rng)
+    with pytest.raises(ValueError, match=r"host=world\.host"):
+        run(w, ev, algorithm1("greedy", w.mu, w.delta, w.lam, w.nu), Budget(100.0),
+            host_limits=True)
+    with pytest.raises(ValueError, match=r"host=world\.host"):
+        run(w, ev, algorithm1("greedy", w.mu, w.delta, w.lam, w.nu), Budget(100.0, batch=5),
+            host_limits=True)
+
+
+@pytest.mark.parametrize("batch", [1, 4])
+def test_host_limited_runs_are_the_brute_force_greedy_under_the_buckets(batch: int) -> None:
+    """Each crawl of a host-limited run is the largest crawl value among pages whose host
+    has a token (brute force over every page at the crawl's time, the buckets replayed)."""
+    from models.decision.hosts import HostBuckets
+    from models.sim.engine import host_buckets
+    from models.values import crawl_value
+
+    rng = np.random.default_rng(11)
+    w = assign_hosts(synthetic_world(120, rng), rng, n_hosts=8, limit_per_page=0.05)
+    ev = simulate_events(w, 3.0, rng).without_pings()
+    res = run(w, ev, algorithm1("greedy", w.mu, w.delta, w.lam, w.nu, host=w.host),
+              Budget(40.0, batch=batch), host_limits=True)
+    buckets = host_buckets(w)
+    assert isinstance(buckets, HostBuckets)
+    last = np.zeros(w.m)
+    assert res.crawl_page.size > 50
+    for t, p in zip(res.crawl_time.tolist(), res.crawl_page.tolist(), strict=True):
+        v = crawl_value(t - last, w.delta, 0.0, 0.0, w.mu)
+        ok = np.array([buckets.room(int(h), t) >= 1 for h in w.host])
+        assert ok[p]
+        assert v[p] == pytest.approx(float(v[ok].max()), rel=1e-12)
+        buckets.take(int(w.host[p]), t)
+        last[p] = t
 
 
 def test_ping_rules() -> None:

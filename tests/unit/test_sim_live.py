@@ -17,7 +17,8 @@ from models.sim.live import (
     windowed_accuracy,
 )
 from models.sim.live import testweb_events as draw_testweb_events  # not a test
-from models.sim.policies import value_params
+from models.sim.policies import PingedPages, value_params
+from models.values import crawl_value
 
 INF = math.inf
 
@@ -227,11 +228,19 @@ def test_live_rule_algorithm1_applies_the_worker_ping_rule() -> None:
     assert pol.origin[0] == pytest.approx(10.0 - 2 * beta)
     pol.on_ping(2, 11.5, 11.0)  # gamma = 0: pings say nothing about this page
     assert pol.origin[2] == 10.0
-    # the index follows: of two identical pages, the pinged one is worth more
-    assert pol.choose(12.0, lambda p: p in (0, 1)) == 0
+    # the index follows: of two identical pages, the pinged one is worth more (page 2,
+    # another kind, is in flight: out of the pick)
+    pol.book.start_flight(2, ("o", 11.9))
+    assert pol.choose(12.0, None) == 0
     # a crawl resets the page
     pol.on_crawl(0, 13.0, True, 12.0)
     assert pol.origin[0] == 13.0 and pol.last_crawl[0] == 13.0
+    # the page in flight comes back into the index with its crawl
+    assert 2 not in pol.index
+    pol.book.end_flight(2)
+    pol.on_crawl(2, 14.0, False, -INF)
+    assert 2 in pol.index and pol.index.value(2, 15.0) == pytest.approx(
+        float(crawl_value(1.0, pol.alpha[2], pol.beta[2], pol.gamma[2], 1.0)))
 
 
 def test_live_rule_algorithm1_batch_pings_use_the_same_rule() -> None:
@@ -365,12 +374,42 @@ def _engine_world(seed: int, m: int = 40, hosts: int = 4) -> tuple[Any, ...]:
     return mu, delta, lam, nu, host, ev
 
 
+class _BruteGreedy(PingedPages):
+    """Algorithm 1 by brute force: every page's crawl value at each order, the largest
+    positive one among the pages ``run_timed`` allows (not in flight, host with room)."""
+
+    def __init__(self, mu: np.ndarray, a: np.ndarray, b: np.ndarray, g: np.ndarray,
+                 terms: int | None, last_crawl: np.ndarray, t_delay: float) -> None:
+        super().__init__("brute", mu, a, b, g, ping_rule="live", t_delay=t_delay)
+        self.terms = terms
+        self.last_crawl = last_crawl.copy()
+        self.origin = last_crawl.copy()
+
+    def on_ping(self, page: int, arrival: float, emitted: float) -> None:
+        o = self.pinged_origin(page, arrival, emitted)
+        if o is not None:
+            self.origin[page] = o
+
+    def choose(self, t: float, eligible: Any) -> int | None:
+        v = crawl_value(np.maximum(t - self.origin, 0.0), self.alpha, self.beta, self.gamma,
+                        self.mu, terms=self.terms)
+        for p in np.argsort(-v, kind="stable").tolist():
+            if v[p] > 0.0 and eligible(p):
+                return int(p)
+        return None
+
+    def on_crawl(self, page: int, t: float, changed: bool, last_modified: float) -> None:
+        self.last_crawl[page] = t
+        self.origin[page] = t
+
+
 @pytest.mark.parametrize("seed", [1, 2, 3])
-def test_engine_algorithm1_orders_as_algorithm1_under_the_same_limits(seed: int) -> None:
+def test_engine_algorithm1_orders_as_the_brute_force_under_the_same_limits(seed: int) -> None:
     """Algorithm 1 on the worker's engine (:func:`models.decision.core.choose` over a
-    ShardBook, its HostBuckets and flights) orders exactly what Algorithm 1 over the
-    simulator's index orders, with host buckets, an in-flight cap and lags: both are the
-    exact greedy pick under the same limits."""
+    ShardBook, its HostBuckets and flights), with the worker's host index
+    (:class:`EngineAlgorithm1`) or the simulator's (:class:`LiveRuleAlgorithm1`), orders
+    exactly what a brute-force argmax orders under the same host buckets, in-flight cap
+    and lags (``run_timed``'s per-page filter)."""
     mu, delta, lam, nu, host, ev = _engine_world(seed)
     a, b, g, terms = value_params("greedy-ncis", delta, lam, nu)
     initial = np.zeros(mu.size)
@@ -378,10 +417,12 @@ def test_engine_algorithm1_orders_as_algorithm1_under_the_same_limits(seed: int)
     kw: dict[str, Any] = {"fetch_lag": 0.3, "outcome_lag": 0.6, "last_crawl": initial,
                           "host": host, "host_rate": 0.8, "host_burst": 2.0,
                           "host_max_in_flight": 1}
-    ref = LiveRuleAlgorithm1("ref", mu, a, b, g, terms=terms, t_delay=0.5)
+    want = run_timed(ev, _BruteGreedy(mu, a, b, g, terms, initial, 0.5), order_t, **kw)
     got = run_timed(ev, EngineAlgorithm1("engine", mu, a, b, g, host=host, last_crawl=initial,
                                          terms=terms, t_delay=0.5), order_t, **kw)
-    want = run_timed(ev, ref, order_t, **kw)
+    sim = run_timed(ev, LiveRuleAlgorithm1("sim", mu, a, b, g, terms=terms, t_delay=0.5,
+                                           host=host, last_crawl=initial), order_t, **kw)
     assert got.page.size > 100 and got.lost_slots > 0  # the limits bind
     assert got.page.tolist() == want.page.tolist()
     assert got.order_time.tolist() == want.order_time.tolist()
+    assert sim.page.tolist() == want.page.tolist()
