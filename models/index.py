@@ -93,6 +93,9 @@ class CrawlIndex(_PlannedIndex):
     upserted first wins), so the sequence of choices is deterministic.
     """
 
+    #: :meth:`set_origins` of at most this many pages goes page by page (:meth:`_set_few`)
+    _few_max = 8
+
     # ------------------------------------------------------------------ updates
     def upsert(
         self,
@@ -225,6 +228,9 @@ class CrawlIndex(_PlannedIndex):
         else:
             slots = np.fromiter((self._slot[p] for p in page_ids), dtype=np.int64,
                                 count=o.size)
+        if (o.size <= self._few_max and self._level_idx >= 0
+                and self._set_few(slots.tolist(), o.tolist())):
+            return
         keep_hot = self._hot_flag[slots] & (o <= self._origin[slots])
         self._origin[slots] = o
         self._version[slots] += 1
@@ -259,6 +265,40 @@ class CrawlIndex(_PlannedIndex):
                      self._version[pf].tolist(), strict=True):
             heappush(heap, e)
         self._maybe_compact()
+
+    def _set_few(self, slots: list[int], origins: list[float]) -> bool:
+        """:meth:`set_origins` of a few distinct pages, one at a time (the array path's
+        fixed cost is most of a slot's pings); False, nothing done, if a page is twice."""
+        if len(set(slots)) != len(slots):
+            return False
+        hot_flag, origin, version, keys = self._hot_flag, self._origin, self._version, self._keys
+        iota, iota_level, level = self._iota, self._iota_level, self._level_idx
+        pushed = False
+        for s, x in zip(slots, origins, strict=True):
+            keep = bool(hot_flag[s]) and x <= origin[s]  # a hot page moved back stays hot
+            origin[s] = x
+            version[s] += 1
+            keys[s] = math.inf
+            if keep:
+                continue
+            if hot_flag[s]:
+                self._hot.discard(s)
+                hot_flag[s] = False
+            if not 0 <= iota_level[s] <= level:
+                self._pending.add(s)
+                continue
+            it = float(iota[s])  # as _key: iota = inf first, then origin = -inf
+            key = math.inf if it == math.inf else (-math.inf if x == -math.inf else x + it)
+            if key == math.inf:
+                continue
+            if self._dense:
+                keys[s] = key
+            else:
+                heapq.heappush(self._heap, (key, int(self._seq[s]), s, int(version[s])))
+                pushed = True
+        if pushed:
+            self._maybe_compact()
+        return True
 
     def _set_origin_slot(self, s: int, origin: float) -> None:
         self._origin[s] = origin

@@ -294,6 +294,44 @@ def test_batch_pings_match_brute_force(seed: int) -> None:
     assert checks == 150
 
 
+@pytest.mark.parametrize("dense", [True, False])
+@pytest.mark.parametrize("seed", range(3))
+def test_set_origins_page_by_page_equals_the_array_path(seed: int, dense: bool) -> None:
+    """A few pages re-keyed one at a time (``_set_few``) leave the index exactly as the
+    array path does: the same origins, keys, hot and pending sets, and the same picks."""
+    rng = np.random.default_rng(seed)
+    m = 200
+    params = _random_params(rng, m)
+    few, arr = CrawlIndex(dense=dense), CrawlIndex(dense=dense)
+    arr._few_max = 0  # every call through the array path
+    for idx in (few, arr):
+        for i, (a, b, g, mu) in enumerate(params):
+            idx.upsert(i, origin=0.0, alpha=a, beta=b, gamma=g, mu=mu)
+    origin = np.zeros(m)
+    for step in range(300):
+        t = 0.05 * (step + 1)
+        n = int(rng.integers(1, 9))
+        pages = rng.choice(m, size=n, replace=False)
+        moved = []
+        for p in pages.tolist():
+            b = params[p][1]
+            if rng.random() < 0.2:  # a crawl: the origin moves forward
+                origin[p] = t
+            else:  # a ping: back by beta (-inf for a noiseless one)
+                origin[p] = -math.inf if b == math.inf else origin[p] - b
+            moved.append(p)
+        for idx in (few, arr):
+            idx.set_origins(np.array(moved), origin[moved])
+        if step % 3 == 0:
+            k = int(rng.integers(1, 6))
+            got_few, got_arr = few.best(t, k=k), arr.best(t, k=k)
+            assert got_few == got_arr, step
+        assert np.array_equal(few._origin, arr._origin)
+        assert np.array_equal(few._keys, arr._keys)
+        assert few._hot == arr._hot and few._pending == arr._pending, step
+        assert sorted(few._heap) == sorted(arr._heap)
+
+
 def test_set_origins_rejects_bad_input() -> None:
     idx = CrawlIndex()
     idx.upsert("a", origin=0.0, alpha=0.5, beta=1.0, gamma=0.5, mu=1.0)
