@@ -13,5 +13,7 @@ One implementation serves the simulator (:mod:`models.sim`) and the streaming se
 * :mod:`models.decision.fresh` - never-crawled pages (value ``mu/Delta``);
 * :mod:`models.decision.hostindex` - crawled pages by host: the exact greedy top under
   the hosts' room (per-host bounds, hosts without room parked);
-* :mod:`models.decision.core` - the merged pick over shards.
+* :mod:`models.decision.core` - the merged pick over shards (:func:`~models.decision.core.choose`,
+  the one Greedy rule: the simulator's Algorithm 1 picks with it too, over a book whose index
+  is :class:`models.index.CrawlIndex`, the service's over :mod:`~models.decision.hostindex`).
 """

@@ -28,7 +28,6 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import cast
 
 import numpy as np
 import numpy.typing as npt
@@ -320,9 +319,9 @@ class VectorAlgorithm1(Algorithm1):
         out: list[int] = old.tolist()
         if rest > 0:
             taken = set(out)
-            for p, _ in self.index.best(t, k=k):
+            for p in super().choose_many(t, k):  # the engine's pick (positive values)
                 if p not in taken:
-                    out.append(int(cast(int, p)))
+                    out.append(p)
                     if len(out) == k:
                         break
         return out
