@@ -256,7 +256,7 @@ class VectorAlgorithm1(Algorithm1):
             self._warm = None
             fn(self)
             if self.learner is not None:
-                self.learner.prior_moved = False
+                self.learner.take_moved()
                 self.alpha, self.beta, self.gamma = self.learner.params()
             # pings since each page's last crawl still count, on the new beta
             self.origin = np.where(np.isinf(self.beta) & (self.n_pings > 0), -np.inf,
@@ -345,14 +345,11 @@ class VectorAlgorithm1(Algorithm1):
             self.hedge.observe(self._believed_rate(pages), tau, changed)
         self.learner.update(pages, tau, changed, self.n_pings[pages], np.full(pages.size, t))
         self.n_pings[pages] = 0.0
-        if self.learner.prior_moved:  # every page ranks under the host's new prior
-            self.learner.prior_moved = False
-            self.alpha, self.beta, self.gamma = self.learner.params()
-            self.origin[pages] = t
-            self._rekey_all()
-            return
+        # the pages of hosts whose prior moved rank under its new value (with the crawled)
+        pages = np.union1d(pages, self.learner.take_moved())
         a, b, g = self.learner.params(pages)
         self.alpha[pages], self.beta[pages], self.gamma[pages] = a, b, g
-        for p, ai, bi, gi, ui in zip(pages.tolist(), a.tolist(), b.tolist(), g.tolist(),
-                                     self.mu[pages].tolist(), strict=True):
-            self.index.upsert(p, origin=t, alpha=ai, beta=bi, gamma=gi, mu=ui)
+        for p, o, ai, bi, gi, ui in zip(pages.tolist(), self.origin[pages].tolist(), a.tolist(),
+                                        b.tolist(), g.tolist(), self.mu[pages].tolist(),
+                                        strict=True):
+            self.index.upsert(p, origin=o, alpha=ai, beta=bi, gamma=gi, mu=ui)

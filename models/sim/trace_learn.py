@@ -70,8 +70,8 @@ class OnlineRates:
     incremental EM to the host's crawled pages; ``host`` gives each page's host, default one
     host), once the host has ``min_pages`` crawled pages; before that, and with
     ``prior="global"``, the estimator's MAP under its default prior.  Pages not crawled since
-    the host's prior moved are stale in the ranking: :attr:`prior_moved` tells the policy to
-    re-read every page.  ``half_life_days``: the estimator's forgetting (an interval's
+    the host's prior moved are stale in the ranking: :meth:`take_moved` gives the policy the
+    pages to re-read (those of the hosts whose prior moved).  ``half_life_days``: the estimator's forgetting (an interval's
     weight halves every that many days of crawl time; the host prior reads the same
     weights).
     """
@@ -112,8 +112,8 @@ class OnlineRates:
         self.c_log = np.zeros(m)
         self.c_count = np.zeros(m)
         self._seen_mean = np.zeros(self.n_hosts)
-        #: set when a host's prior mean moved by more than a quarter since the last re-read
-        self.prior_moved = False
+        #: per host: its prior mean moved by more than a quarter since its pages were re-read
+        self.h_moved = np.zeros(self.n_hosts, dtype=bool)
 
     def reset(self) -> None:
         from models.estimators import batch_init
@@ -186,7 +186,16 @@ class OnlineRates:
                 moved = ~(seen > 0) | (np.abs(np.log(mean / seen)) > math.log(1.25))
             if moved.any():
                 self._seen_mean[tb[moved]] = mean[moved]
-                self.prior_moved = True
+                self.h_moved[tb[moved]] = True
+
+    def take_moved(self) -> IntArray:
+        """The pages whose host's prior moved since they were last read (their ranking
+        parameters are stale), and forget the moves."""
+        if not self.h_moved.any():
+            return np.zeros(0, dtype=np.int64)
+        pages = np.flatnonzero(self.h_moved[self.host])
+        self.h_moved[:] = False
+        return pages
 
     def _kappa(self, pages: IntArray) -> FloatArray | None:
         if not self.use_pings:
@@ -304,7 +313,7 @@ class OnlineRates:
             self.h_sum_log[h] = float(post.mean_log.sum())
             self.h_shape[h], self.h_rate[h], self.h_fitted[h] = prior.shape, prior.rate_s, True
             self._seen_mean[h] = prior.mean_per_s
-        self.prior_moved = True
+        self.h_moved[:] = True
 
 
 class Hedge:
