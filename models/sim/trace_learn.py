@@ -71,9 +71,9 @@ class OnlineRates:
     host), once the host has ``min_pages`` crawled pages; before that, and with
     ``prior="global"``, the estimator's MAP under its default prior.  Pages not crawled since
     the host's prior moved are stale in the ranking: :meth:`take_moved` gives the policy the
-    pages to re-read (those of the hosts whose prior moved).  ``half_life_days``: the estimator's forgetting (an interval's
-    weight halves every that many days of crawl time; the host prior reads the same
-    weights).
+    pages to re-read (those of the hosts whose prior moved).  ``half_life_days``: the
+    estimator's forgetting (an interval's weight halves every that many days of crawl time;
+    the host prior reads the same weights).
     """
 
     def __init__(self, m: int, *, use_pings: bool, variant: str | None = None,
