@@ -62,36 +62,36 @@ class Measured:
     end-to-end runs the lowest figure."""
 
     #: orders/s per worker, end to end at 10^6 crawled pages on 10^4 hosts of 1 crawl/s
-    #: (``bench_e2e.py throughput``: 10,000/s in three runs, 9,667/s in one, against the
-    #: hosts' cap of 10^4/s)
+    #: (``bench_e2e.py throughput``: 10,000/s over 30 s in three runs, 9,667/s in an earlier
+    #: one, against the hosts' cap of 10^4/s)
     orders_per_s: float = 9667.0
     #: pings applied per second per worker, end to end (``bench_e2e.py throughput``:
-    #: 22,913-26,251/s)
-    pings_per_s: float = 22913.0
-    #: outcomes applied per second per worker, end to end, each an estimator update
-    #: (``bench_e2e.py throughput``: 10,507-11,719/s)
-    outcomes_per_s: float = 10507.0
+    #: 22,620-27,708/s)
+    pings_per_s: float = 22620.0
+    #: outcomes applied per second per worker, end to end, each an estimator update with
+    #: its host-prior E-step (``bench_e2e.py throughput``: 9,195-10,857/s)
+    outcomes_per_s: float = 9195.0
     #: Redis bytes per page crawled and pinged, with estimator state (``INFO memory``, at
     #: 10^6 pages): a page whose estimator record holds a quadratic summary, signals of
     #: all three source groups and over 255 of one group in one interval, on hosts of 1 to
     #: 199 pages (``bench_rebuild.py --history evicted --sources three --host-spread
-    #: --signal-scale 300``: 228.9 B, with eight 48-bit ping fingerprints per page), the
-    #: most a crawled page took there (145 B on ``bench_e2e.py``'s pages crawled twice and
-    #: pinged)
-    redis_bytes_per_page: float = 228.9
-    #: seconds to rebuild a shard, per 10^6 estimated pages (``bench_rebuild.py``: 3.41-3.80 s
-    #: in process; the slowest shard's load end to end 4.22-4.39 s)
-    rebuild_s_per_mpage: float = 3.8
-    #: worker RSS per 10^6 pages (``bench_e2e.py throughput``: peaks of 844-879 MiB)
-    rss_bytes_per_mpage: float = 879.0 * MiB
+    #: --signal-scale 300``: 240.1 B, with eight 48-bit ping fingerprints per page and the
+    #: host prior's 8 B per estimator record), the most a crawled page took there (147 B on
+    #: ``bench_e2e.py``'s pages crawled twice and pinged)
+    redis_bytes_per_page: float = 240.1
+    #: seconds to rebuild a shard, per 10^6 estimated pages (``bench_rebuild.py``: 4.02 s
+    #: in process; the slowest shard's load end to end 4.29-4.81 s, 11.40 s in one run)
+    rebuild_s_per_mpage: float = 4.1
+    #: worker RSS per 10^6 pages (``bench_e2e.py throughput``: peaks of 864-873 MiB)
+    rss_bytes_per_mpage: float = 873.0 * MiB
     #: *assumed*: a worker process's memory limit (container), so pages per worker
     worker_memory_bytes: float = 2.0 * 1024 * MiB
     #: *assumed*: memory a Redis master may fill (of 32 GB: half for fork/AOF rewrite)
     master_memory_bytes: float = 16.0 * GB
     #: Redis commands/s per master: the same-run reference, redis-py pipelined ``SET``
-    #: (110,964-117,525/s); a store script call runs 7-9 commands, counted as
+    #: (126,680-142,968/s); a store script call runs 7-9 commands, counted as
     #: ``cmds_per_call``
-    master_cmds_per_s: float = 110_964.0
+    master_cmds_per_s: float = 126_680.0
     #: *assumed*: commands inside one order/ping/outcome script call (7-9)
     cmds_per_call: float = 8.0
     #: partitions per worker: a rebalance moves about a quarter of a worker at a time

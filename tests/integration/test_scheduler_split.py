@@ -348,13 +348,13 @@ def test_sizing_from_the_measured_figures() -> None:
 
     m = Measured()
     small = size(1e7, 1e4, 2e4, m=m)
-    # 10^7 pages x 879 MiB per 10^6 in workers of 2 GiB: 4.3 -> 5
+    # 10^7 pages x 873 MiB per 10^6 in workers of 2 GiB: 4.3 -> 5
     assert small.bound_by == "memory (RSS)" and small.workers == 5
     # with the outcome rate of 2026-11-23 (1,062/s per worker) outcomes bound: 10^4 / 1,062
     slow = size(1e7, 1e4, 2e4, m=replace(m, outcomes_per_s=1062.0))
     assert slow.bound_by == "outcomes" and slow.workers == 10
     big = size(1e9, 1e3, 2e3, m=m)
     assert big.bound_by == "memory (RSS)" and big.masters_bound_by == "memory"
-    assert big.masters == 15  # 10^9 x 228.9 B = 229 GB in 16 GB masters: 14.3
+    assert big.masters == 16  # 10^9 x 240.1 B = 240 GB in 16 GB masters: 15.0
     assert big.partitions == 4 * big.workers
     assert big.breaks_first[0].startswith("shard table")  # one master's egress, > 1
