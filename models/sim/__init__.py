@@ -2,8 +2,9 @@
 
 * :mod:`.world` - page parameters (synthetic Sec. 6.1, semi-synthetic Sec. 6.7, hosts).
 * :mod:`.events` - change and ping processes, ping lag (App. C).
-* :mod:`.policies` - Algorithm 1 variants over :class:`models.index.CrawlIndex`, LDS,
-  and the peers (Nutch, StormCrawler, round robin).
+* :mod:`.policies` - Algorithm 1 variants over the decision engine's
+  :class:`models.decision.core.ShardBook`.
+* :mod:`.peers` - LDS and the peers (Nutch, StormCrawler, round robin).
 * :mod:`.engine` - the slot loop (budget over time, host limits) and accuracy.
 
 Pure: randomness comes from a :class:`numpy.random.Generator` passed in; no clock, no I/O.
@@ -11,14 +12,11 @@ Pure: randomness comes from a :class:`numpy.random.Generator` passed in; no cloc
 
 from models.sim.engine import Budget, RunResult, accuracy, accuracy_curve, crawl_rates, run
 from models.sim.events import Events, simulate_events
+from models.sim.peers import NutchAdaptive, RoundRobin, ScheduledPolicy, StormCrawlerAdaptive
 from models.sim.policies import (
     POLICY_NAMES,
     Algorithm1,
     EstimatingAlgorithm1,
-    NutchAdaptive,
-    RoundRobin,
-    ScheduledPolicy,
-    StormCrawlerAdaptive,
     algorithm1,
     value_params,
 )

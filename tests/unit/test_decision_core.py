@@ -1,6 +1,8 @@
 """The decision core (models.decision): pacer, floor queue, host buckets, never-crawled
 pages, ping rule and the merged pick, each against a brute-force or closed-form reference.
-Pure: no Redis, no Kafka, time passed in."""
+Pure: no Redis, no Kafka, time passed in.
+Over 600 lines on purpose: one module of tests per package under test (models.decision), each
+part beside the references it shares with the others (the brute-force pick, the seeded worlds)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,8 @@
-"""Tests of models.estimators: validation, degenerate data, bounded state, consistency."""
+"""Tests of models.estimators: validation, degenerate data, bounded state, consistency.
+
+Over 600 lines on purpose: one module of tests per package under test, the scalar and batch
+estimators checked against the same closed forms and generated observations.
+"""
 
 from __future__ import annotations
 

@@ -1,4 +1,8 @@
-"""CrawlIndex == brute-force argmax of crawl_value (Algorithm 1 of paper 004, App. F tiers)."""
+"""CrawlIndex == brute-force argmax of crawl_value (Algorithm 1 of paper 004, App. F tiers).
+
+Over 600 lines on purpose: every operation of the one data structure against the same
+brute-force reference and generators.
+"""
 
 from __future__ import annotations
 
