@@ -224,11 +224,12 @@ async def case_outcomes_keep_the_hosts_prior_sums(make: Make) -> None:
     await h.feed("pages", [js(url=u) for u in urls])
     t0 = time.time() - 1000.0
     await h.feed("outcomes", [js(url=u, fetched_at=t0, changed=None) for u in urls])
-    assert (await h.store.read_host_priors(["hp.org"])) == [(0.0, 0.0, 0.0)]
+    assert (await h.store.read_outcome_inputs([("hp.org", urls[0])]))[1] == {
+        "hp.org": (0.0, 0.0, 0.0)}
 
     async def stored() -> tuple[tuple[float, float, float], list[Any]]:
         values = [await h.store.get_page_raw("hp.org", u) for u in urls]
-        return (await h.store.read_host_priors(["hp.org"]))[0], values
+        return (await h.store.read_outcome_inputs([("hp.org", urls[0])]))[1]["hp.org"], values
 
     await h.feed("outcomes", [js(url=u, fetched_at=t0 + 100.0, changed=i % 2 == 0)
                               for i, u in enumerate(urls)])

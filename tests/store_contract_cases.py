@@ -35,6 +35,7 @@ __all__ = [
     "test_host_rate_is_the_operators_lowered_by_the_others",
     "test_issue_tokens_flight_and_expire",
     "test_outcome_codes_and_flight",
+    "test_outcome_inputs_are_the_pages_and_their_hosts_prior_sums",
     "test_pages_added_updated_deleted_and_redelivered",
     "test_ping_codes",
 ]
@@ -220,14 +221,19 @@ async def test_a_host_of_many_pages(store: AdminStore) -> None:
         None if u in gone else "EST" for u in urls[:20]]
 
 
+async def _sums(store: AdminStore, host: str) -> tuple[float, float, float]:
+    """The host's prior sums as the outcomes agent reads them."""
+    return (await store.read_outcome_inputs([(host, "https://" + host + "/")]))[1][host]
+
+
 async def _crawl_round(store: AdminStore, est: Any, host: str, urls: list[str],
                        fetched: float, changed: list[bool], first_offset: int) -> list[Any]:
     """One crawl of each of ``urls`` reported as the outcomes agent reports it: the pages and
     the host's prior sums read, the intervals added (``Estimation.observe``), the records
     written by the offset-guarded outcome step with a compare-and-set; the ops, to
     redeliver."""
-    values = await store.read_pages([(host, u) for u in urls])
-    (sums,) = await store.read_host_priors([host])
+    values, by_host = await store.read_outcome_inputs([(host, u) for u in urls])
+    sums = by_host[host]
     obs = []
     for v, c in zip(values, changed, strict=True):
         assert v
@@ -286,7 +292,7 @@ async def test_host_prior_sums_are_the_incremental_em_of_the_stored_records(
                                   (np.ones(m), np.full(m, 1.0 / est.estimator.init().theta[0])))
         add_contributions(*sums, np.zeros(m, dtype=np.int64), c_count, c_mean, c_log, post)
         c_mean, c_log, c_count = post.mean_per_s, post.mean_log, np.ones(m)
-        (stored,) = await store.read_host_priors([h])
+        stored = await _sums(store, h)
         assert stored[0] == m
         assert stored[1] == pytest.approx(float(sums[1][0]), rel=1e-4)
         assert stored[2] == pytest.approx(float(sums[2][0]), rel=1e-5)
@@ -302,7 +308,7 @@ async def test_host_prior_sums_are_the_incremental_em_of_the_stored_records(
             assert alphas == pytest.approx(a.tolist(), rel=1e-5)
         # the whole round again (a redelivery): nothing changes
         assert {x[0] for x in await store.apply_outcomes(ops)} == {"dup-offset"}
-        assert (await store.read_host_priors([h]))[0] == stored
+        assert await _sums(store, h) == stored
         assert await store.read_pages([(h, u) for u in urls]) == values
     got = host_priors(*(np.array([x]) for x in stored))
     want = host_priors(*sums)
@@ -311,7 +317,40 @@ async def test_host_prior_sums_are_the_incremental_em_of_the_stored_records(
     # a deleted page's contribution leaves the sums
     gone = contribution(estimator_part(await store.get_page_raw(h, urls[0])))
     await store.apply_pages([page(urls[0], 10_000, deleted=True)])
-    (after,) = await store.read_host_priors([h])
+    after = await _sums(store, h)
     assert after[0] == m - 1
     assert after[1] == pytest.approx(stored[1] - gone[1], rel=1e-12)
     assert after[2] == pytest.approx(stored[2] - gone[2], rel=1e-12)
+
+
+async def test_outcome_inputs_are_the_pages_and_their_hosts_prior_sums(
+        store: AdminStore) -> None:
+    """One read gives what ``read_pages`` gives (pages spread over a big host's buckets,
+    unknown urls as None, items of several hosts interleaved, in order) and each of the
+    items' hosts' prior sums exactly as the stored records add up (``(0, 0, 0)``: a host
+    with none, or no page at all)."""
+    big, small, empty = "big.org", "small.org", "none.org"
+    bigs = [f"https://{big}/p{i}" for i in range(300)]
+    smalls = [f"https://{small}/q{i}" for i in range(3)]
+    await store.apply_pages([page(u, i, host=big) for i, u in enumerate(bigs)]
+                            + [page(u, i, host=small) for i, u in enumerate(smalls)])
+    await store.apply_outcomes([OutcomeOp(u, h, None, 1000.0, None, "t.out", 0, i)
+                                for h, us in ((big, bigs), (small, smalls))
+                                for i, u in enumerate(us)])
+    est = Estimation(host_min_pages=2)
+    crawled = bigs[::7]
+    await _crawl_round(store, est, big, crawled, 1600.0,
+                       [i % 3 == 0 for i in range(len(crawled))], 1000)
+    items = [(big, bigs[5]), (small, smalls[1]), (empty, f"https://{empty}/x"),
+             (big, f"https://{big}/unknown"), (big, bigs[14])] + [(big, u) for u in bigs]
+    values, sums = await store.read_outcome_inputs(items)
+    assert values == await store.read_pages(items)
+    assert values[2] is None and values[3] is None
+    assert all(v is not None for k, v in enumerate(values) if k not in (2, 3))
+    assert set(sums) == {big, small, empty}
+    parts = [contribution(estimator_part(v)) for v in await store.read_pages(
+        [(big, u) for u in bigs])]
+    assert sums[big][0] == len(crawled)
+    assert sums[big] == pytest.approx(tuple(map(math.fsum, zip(*parts, strict=True))),
+                                      rel=1e-12)
+    assert sums[small] == sums[empty] == (0.0, 0.0, 0.0)

@@ -179,7 +179,7 @@ class Observation:
     #: the estimator's pseudo-intervals imply it (``SignalEstimator.prior_scale``)
     prior_rate_per_s: float | None = None
     #: the page's host's prior sums ``(n, sum E[lambda], sum E[log lambda])`` as stored
-    #: before this interval (``StateStore.read_host_priors``); None: the record gets no
+    #: before this interval (``StateStore.read_outcome_inputs``); None: the record gets no
     #: contribution to a host prior
     host_sums: tuple[float, float, float] | None = None
 

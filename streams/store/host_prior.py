@@ -23,7 +23,7 @@ from __future__ import annotations
 import math
 import struct
 
-__all__ = ["EST_ESCAPE", "EST_VERSION", "PRIOR_FIELDS", "contribution", "swapped"]
+__all__ = ["EST_ESCAPE", "EST_VERSION", "PRIOR_FIELDS", "Sums", "contribution", "swapped"]
 
 #: an estimator record's first byte (``streams.estimates.record.VERSION``)
 EST_VERSION = 0x01
@@ -34,6 +34,7 @@ PRIOR_FIELDS = ("n", "mean", "log")
 
 _HOST = struct.Struct("<2f")
 
+#: a host's prior sums ``(n, sum E[lambda], sum E[log lambda])``; ``(0, 0, 0)``: none
 Sums = tuple[float, float, float]
 
 

@@ -26,7 +26,7 @@ from typing import Any
 from models.decision.hosts import NO_TOKEN, admit, binding_rate, refill
 from models.decision.pings import APPLIED, VERDICTS, ping_verdict
 from streams.events.records import SOURCES
-from streams.store.host_prior import swapped
+from streams.store.host_prior import Sums, swapped
 from streams.store.page_record import (
     N_SEEN,
     PageState,
@@ -209,8 +209,10 @@ class MemoryStore:
         if sums is not None:
             self.priors[host] = sums
 
-    async def read_host_priors(self, hosts: Sequence[str]) -> list[tuple[float, float, float]]:
-        return [self.priors.get(h, (0.0, 0.0, 0.0)) for h in hosts]
+    async def read_outcome_inputs(self, items: Sequence[tuple[str, str]]
+                                  ) -> tuple[list[str | None], dict[str, Sums]]:
+        return (await self.read_pages(items),
+                {h: self.priors.get(h, (0.0, 0.0, 0.0)) for h, _u in items})
 
     async def apply_outcomes(self, ops: Sequence[OutcomeOp]) -> list[Any]:
         return _each(self._outcome, ops)

@@ -43,6 +43,7 @@ from typing import Any, Protocol, runtime_checkable
 
 from streams.errors import RecrawlError
 from streams.events.records import MAX_IN_FLIGHT, MAX_RATE_PER_S
+from streams.store.host_prior import Sums
 from streams.store.page_record import PageState, estimator_part
 
 __all__ = [
@@ -230,9 +231,12 @@ class StateStore(Protocol):
         compares."""
         ...
 
-    async def read_host_priors(self, hosts: Sequence[str]) -> list[tuple[float, float, float]]:
-        """Each host's prior sums ``(n, sum E[lambda], sum E[log lambda])``
-        (:mod:`streams.store.host_prior`; ``(0, 0, 0)``: none)."""
+    async def read_outcome_inputs(self, items: Sequence[tuple[str, str]]
+                                  ) -> tuple[list[str | None], dict[str, Sums]]:
+        """What the outcomes agent reads before it updates estimators, in one round trip:
+        :meth:`read_pages` of ``items``, and each of their hosts' prior sums ``(n, sum
+        E[lambda], sum E[log lambda])`` as they are now (:mod:`streams.store.host_prior`;
+        ``(0, 0, 0)``: none)."""
         ...
 
     async def apply_outcomes(self, ops: Sequence[OutcomeOp]) -> list[Any]: ...

@@ -118,7 +118,7 @@ from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from streams.events.records import SOURCES
-from streams.store.host_prior import EST_ESCAPE, EST_VERSION, PRIOR_FIELDS
+from streams.store.host_prior import EST_ESCAPE, EST_VERSION, Sums
 from streams.store.page_record import (
     FP_BYTES,
     N_SEEN,
@@ -572,42 +572,47 @@ class Store:
         res = await self._batch([self._pings_call(b, t_delay_s) for b in batches])
         return [r if isinstance(r, Exception) else _pairs(r) for r in res]
 
-    def _read_call(self, host: str, urls: Sequence[str]) -> _Call:
-        keys = [self.key(host, k) for k in ("pages", "buckets")]
+    def _read_call(self, host: str, urls: Sequence[str], *, prior: bool = False) -> _Call:
+        keys = [self.key(host, k) for k in ("pages", "buckets", "prior")[: 2 + prior]]
         return self.read_pages_script, keys, list(urls)
 
-    async def read_pages(self, items: Sequence[tuple[str, str]]) -> list[str | None]:
-        """The page value of each (host, url): one read script call per host (its pages may
-        be in several buckets)."""
+    async def _read(self, items: Sequence[tuple[str, str]], *, prior: bool
+                    ) -> tuple[list[str | None], dict[str, Sums]]:
+        """One read script call per host (its pages may be in several buckets), all in one
+        pipeline; ``prior``: each call returns the host's prior sums after its pages."""
         by_host: dict[str, list[int]] = {}
         for i, (host, _url) in enumerate(items):
             by_host.setdefault(host, []).append(i)
         hosts = list(by_host)
-        res = await self._batch([self._read_call(h, [items[i][1] for i in by_host[h]])
-                                 for h in hosts])
+        res = await self._batch([self._read_call(h, [items[i][1] for i in by_host[h]],
+                                                 prior=prior) for h in hosts])
         out: list[str | None] = [None] * len(items)
+        sums: dict[str, Sums] = {}
         for h, r in zip(hosts, res, strict=True):
             if isinstance(r, Exception):
                 raise r
-            for j, i in enumerate(by_host[h]):
+            idx = by_host[h]
+            for j, i in enumerate(idx):
                 out[i] = r[j] or None
-        return out
+            if prior:
+                n, m, lg = (float(x) if x else 0.0 for x in r[len(idx) : len(idx) + 3])
+                sums[h] = (n, m, lg)
+        return out, sums
+
+    async def read_pages(self, items: Sequence[tuple[str, str]]) -> list[str | None]:
+        return (await self._read(items, prior=False))[0]
+
+    async def read_outcome_inputs(self, items: Sequence[tuple[str, str]]
+                                  ) -> tuple[list[str | None], dict[str, Sums]]:
+        """The pages and their hosts' prior sums in one round trip: ``read_pages.lua`` given
+        the host's ``prior`` key (same hash tag: one slot) answers both."""
+        return await self._read(items, prior=True)
 
     async def _read_host(self, host: str, urls: Sequence[str]) -> list[str | None]:
         """:meth:`read_pages` of one host's urls through the decoded client."""
         r: Any = await self.read_pages_script(keys=self._read_call(host, urls)[1],
                                               args=list(urls), client=self.redis)
         return [r[j] or None for j in range(len(urls))]
-
-    async def read_host_priors(self, hosts: Sequence[str]) -> list[tuple[float, float, float]]:
-        pipe = self.batch.pipeline(transaction=False)
-        for h in hosts:
-            pipe.hmget(self.key(h, "prior"), *PRIOR_FIELDS)
-        out = []
-        for r in await _execute(pipe, raise_on_error=True):
-            n, m, lg = (float(x) if x is not None else 0.0 for x in r)
-            out.append((n, m, lg))
-        return out
 
     async def apply_outcomes(self, ops: Sequence[OutcomeOp]) -> list[Any]:
         return [r if isinstance(r, Exception) else (_text(r[0]), _text(r[1]), int(r[2]))

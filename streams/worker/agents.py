@@ -27,7 +27,7 @@ import math
 import time
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import faust
 from aiokafka.errors import (
@@ -104,6 +104,7 @@ if TYPE_CHECKING:
     from streams.scheduler.loading import PageUpdate
 
 log = logging.getLogger(__name__)
+_R = TypeVar("_R")
 
 RejectSink = Callable[[bytes | None, bytes], Awaitable[Any]]
 #: Compare-and-set rounds of an outcome before it is applied without its estimator update.
@@ -442,7 +443,7 @@ class Agents:
             jobs.append(Job(ev, rec, msg.topic, msg.partition, msg.offset))
         return jobs, bad, moved
 
-    async def _store(self, call: Callable[[], Awaitable[list[Any]]]) -> list[Any]:
+    async def _store(self, call: Callable[[], Awaitable[_R]]) -> _R:
         """A store batch, run again until the store takes it (an outage; every mutation is
         offset-guarded, so a batch run twice is applied once).  After a failed attempt
         (Redis away) the catalogue mark is checked before the next: a Redis that came back
@@ -450,7 +451,7 @@ class Agents:
         :meth:`_safely`), else the batch's offsets would hide the earlier events from it."""
         tried = False
 
-        async def attempt() -> list[Any]:
+        async def attempt() -> _R:
             nonlocal tried
             if tried and self.logs is not None:
                 why = await self.logs.lost()
@@ -459,7 +460,7 @@ class Agents:
             tried = True
             return await call()
 
-        result: list[Any] = await self._retry("redis", attempt)
+        result: _R = await self._retry("redis", attempt)
         return result
 
     async def _safely(self, events: Sequence[faust.types.EventT[Any]], name: str,
@@ -638,13 +639,10 @@ class Agents:
         log.error("outcomes: %d events kept conflicting; applied without estimator", len(todo))
 
     async def _outcome_attempt(self, jobs: list[Job], *, cas: bool) -> list[Job]:
-        current = await self._store(lambda: self.store.read_pages(
+        # the pages, and their hosts' prior sums as they are before this chunk (each page's
+        # posterior under its host's prior: Estimation.host_contributions), in one round trip
+        current, sums = await self._store(lambda: self.store.read_outcome_inputs(
             [(j.record.host, j.record.url) for j in jobs]))
-        # the hosts' prior sums as they are before this chunk (each page's posterior under
-        # its host's prior: Estimation.host_contributions)
-        hosts = list(dict.fromkeys(j.record.host for j in jobs if j.record.changed is not None))
-        sums = dict(zip(hosts, await self._store(lambda: self.store.read_host_priors(hosts))
-                        if hosts else [], strict=True))
         observations: list[Observation] = []
         observed: list[int] = []
         reads: list[str | None] = []

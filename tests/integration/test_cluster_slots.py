@@ -104,6 +104,10 @@ async def _every_script(store: Store) -> list[Any]:
                                                  i) for i, u in enumerate(urls)])
     read = await store.read_pages([(big, u) for u in urls])
     assert all(v is not None for v in read)
+    # the outcomes agent's read: pages and the hosts' prior keys, one script per host
+    values, sums = await store.read_outcome_inputs([(big, u) for u in urls] + [(host, url)])
+    assert values[:-1] == read and values[-1] is not None
+    assert sums == {big: (0.0, 0.0, 0.0), host: (0.0, 0.0, 0.0)}
     assert out[-1] == ("applied", read[-1], 1)
     return out
 
