@@ -38,8 +38,10 @@ The value function (Theorem 1 of paper 004) has one signal source; with several 
 paper 004 applied to the merged source (:func:`models.decision.pooling.pooled_params`, the
 same rule as the simulator, in :func:`streams.estimates.params.params_arrays`; the plain
 mean of ``beta_g`` while ``gamma = 0``).  ``alpha`` may be taken at an upper quantile of
-its posterior (``settings.estimate_quantile``, :func:`conservative_change_rate` of paper 003
-Sec. 5.3) while the estimate converges;
+its posterior (``settings.estimate_quantile``, paper 003 Sec. 5.3) while the estimate
+converges: :func:`conservative_change_rate` around the page's own mode, or, where ``alpha``
+is its posterior mean under its host's prior, that posterior's quantile read as a Gamma
+(:func:`streams.estimates.params.params_arrays`);
 ``kappa_g = alpha*beta_g`` is kept, so a signal's evidence does not change with the quantile.
 
 A crawl whose outcome says ``changed: null`` (the fetcher's first fetch of a URL: nothing to

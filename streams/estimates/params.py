@@ -27,10 +27,12 @@ from typing import Any
 
 import numpy as np
 import numpy.typing as npt
+from scipy.special import gammaincinv
 
 from models.decision.pooling import pooled_params
 from models.estimators import _numeric as nm
 from models.estimators import conservative_change_rate
+from models.estimators.host_prior import fit_gammas
 from streams.estimates.estimation import (
     GROUP_OF,
     GROUPS,
@@ -92,7 +94,8 @@ def page_params(
         e = np.full((1, _N_EST), np.nan)
         e[0, :3] = est.alpha_per_s, est.alpha_se_per_s, est.change_rate_per_s
         e[0, _GAMMA], e[0, _KAPPA] = est.gamma_per_s, est.kappa
-        e[0, -1] = est.n_intervals
+        e[0, _MEAN_LOG] = est.alpha_mean_log
+        e[0, _N_INTERVALS] = est.n_intervals
         rows = (_ROW0, e)
     prior = state.prior_change_rate_per_s
     m = params_arrays(np.array([state.importance]),
@@ -108,8 +111,9 @@ _ROW0 = np.zeros(1, dtype=np.int64)
 
 
 #: columns of the estimates matrix of :func:`_estimates_many` (as the fields of
-#: :class:`streams.estimates.estimation.Estimates`)
-_N_EST = 4 + 6 * len(GROUPS) + 1
+#: :class:`streams.estimates.estimation.Estimates`: n_intervals, then alpha_mean_log)
+_N_EST = 4 + 6 * len(GROUPS) + 2
+_N_INTERVALS, _MEAN_LOG = _N_EST - 2, _N_EST - 1
 _KAPPA = slice(4 + len(GROUPS), 4 + 2 * len(GROUPS))
 _GAMMA = slice(4, 4 + len(GROUPS))
 
@@ -173,13 +177,12 @@ def params_arrays(
     estimated = np.zeros(n, dtype=bool)
     if est is not None:
         rows, e = est
-        use = e[:, -1] > 0  # n_intervals
+        use = e[:, _N_INTERVALS] > 0
         rows, e = rows[use], e[use]
         if rows.size:
             a = np.maximum(e[:, 0], 1e-300)
             if settings.estimate_quantile != 0.5:
-                q = conservative_change_rate(a, e[:, 1], settings.estimate_quantile)
-                a = np.where(q != 0.0, q, a)
+                a = _alpha_quantile(a, e[:, 1], e[:, _MEAN_LOG], settings.estimate_quantile)
             gam = e[:, _GAMMA]
             with np.errstate(divide="ignore", over="ignore", invalid="ignore"):
                 bg = e[:, _KAPPA] / a[:, None]
@@ -197,6 +200,28 @@ def params_arrays(
         max_value = np.where(mdelta > 0.0, imp / np.where(mdelta > 0.0, mdelta, 1.0), 0.0)
     return ParamsMany(imp, last, crawled, alpha, beta, gamma, delta, src_beta, origin,
                       estimated, max_value)
+
+
+def _alpha_quantile(alpha: npt.NDArray[np.float64], alpha_se: npt.NDArray[np.float64],
+                    mean_log: npt.NDArray[np.float64], quantile: float
+                    ) -> npt.NDArray[np.float64]:
+    """``alpha`` at an upper ``quantile`` of the page's posterior (module docstring of
+    :mod:`streams.estimates.estimation`).  Where ``alpha`` is the page's own mode, the
+    log-normal approximation around it with its standard error
+    (:func:`conservative_change_rate`, paper 003 Sec. 5.3).  Where it is the posterior mean
+    under the host's Gamma prior (``mean_log`` finite: that posterior's ``E[log lambda]``),
+    the quantile of the Gamma with that posterior's ``E[lambda]`` and ``E[log lambda]`` (the
+    Gamma closest to it in Kullback-Leibler divergence, Minka 2002:
+    :func:`models.estimators.host_prior.fit_gammas`); the page's own standard error
+    describes the spread around its own mode, not this posterior's.  A rate of 0 stays."""
+    q = conservative_change_rate(alpha, alpha_se, quantile)
+    host = np.isfinite(mean_log) & (alpha > 0.0) & np.isfinite(alpha)
+    if host.any():
+        shape, rate = fit_gammas(alpha[host], mean_log[host])
+        # the Gamma's quantile function (scipy.stats.gamma.ppf without its per-call cost)
+        q[host] = gammaincinv(shape, quantile) / rate
+    out: npt.NDArray[np.float64] = np.where(q != 0.0, q, alpha)
+    return out
 
 
 _PSIZE = PAGE_STRUCT.size
@@ -267,8 +292,9 @@ def _estimates_many(
     rows: list[npt.NDArray[np.int64]], heads: list[npt.NDArray[Any]],
 ) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.float64]] | None:
     """Rows with a readable record and their numbers (columns: alpha, alpha_se, Delta, -,
-    gamma, kappa, then only n_intervals is filled) from the records' heads, ``alpha``,
-    ``gamma`` and ``Delta`` as :func:`streams.estimates.estimation.estimates_of` gives them."""
+    gamma, kappa, then only n_intervals and alpha_mean_log are filled) from the records'
+    heads, ``alpha``, ``gamma`` and ``Delta`` as
+    :func:`streams.estimates.estimation.estimates_of` gives them."""
     if not rows:
         return None
     h = np.concatenate(heads)
@@ -276,11 +302,13 @@ def _estimates_many(
     alpha = h["alpha"].astype(np.float64)
     # the host posterior mean where the record stores it as the page's alpha (value_alpha)
     hm = h["host"][:, 0].astype(np.float64)
-    alpha = np.where((hm > 0.0) & (hm < np.inf), hm, alpha)
+    host = (hm > 0.0) & (hm < np.inf)
+    alpha = np.where(host, hm, alpha)
     kappa = h["kappa"].astype(np.float64)
     gam = gamma_from_totals(h["totals"].astype(np.float64))
     e[:, 0], e[:, 1] = alpha, h["alpha_se"]
     e[:, 2] = nm.derive(alpha, kappa, gam)["change_rate"]
     e[:, _GAMMA], e[:, _KAPPA] = gam, kappa
-    e[:, -1] = h["n"]
+    e[:, _MEAN_LOG] = np.where(host, h["host"][:, 1], np.nan)
+    e[:, _N_INTERVALS] = h["n"]
     return np.concatenate(rows), e

@@ -91,7 +91,7 @@ import functools
 import math
 import struct
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import numpy as np
@@ -156,6 +156,11 @@ class Estimates:
     recall: tuple[float, ...]
     recall_se: tuple[float, ...]
     n_intervals: int
+    #: where ``alpha`` is the page's posterior mean under its host's prior
+    #: (:attr:`EstimatorRecord.value_estimates`): that posterior's ``E[log lambda]`` (with
+    #: the mean, the Gamma it is read as); NaN where ``alpha`` is the page's own mode and
+    #: ``alpha_se`` its standard error
+    alpha_mean_log: float = math.nan
 
 
 @functools.cache
@@ -559,7 +564,8 @@ class EstimatorRecord:
         if a is None:
             return self.estimates
         e = self.estimates
-        return derived(a, e.alpha_se_per_s, e.kappa, self.state.totals, e.n_intervals)
+        return replace(derived(a, e.alpha_se_per_s, e.kappa, self.state.totals, e.n_intervals),
+                       alpha_mean_log=self.host[1])
 
     def encode(self) -> str:
         """The record as a ``str`` of surrogate-escaped bytes (what a ``surrogateescape``

@@ -130,3 +130,39 @@ def test_page_params_are_the_formulas_of_paper_004() -> None:
     a9 = float(conservative_change_rate(alpha, 1e-6, 0.9))
     assert q.alpha_per_s == pytest.approx(a9, rel=1e-12) and a9 > alpha
     assert list(q.source_beta_s) == pytest.approx([b * alpha / a9 for b in src], rel=1e-12)
+
+
+def test_an_upper_quantile_of_a_host_posterior_mean_is_that_posteriors() -> None:
+    """Where a page's ``alpha`` is its posterior mean under its host's Gamma prior, an upper
+    ``estimate_quantile`` is that posterior's quantile.  A page that never changed in ``U``
+    seconds has exactly the posterior ``Gamma(a, b + U)`` under the host's ``Gamma(a, b)``
+    (models.estimators.host_prior), so its 0.9 quantile is scipy's; the page's own standard
+    error (the spread around its own mode, under no host prior) does not enter.  One page
+    and the arrays give the same."""
+    from scipy.special import digamma
+    from scipy.stats import gamma as gamma_dist
+
+    from models.estimators.host_prior import host_priors
+    from streams.estimates.estimation import Estimation, Observation, estimates_of
+
+    n, shape, mean = 40.0, 0.7, 2e-5  # the host: Gamma(0.7, rate 0.7 / 2e-5 s)
+    sums = (n, n * mean, n * float(digamma(shape) - math.log(shape / mean)))
+    (a,), (b,), _ = host_priors(*(np.array([x]) for x in sums))
+    assert a == pytest.approx(shape, rel=1e-9) and b == pytest.approx(shape / mean, rel=1e-9)
+    unchanged_s = 3 * 86400.0
+    (rec,) = Estimation(host_min_pages=20).observe([Observation(
+        None, unchanged_s, (0,) * len(SOURCES), False, 1.7e9, None, sums)])
+    est = estimates_of(rec)
+    assert est is not None  # the host's prior is in use: alpha is the posterior mean
+    assert est.alpha_per_s == pytest.approx(a / (b + unchanged_s), rel=1e-4)
+    st = PageState(1.0, None, 1.7e9, (0,) * len(SOURCES))
+    q = 0.9
+    want = float(gamma_dist.ppf(q, a, scale=1.0 / (b + unchanged_s)))
+    one = page_params(st, rec, Settings(estimate_quantile=q))
+    many = page_params_many([st.encode(rec)], Settings(estimate_quantile=q))
+    assert many is not None
+    assert one.alpha_per_s == pytest.approx(want, rel=1e-4)
+    assert many.alpha[0] == pytest.approx(want, rel=1e-4)
+    # the median setting keeps the posterior mean
+    assert page_params(st, rec, Settings(estimate_quantile=0.5)).alpha_per_s == (
+        est.alpha_per_s)
