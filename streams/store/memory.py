@@ -380,6 +380,7 @@ class MemoryStore:
             "estimator": estimator_part(page),
             "host": _host_info(self.hosts.get(host, {})),
             "blocked": url in self.blocked.get(host, set()),
+            "host_prior": self.priors.get(host, (0.0, 0.0, 0.0)),
         }
 
     async def get_host(self, host: str) -> HostInfo:

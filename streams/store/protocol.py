@@ -293,7 +293,8 @@ class AdminStore(StateStore, Protocol):
 
     async def explain_data(self, host: str, url: str) -> dict[str, Any]:
         """What ``recrawl explain`` and ``GET /explain`` show of a page: its stored state,
-        estimator record, order in flight, host."""
+        estimator record, order in flight, host, and the host's prior sums (``host_prior``,
+        as :meth:`read_outcome_inputs` gives them)."""
         ...
 
     async def get_host(self, host: str) -> HostInfo: ...

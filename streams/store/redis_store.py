@@ -118,7 +118,7 @@ from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from streams.events.records import SOURCES
-from streams.store.host_prior import EST_ESCAPE, EST_VERSION, Sums
+from streams.store.host_prior import EST_ESCAPE, EST_VERSION, PRIOR_FIELDS, Sums
 from streams.store.page_record import (
     FP_BYTES,
     N_SEEN,
@@ -665,13 +665,16 @@ class Store:
         pipe.hget(self.key(host, "inflight"), url)
         pipe.hgetall(self.key(host, "host"))
         pipe.sismember(self.key(host, "blocked"), url)
-        fl, hinfo, blocked = await pipe.execute()
+        pipe.hmget(self.key(host, "prior"), *PRIOR_FIELDS)
+        fl, hinfo, blocked, prior = await pipe.execute()
+        n, m, lg = (float(x) if x else 0.0 for x in prior)
         return {
             "page": PageState.decode(page) if page else None,
             "in_flight": _in_flight(fl) if fl else None,
             "estimator": estimator_part(page),
             "host": _host_info(hinfo),
             "blocked": bool(blocked),
+            "host_prior": (n, m, lg),
         }
 
     async def get_host(self, host: str) -> HostInfo:

@@ -12,15 +12,19 @@ import math
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
+import numpy as np
+
+from models.estimators.host_prior import host_priors
 from models.values import crawl_value, time_to_value
 from streams.estimates.estimation import GROUP_NAMES, GROUPS, full_estimates
 from streams.estimates.params import page_params
+from streams.estimates.record import EstimatorRecord, value_alpha
 from streams.events.records import SOURCES, check_url, host_of, shard_of
 from streams.scheduler import Control
 from streams.settings import Settings
 from streams.store import AdminStore
 
-__all__ = ["estimates_view", "explain"]
+__all__ = ["estimates_view", "explain", "host_prior_view"]
 
 
 def _num(x: float | None) -> float | None:
@@ -55,6 +59,54 @@ def estimates_view(record: str | None,
             }
             for i, name in enumerate(GROUP_NAMES)
         },
+    }
+
+
+def host_prior_view(sums: tuple[float, float, float], record: str | None,
+                    own_prior_per_s: float | None, min_pages: int) -> dict[str, Any]:
+    """The page's host prior (``streams/store/host_prior.py``): the Gamma its host's sums fit
+    now (``host_priors``; None while they hold no page), the pages they count, and whether
+    the page's crawl-value ``alpha`` is its posterior mean under it, as its record says (the
+    record's ``host`` mean stored positive: decided at its last update, with the host's
+    pages counted then), with the reason in ``summary``."""
+    n, sum_mean, sum_log = sums
+    shape, rate, fitted = host_priors(np.array([n]), np.array([sum_mean]), np.array([sum_log]))
+    ok = bool(fitted[0])
+    a, b = float(shape[0]), float(rate[0])
+    host: tuple[float, float] | None = None
+    if record:
+        try:
+            host = EstimatorRecord.decode(record).host
+        except ValueError:
+            host = None
+    in_use = host is not None and value_alpha(host[0]) is not None
+    posterior = None
+    if host is not None and host[0] != 0.0:
+        posterior = {"mean_per_s": abs(host[0]), "mean_log": host[1]}
+    counted = round(n)
+    gamma = f"Gamma(shape {a:.4g}, rate {b:.4g} s) (mean {a / b:.4g}/s)" if ok else ""
+    if in_use:
+        summary = (f"in use: alpha is the page's posterior mean under its host's prior, now "
+                   f"{gamma} over {counted} pages")
+    elif own_prior_per_s is not None and own_prior_per_s > 0.0:
+        summary = "not in use: the page has its own prior change rate"
+    elif host is None:
+        summary = "not in use: the page has no observed crawl interval yet"
+    elif counted < min_pages:
+        summary = (f"not in use: its host has {counted} pages counted, fewer than "
+                   f"host_prior_min_pages = {min_pages}")
+    else:
+        summary = (f"not in use yet: its host had fewer than {min_pages} pages counted at "
+                   f"the page's last crawl; its next crawl uses {gamma} over {counted} pages")
+    return {
+        "pages_counted": counted,
+        "shape": a if ok else None,
+        "rate_s": b if ok else None,
+        "mean_per_s": a / b if ok else None,
+        "min_pages": min_pages,
+        "in_use": in_use,
+        "page_posterior": posterior,
+        "summary": summary,
     }
 
 
@@ -104,6 +156,9 @@ async def explain(store: AdminStore, settings: Settings, url: str, now_s: float,
         },
         parameters=params.as_dict(),
         estimates=estimates_view(data["estimator"], state.prior_change_rate_per_s),
+        host_prior=host_prior_view(data["host_prior"], data["estimator"],
+                                   state.prior_change_rate_per_s,
+                                   settings.host_prior_min_pages),
         tau_eff_s=_num(tau),
         crawl_value=value,
         max_value=cap,
