@@ -236,7 +236,7 @@ class Settings(BaseSettings):
     """The orders producer's request time-out (aiokafka's ``request_timeout_ms``; its
     default, 40 s): a batch of orders the broker has not acknowledged by then is given up,
     and its orders' in-flight marks are ended so that their pages are ordered again
-    (``streams/scheduler/issuing.py``, ``OrderIssuing._undelivered``)."""
+    (``streams/scheduler/issuing.py``, ``OrderIssuer._undelivered``)."""
     batch_wait_s: float = Field(default=0.02, gt=0.0, le=10.0)
     """How long an agent waits for its batch to fill (``take_events``' ``within``)."""
     batch_consumer: bool = True

@@ -17,7 +17,7 @@ The check waits until the youngest mark is :data:`SETTLE_S` old: a shard handed 
 live worker (a rebalance without a crash) may still have its last orders in that worker's
 producer, which sends them within milliseconds.  Marks older than :data:`WINDOW_S` at the
 rebuild are not checked: a live worker ends a mark whose send failed
-(:meth:`streams.scheduler.Scheduler._unsend`), and a dead one's last marks are at most the
+(:meth:`streams.scheduler.issuing.OrderIssuer._unsend`), and a dead one's last marks are at most the
 group's member time-out (``RECRAWL_SESSION_TIMEOUT_S``) plus a rebalance old when its shards
 are taken over.
 """
@@ -25,6 +25,7 @@ are taken over.
 from __future__ import annotations
 
 import asyncio
+import heapq
 import json
 import logging
 from collections.abc import Awaitable, Callable
@@ -32,9 +33,11 @@ from collections.abc import Awaitable, Callable
 from aiokafka import AIOKafkaConsumer, TopicPartition
 
 from streams.retry import Backoff, retry
+from streams.scheduler.shard import Shard
+from streams.scheduler.state import SchedulerState
 
-__all__ = ["SETTLE_S", "WINDOW_S", "OrderLog", "confirm_flights", "kafka_order_log", "settle",
-           "unconfirmed"]
+__all__ = ["SETTLE_S", "WINDOW_S", "OrderLog", "confirm_flights", "end_unconfirmed",
+           "kafka_order_log", "settle", "unconfirmed"]
 
 log = logging.getLogger(__name__)
 
@@ -116,3 +119,23 @@ async def confirm_flights(partition: int, in_flight: dict[str, tuple[str, float]
                            what=f"reading the orders of shard {partition}",
                            backoff=READ_BACKOFF, logger=log)
     return unconfirmed(marks, on_topic, since)
+
+
+async def end_unconfirmed(shard: Shard, order_log: OrderLog, state: SchedulerState) -> None:
+    """End the marks of a rebuilt shard whose order never reached the orders topic (a
+    worker killed with them in its producer): due at once, as a time-out, in the shard's
+    order time-outs (the scheduler's next tick ends them)."""
+    lost = await confirm_flights(shard.partition, dict(shard.in_flight), order_log,
+                                 state.clock())
+    lost = [(u, oid) for u, oid in lost if shard.in_flight.get(u, ("",))[0] == oid]
+    if not lost:
+        return
+    log.warning("shard %d: %d orders marked in flight never reached the orders topic "
+                "(their worker stopped before sending them): ordered again",
+                shard.partition, len(lost))
+    state.metrics.tally["orders.unconfirmed"] += len(lost)
+    now = state.clock()
+    for url, oid in lost:
+        heapq.heappush(shard.timeouts, (0.0, url, oid))
+        state.decisions.add(url, f"{now:.3f} order {oid} is not on the orders topic "
+                                 "(its worker stopped before sending it): ended")

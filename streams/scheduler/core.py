@@ -5,14 +5,13 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import heapq
 import json
 import logging
 import math
 import secrets
 import time
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from redis.exceptions import RedisError
@@ -22,16 +21,17 @@ from models.decision.core import choose, level_of
 from models.decision.pacer import CreditPacer
 from streams.estimates.estimation import Estimates
 from streams.reach import OutageReport, redis_address
-from streams.scheduler.confirm import OrderLog, confirm_flights
+from streams.scheduler.confirm import OrderLog, end_unconfirmed
 from streams.scheduler.heartbeat import (
     RESPLIT_S,
     SHARD_ALIVE_S,
     Heartbeat,
 )
-from streams.scheduler.issuing import EWMA_S, BatchSink, OrderIssuing, OrderSink, one_by_one
-from streams.scheduler.loading import LOAD_WAIT_S
+from streams.scheduler.issuing import BatchSink, OrderIssuer, OrderSink, one_by_one
+from streams.scheduler.loading import LOAD_WAIT_S, PageUpdate, ShardLoader
 from streams.scheduler.placing import new_book
-from streams.scheduler.shard import KEEP, NOT_IN_FLIGHT, Control, Shard
+from streams.scheduler.shard import KEEP, NOT_IN_FLIGHT, Control, Shard, top_hosts
+from streams.scheduler.state import SchedulerState, Shared
 from streams.settings import Settings
 from streams.store import StateStore
 from streams.store.page_record import PageState
@@ -45,6 +45,9 @@ __all__ = [
 
 log = logging.getLogger(__name__)
 
+#: the threshold is an EWMA of the log-values ordered over about this many seconds of
+#: orders: each order weighs ``1 / max(1, share_per_s * EWMA_S)``
+EWMA_S = 2.0
 #: how often the worker's scheduler refreezes the garbage collector (a full collection,
 #: 0.1-0.3 s at 10^6 pages: the objects frozen since the last one that died in a cycle
 #: are freed then)
@@ -58,8 +61,23 @@ RATE_WINDOW_S = 10.0
 BEST_VALUE_EVERY_S = 2.0
 
 
-class Scheduler(OrderIssuing):
-    """One scheduler for all of this worker's shards (the package docstring)."""
+class Scheduler:
+    """One scheduler for all of this worker's shards (the package docstring): the budget
+    split, the credit and the loop here; its parts, which share :attr:`state`, rebuild and
+    update the books (:attr:`loader`, :class:`streams.scheduler.loading.ShardLoader`) and
+    issue, send and take back the orders (:attr:`issuer`,
+    :class:`streams.scheduler.issuing.OrderIssuer`)."""
+
+    # kept in :attr:`state`, shared with the parts
+    settings = Shared[Settings]()
+    store = Shared[StateStore]()
+    metrics = Shared[Metrics]()
+    decisions = Shared[DecisionRing]()
+    clock = Shared[Callable[[], float]]()
+    control = Shared[Control]()
+    outage = Shared[OutageReport]()
+    shards = Shared[dict[int, Shard]]()
+    stopping = Shared[bool]()
 
     def __init__(
         self,
@@ -76,39 +94,37 @@ class Scheduler(OrderIssuing):
         manage_gc: bool = False,
         order_log: OrderLog | None = None,
     ) -> None:
-        self.settings = settings
-        #: the worker's own process: refreeze the garbage collector after the loads and
-        #: every REFREEZE_S (streams.telemetry.metrics.GcPauses); off for tests and benchmarks
-        #: that run beside other code
-        self.manage_gc = manage_gc
-        self.store = store
-        self.metrics = metrics
         if send_orders is None:
             if send_order is None:
                 raise ValueError("a scheduler needs send_order or send_orders")
             send_orders = one_by_one(send_order)
-        #: where the orders go: a batch at a time (the worker's producer), or one by one
-        self.send_orders = send_orders
+        self.state = SchedulerState(
+            settings, store, metrics,
+            decisions if decisions is not None else DecisionRing(
+                per_page=settings.decisions_per_page),
+            clock,
+            Control(settings.budget_per_s, t_delay_s=settings.t_delay_s,
+                    order_timeout_s=settings.order_timeout_s,
+                    max_interval_s=settings.max_interval_s),
+            # Redis outages of the loop, reported with the address every outage_report_s
+            OutageReport("redis", redis_address(settings.redis_url),
+                         settings.outage_report_s, log),
+        )
+        #: the worker's own process: refreeze the garbage collector after the loads and
+        #: every REFREEZE_S (streams.telemetry.metrics.GcPauses); off for tests and benchmarks
+        #: that run beside other code
+        self.manage_gc = manage_gc
+        self.worker_id = secrets.token_hex(4)
+        self.loader = ShardLoader(self.state, manage_gc=manage_gc)
+        self.issuer = OrderIssuer(self.state, self.loader, send_orders,
+                                  worker_id=self.worker_id, on_sent=self._sent)
         self.assignment = assignment
-        self.clock = clock
         self.monotonic = monotonic
         # where this worker answers GET /pages (its decisions ring): `recrawl explain` asks it
         self.web_url = (f"http://{settings.web_host}:{settings.web_port or 6066}"
                         if settings.web_enabled else None)
-        self.decisions = decisions if decisions is not None else DecisionRing(
-            per_page=settings.decisions_per_page)
-        self.shards: dict[int, Shard] = {}
-        self.control = Control(
-            settings.budget_per_s, t_delay_s=settings.t_delay_s,
-            order_timeout_s=settings.order_timeout_s, max_interval_s=settings.max_interval_s,
-        )
-        self.worker_id = secrets.token_hex(4)
-        self._seq = 0
-        #: tasks ending the marks of orders whose delivery failed (:meth:`_undelivered`)
-        self._undelivery: set[asyncio.Task[None]] = set()
         self._loaders: dict[int, asyncio.Task[None]] = {}
         self.global_shards: dict[int, dict[str, Any]] = {}
-        self.stopping = False
         self.loop_stats: dict[str, float] = {"iterations": 0, "busy_s": 0.0,
                                              "max_busy_s": 0.0, "late": 0}
         self._last_report = 0.0
@@ -128,9 +144,6 @@ class Scheduler(OrderIssuing):
         self._rate_samples: deque[tuple[float, int]] = deque()
         #: writes the shard entries while :meth:`run` runs (None: resplit writes them)
         self.heartbeat: Heartbeat | None = None
-        #: Redis outages of the loop, reported with the address every outage_report_s
-        self.outage = OutageReport("redis", redis_address(settings.redis_url),
-                                   settings.outage_report_s, log)
         #: local shards published as ready at the last resplit (they may spend)
         self._announced: set[int] = set()
         #: partitions whose state is being rebuilt (:meth:`hold`): no shard, no order
@@ -154,13 +167,25 @@ class Scheduler(OrderIssuing):
             shard.dirty.add((host, url))
             return
         if value is None:
-            self._forget(shard, url)
+            self.loader.forget(shard, url)
             return
         if url in shard.blocked.get(host, ()):
             return
         flight = NOT_IN_FLIGHT if in_flight_cleared else KEEP
         state = value if isinstance(value, PageState) else PageState.decode(value)
-        self._apply_or_skip(shard, host, url, state, estimator, flight)
+        self.loader.apply_or_skip(shard, host, url, state, estimator, flight)
+
+    def on_pages(self, updates: Sequence[PageUpdate]) -> None:
+        """:meth:`on_page` of a batch's pages, in their order, on arrays
+        (:meth:`streams.scheduler.loading.ShardLoader.on_pages`)."""
+        self.loader.on_pages(updates)
+
+    def on_blocked(self, partition: int, host: str, url: str,
+                   epoch: int | None = None) -> None:
+        """The host's robots.txt disallows ``url``: out of the book until it changes
+        (:meth:`streams.scheduler.loading.ShardLoader.on_blocked`; ``epoch``: the
+        :meth:`robots_epoch` when the outcome was written)."""
+        self.loader.on_blocked(partition, host, url, epoch)
 
     async def wait_loaded(self, partitions: set[int], timeout_s: float = LOAD_WAIT_S) -> None:
         """Wait (at most ``timeout_s``) until these partitions' shards are rebuilt.  The
@@ -208,7 +233,7 @@ class Scheduler(OrderIssuing):
             shard.dirty.update((host, u) for u in urls)
             return
         if urls:
-            await self._reload(shard, host, sorted(urls))
+            await self.loader.reload(shard, host, sorted(urls))
         for url in urls:
             self.decisions.add(url, f"{self.clock():.3f} robots.txt of {host} changed: "
                                     "a candidate again")
@@ -253,29 +278,10 @@ class Scheduler(OrderIssuing):
             log.info("shard %d assigned; loading", p)
 
     async def _load_then_confirm(self, shard: Shard) -> None:
-        await self._load(shard)
+        await self.loader.load(shard)
         if self.order_log is not None and shard.in_flight:
-            self._confirms[shard.partition] = asyncio.ensure_future(self._confirm(shard))
-
-    async def _confirm(self, shard: Shard) -> None:
-        """End the marks of a rebuilt shard whose order never reached the orders topic (a
-        worker killed with them in its producer): due at once, as a time-out
-        (streams/scheduler/confirm.py)."""
-        assert self.order_log is not None
-        lost = await confirm_flights(shard.partition, dict(shard.in_flight), self.order_log,
-                                     self.clock())
-        lost = [(u, oid) for u, oid in lost if shard.in_flight.get(u, ("",))[0] == oid]
-        if not lost:
-            return
-        log.warning("shard %d: %d orders marked in flight never reached the orders topic "
-                    "(their worker stopped before sending them): ordered again",
-                    shard.partition, len(lost))
-        self.metrics.tally["orders.unconfirmed"] += len(lost)
-        now = self.clock()
-        for url, oid in lost:
-            heapq.heappush(shard.timeouts, (0.0, url, oid))
-            self.decisions.add(url, f"{now:.3f} order {oid} is not on the orders topic "
-                                    "(its worker stopped before sending it): ended")
+            self._confirms[shard.partition] = asyncio.ensure_future(
+                end_unconfirmed(shard, self.order_log, self.state))
 
     # -- budget ---------------------------------------------------------------------
     async def resplit(self, dt_s: float) -> None:
@@ -457,11 +463,23 @@ class Scheduler(OrderIssuing):
         """One tick: choose the orders of every shard, issue them in one Redis pipeline."""
         now, mono = self.clock(), self.monotonic()  # issued_at and the pacer's time
         for shard in shards:
-            await self._expire(shard, now)
+            await self.issuer.expire(shard, now)
         plans = self._choose(shards, now, mono)
         if not plans:
             return 0
-        return await self._issue(plans, now)
+        return await self.issuer.issue(plans, now)
+
+    def _sent(self, shard: Shard, policy: str, value: float) -> None:
+        """An order the producer took (:class:`streams.scheduler.issuing.OrderIssuer`): it
+        spends one credit, counts, and moves the threshold the split compares
+        (:func:`models.decision.budget.observe_value`) when it was a value pick."""
+        if policy == "greedy" and value > 0:
+            self.log_threshold = budget.observe_value(self.log_threshold, value,
+                                                      self.share_total, EWMA_S)
+        shard.emitted += 1
+        self.emitted += 1
+        self.orders_total += 1
+        self.pacer.spend(1)
 
     def _choose(self, shards: list[Shard], now: float, mono: float | None = None
                 ) -> list[tuple[Shard, list[tuple[str, str, float]]]]:
@@ -505,20 +523,9 @@ class Scheduler(OrderIssuing):
         return (self.orders_total - n0) / (mono - t0) if mono > t0 else 0.0
 
     def top_hosts(self, n: int) -> dict[str, Any]:
-        """The ``n`` hosts of this worker's shards with the most orders in flight (then the
-        highest capacity): capacity (``max_crawls_per_s``, ``max_in_flight``; 0: no cap),
-        tokens now and orders in flight, as the scheduler's buckets hold them."""
-        now = self.clock()
-        rows = [(b.hosts.in_flight(h), b.hosts.rate(h), str(h), p, b.hosts)
-                for p, b in self.shards.items() for h in b.hosts.buckets]
-        top = heapq.nsmallest(max(0, n), rows, key=lambda r: (-r[0], -r[1], r[2]))
-        return {
-            "count": len(rows),
-            "in_flight": sum(r[0] for r in rows),
-            "top": [{"host": h, "shard": p, "in_flight": f, "max_crawls_per_s": rate,
-                     "max_in_flight": hb.max_in_flight(h), "tokens": hb.tokens(h, now)}
-                    for f, rate, h, p, hb in top],
-        }
+        """The ``n`` hosts of this worker's shards with the most orders in flight
+        (:func:`streams.scheduler.shard.top_hosts`)."""
+        return top_hosts(self.shards, n, self.clock())
 
     def cluster(self) -> dict[str, Any]:
         """Every live worker's numbers as the shard entries in Redis have them (this

@@ -1,5 +1,5 @@
-"""Orders: issued in Redis, produced to Kafka, taken back when unsent or timed out (a base
-of :class:`streams.scheduler.Scheduler`)."""
+"""Orders: issued in Redis, produced to Kafka, taken back when unsent or timed out
+(:class:`OrderIssuer`, a part :class:`streams.scheduler.Scheduler` owns)."""
 
 from __future__ import annotations
 
@@ -14,21 +14,16 @@ from typing import Any
 from pydantic_core import to_json
 from redis.exceptions import NoScriptError
 
-from models.decision import budget
-from models.decision.pacer import CreditPacer
 from streams.retry import Backoff, retry
-from streams.scheduler.loading import ShardLoading
+from streams.scheduler.loading import ShardLoader
 from streams.scheduler.shard import Shard
+from streams.scheduler.state import SchedulerState
 from streams.store import IssueBatch
-from streams.telemetry.decisions import DecisionRing
 
-__all__ = ["EWMA_S", "BatchSink", "Delivery", "OrderIssuing", "OrderSink", "one_by_one"]
+__all__ = ["BatchSink", "Delivery", "OrderIssuer", "OrderSink", "one_by_one"]
 
 log = logging.getLogger(__name__)
 
-#: the threshold is an EWMA of the log-values ordered over about this many seconds of
-#: orders: each order weighs ``1 / max(1, share_per_s * EWMA_S)``
-EWMA_S = 2.0
 #: the waits between attempts to clear in-flight marks
 EXPIRE_BACKOFF = Backoff(0.1, 2.0)
 
@@ -72,30 +67,32 @@ def _s(x: Any) -> str:
     return x.decode() if isinstance(x, bytes) else str(x)
 
 
-class OrderIssuing(ShardLoading):
+class OrderIssuer:
     """Orders issued in Redis (one script per host per tick), sent, and taken back when
-    they could not be sent or time out (the half of :class:`streams.scheduler.Scheduler`
-    that talks to Kafka)."""
+    they could not be sent or time out: the part of the scheduler that talks to Kafka.
+    Each order sent is reported to ``on_sent`` (shard, policy, value) as the producer takes
+    it, before the next one: the scheduler's credit and threshold follow the orders out."""
 
-    # the scheduler's attributes (set in :class:`streams.scheduler.Scheduler`)
-    decisions: DecisionRing
-    send_orders: BatchSink
-    pacer: CreditPacer
-    worker_id: str
-    stopping: bool
-    emitted: int
-    orders_total: int
-    share_total: float
-    log_threshold: float | None
-    _seq: int
-    _undelivery: set[asyncio.Task[None]]
+    def __init__(self, state: SchedulerState, loader: ShardLoader, send_orders: BatchSink,
+                 *, worker_id: str, on_sent: Callable[[Shard, str, float], None]) -> None:
+        self.state = state
+        #: the books' writer: pages not ordered, blocked or gone, and in-flight marks
+        self.loader = loader
+        #: where the orders go: a batch at a time (the worker's producer), or one by one
+        self.send_orders = send_orders
+        #: the prefix of this worker's order ids
+        self.worker_id = worker_id
+        self.on_sent = on_sent
+        self._seq = 0
+        #: tasks ending the marks of orders whose delivery failed (:meth:`_undelivered`)
+        self._undelivery: set[asyncio.Task[None]] = set()
 
-    async def _issue(
+    async def issue(
         self, plans: list[tuple[Shard, list[tuple[str, str, float]]]], now: float
     ) -> int:
         """Issue a tick's picks: one script call per host (its keys share one slot), all in
         one pipeline (one round trip); the orders that Redis accepted go to the producer."""
-        st = self.settings
+        st = self.state.settings
         groups: dict[tuple[int, str], list[tuple[str, str, float, str]]] = {}
         owner: dict[int, Shard] = {}
         for shard, picks in plans:
@@ -104,11 +101,11 @@ class OrderIssuing(ShardLoading):
                 if not math.isfinite(value):
                     # an order's JSON holds finite numbers only (the threshold always is:
                     # level_of): refused before Redis marks the page in flight (a page of such
-                    # parameters is never put in a book: ShardLoading; this is the last
+                    # parameters is never put in a book: ShardLoader; this is the last
                     # guard), and left out as unusable
                     log.warning("page %s not ordered: its value %r is not finite", url, value)
-                    self.metrics.tally["pages.unusable"] += 1
-                    self._forget(shard, url)
+                    self.state.metrics.tally["pages.unusable"] += 1
+                    self.loader.forget(shard, url)
                     continue
                 self._seq += 1
                 oid = f"{self.worker_id}-{shard.partition}-{self._seq:x}"
@@ -117,7 +114,7 @@ class OrderIssuing(ShardLoading):
         batches = [IssueBatch(host, [(url, oid) for url, _pol, _v, oid in items])
                    for (_p, host), items in groups.items()]
         try:
-            results = await self.store.issue(
+            results = await self.state.store.issue(
                 batches, now_s=now, default_rate=st.default_host_crawls_per_s,
                 default_mif=st.default_host_max_in_flight, burst=st.host_burst)
         except Exception as exc:
@@ -136,7 +133,7 @@ class OrderIssuing(ShardLoading):
                 if not isinstance(res, NoScriptError):  # (the store loaded them again)
                     log.warning("issue failed: %r", res)
                 for url, *_ in items:
-                    self._restore(shard, url)
+                    self.restore(shard, url)
                 continue
             hosts, table, level = shard.hosts, shard.table, shard.level
             key = host.encode()
@@ -162,23 +159,24 @@ class OrderIssuing(ShardLoading):
                     hosts.empty(host, now)
                 elif code == "in-flight":
                     foid, _, at = _s(payload).partition("|")
-                    self._set_flight(shard, url, host, (foid, float(at or now)))
+                    self.loader.set_flight(shard, url, host, (foid, float(at or now)))
                 elif code == "max-in-flight":
                     b = hosts.bucket(host)
                     b.in_flight = max(b.in_flight, hosts.max_in_flight(host))
                 elif code == "gone":
-                    self._forget(shard, url)
+                    self.loader.forget(shard, url)
                     continue
                 elif code == "blocked":  # its robots.txt disallows it (another worker knew)
-                    self.on_blocked(partition, host, url)
+                    self.loader.on_blocked(partition, host, url)
                     continue
                 if code != "in-flight":
-                    self._restore(shard, url)  # not ordered: back among the candidates
+                    self.restore(shard, url)  # not ordered: back among the candidates
         sent = 0
         send_error: Exception | None = None
         unsent: list[tuple[Shard, str, str, str]] = []
         done = bytearray(len(accepted))
         counted: collections.Counter[tuple[int, str]] = collections.Counter()
+        set_flight, on_sent, decisions = self.loader.set_flight, self.on_sent, self.state.decisions
         try:
             if records:
                 # each group of orders is handed to the producer, then recorded before the next
@@ -194,24 +192,19 @@ class OrderIssuing(ShardLoading):
                             unsent.append((shard, url, host, oid))
                             continue
                         shard.hosts.take(host, now)
-                        self._set_flight(shard, url, host, (oid, now))
+                        set_flight(shard, url, host, (oid, now))
                         counted[shard.partition, policy] += 1
-                        if policy == "greedy" and value > 0:
-                            self._observe_value(shard, value, now)
-                        shard.emitted += 1
-                        self.emitted += 1
-                        self.orders_total += 1
-                        self.pacer.spend(1)
+                        on_sent(shard, policy, value)
                         sent += 1
                         level = shard.level
-                        self.decisions.add(url, (
+                        decisions.add(url, (
                             f"{now:.3f} ordered {oid} ({policy}): value {value:.4g}"
                             f" {'>=' if value >= level else '<'} threshold {level:.4g}"
                             + (f", tau_eff {tau:.0f}s" if crawled else ", never crawled")))
         except Exception as exc:  # a sink that broke its contract and raised
             send_error = exc
         for (partition, policy), n in counted.items():  # once per tick, not per order
-            self.metrics.order(partition, policy, n)
+            self.state.metrics.order(partition, policy, n)
         missing = [i for i in range(len(accepted)) if not done[i]]
         if missing:  # not answered (a sink that raised or stopped short): taken as unsent,
             # their in-flight marks cleared (an order that did reach Kafka may then go twice)
@@ -229,8 +222,8 @@ class OrderIssuing(ShardLoading):
         log.warning("%d orders not sent (%r): taken out of flight again", len(unsent), error)
         await self._take_out_of_flight([(url, host, oid) for _s, url, host, oid in unsent])
         for shard, url, _host, _oid in unsent:
-            self._restore(shard, url)
-        self.metrics.tally["orders.unsent"] += len(unsent)
+            self.restore(shard, url)
+        self.state.metrics.tally["orders.unsent"] += len(unsent)
 
     def _watch(self, delivery: Delivery, orders: list[tuple[Shard, str, str, str]],
                now: float) -> None:
@@ -257,26 +250,26 @@ class OrderIssuing(ShardLoading):
                            error: BaseException, issued: float) -> None:
         """Orders the producer took and then failed to deliver: their in-flight marks are
         cleared in Redis (only where still theirs: idempotent, and a later order of the page
-        keeps its mark) and their pages re-read (:meth:`_reload`), so they are ordered
+        keeps its mark) and their pages re-read (:meth:`ShardLoader.reload`), so they are ordered
         again.  A group the broker wrote but whose acknowledgement was lost is ordered
         twice (at most once more per failed delivery)."""
         log.warning("%d orders issued at %.3f not delivered (%r): taken out of flight again",
                     len(orders), issued, error)
         await self._take_out_of_flight([(url, host, oid) for _s, url, host, oid in orders])
-        self.metrics.tally["orders.undelivered"] += len(orders)
+        self.state.metrics.tally["orders.undelivered"] += len(orders)
         by_host: dict[tuple[int, str], tuple[Shard, list[str]]] = {}
         for shard, url, host, oid in orders:
-            if self.shards.get(shard.partition) is not shard:
+            if self.state.shards.get(shard.partition) is not shard:
                 continue  # (handed over since: its new owner reads Redis)
             fl = shard.in_flight.get(url)
             if fl is None or fl[0] != oid:
                 continue
-            self.decisions.add(url, f"{issued:.3f} order {oid} not delivered ({error!r}); "
-                                    "eligible again")
+            self.state.decisions.add(
+                url, f"{issued:.3f} order {oid} not delivered ({error!r}); eligible again")
             by_host.setdefault((shard.partition, host), (shard, []))[1].append(url)
         for (_p, host), (shard, urls) in by_host.items():
             try:
-                await self._reload(shard, host, urls)
+                await self.loader.reload(shard, host, urls)
             except Exception as exc:  # Redis unreachable: the marks are cleared already
                 log.warning("re-reading %d undelivered pages of %s failed (%r)",
                             len(urls), host, exc)
@@ -289,16 +282,16 @@ class OrderIssuing(ShardLoading):
         is id-guarded)."""
         try:
             # (a call Redis answered NOSCRIPT runs again in the store, scripts loaded)
-            results = await retry(lambda: self.store.expire(orders),
+            results = await retry(lambda: self.state.store.expire(orders),
                                   what="clearing in-flight marks", backoff=EXPIRE_BACKOFF,
-                                  retryable=lambda _exc: not self.stopping, logger=log)
+                                  retryable=lambda _exc: not self.state.stopping, logger=log)
         except Exception as exc:  # given up: stopping
             log.warning("stopping: %d orders stay in flight (%r)", len(orders), exc)
             return
         if any(isinstance(r, Exception) for r in results):
             log.warning("clearing in-flight marks: %r", results)
 
-    def _restore(self, shard: Shard, url: str) -> None:
+    def restore(self, shard: Shard, url: str) -> None:
         """Put a chosen page that was not ordered back in its book (a never-crawled page
         left the fresh pages when it was chosen)."""
         t = shard.table
@@ -313,12 +306,9 @@ class OrderIssuing(ShardLoading):
             last_crawl_s=float(t.last_crawl[slot]), delta=float(t.delta[slot]),
             estimated=bool(t.estimated[slot]))
 
-    def _observe_value(self, shard: Shard, value: float, now: float) -> None:
-        # the threshold the split compares (models/decision/budget.py)
-        self.log_threshold = budget.observe_value(self.log_threshold, value,
-                                                  self.share_total, EWMA_S)
-
-    async def _expire(self, shard: Shard, now: float) -> None:
+    async def expire(self, shard: Shard, now: float) -> None:
+        """End the shard's orders past their time-out (at most 200 a call): their marks
+        cleared in Redis where still theirs, their pages re-read and eligible again."""
         due: list[tuple[str, str]] = []
         while shard.timeouts and shard.timeouts[0][0] <= now and len(due) < 200:
             _, url, oid = heapq.heappop(shard.timeouts)
@@ -329,14 +319,13 @@ class OrderIssuing(ShardLoading):
             return
         await self._take_out_of_flight([(url, shard.host(url), oid) for url, oid in due])
         for url, oid in due:
-            self.decisions.add(url, f"{now:.3f} order {oid} timed out: no outcome within "
-                                    f"{self.control.order_timeout_s:g}s; eligible again")
+            self.state.decisions.add(
+                url, f"{now:.3f} order {oid} timed out: no outcome within "
+                     f"{self.state.control.order_timeout_s:g}s; eligible again")
         by_host: dict[str, list[str]] = {}
         for url, _ in due:
-            self.metrics.order_timeouts.inc()
-            self.metrics.tally["orders.timed_out"] += 1
+            self.state.metrics.order_timeouts.inc()
+            self.state.metrics.tally["orders.timed_out"] += 1
             by_host.setdefault(shard.host(url), []).append(url)
         for host, urls in by_host.items():
-            await self._reload(shard, host, urls)
-
-    # -- views -----------------------------------------------------------------------
+            await self.loader.reload(shard, host, urls)

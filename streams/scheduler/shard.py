@@ -3,6 +3,7 @@ bookkeeping; and the budget switches the scheduler reads from ``P:control``."""
 
 from __future__ import annotations
 
+import heapq
 import math
 from dataclasses import dataclass, field
 from typing import Any, cast
@@ -14,7 +15,7 @@ from models.decision.hosts import HostBuckets
 from models.decision.table import PageTable
 from streams.settings import Settings
 
-__all__ = ["KEEP", "NOT_IN_FLIGHT", "Control", "Shard"]
+__all__ = ["KEEP", "NOT_IN_FLIGHT", "Control", "Shard", "top_hosts"]
 
 
 @dataclass(slots=True)
@@ -103,3 +104,19 @@ class Shard:
             "emitted": self.emitted,
             "ready": self.ready,
         }
+
+
+def top_hosts(shards: dict[int, Shard], n: int, now_s: float) -> dict[str, Any]:
+    """The ``n`` hosts of these shards with the most orders in flight (then the highest
+    capacity): capacity (``max_crawls_per_s``, ``max_in_flight``; 0: no cap), tokens at
+    ``now_s`` and orders in flight, as the shards' buckets hold them."""
+    rows = [(b.hosts.in_flight(h), b.hosts.rate(h), str(h), p, b.hosts)
+            for p, b in shards.items() for h in b.hosts.buckets]
+    top = heapq.nsmallest(max(0, n), rows, key=lambda r: (-r[0], -r[1], r[2]))
+    return {
+        "count": len(rows),
+        "in_flight": sum(r[0] for r in rows),
+        "top": [{"host": h, "shard": p, "in_flight": f, "max_crawls_per_s": rate,
+                 "max_in_flight": hb.max_in_flight(h), "tokens": hb.tokens(h, now_s)}
+                for f, rate, h, p, hb in top],
+    }

@@ -18,7 +18,7 @@ pytestmark = pytest.mark.integration
 
 
 def test_a_bulk_rebuild_equals_a_page_by_page_one(redis_url: str) -> None:
-    """A shard rebuilt from a real Redis with arrays (Scheduler._load) holds the same pages,
+    """A shard rebuilt from a real Redis with arrays (ShardLoader.load) holds the same pages,
     in flight or not, and chooses the same orders as one built page by page (_apply)."""
     import asyncio
     import dataclasses
@@ -86,7 +86,7 @@ def test_a_bulk_rebuild_equals_a_page_by_page_one(redis_url: str) -> None:
                     continue
                 fl = d["inflight"].get(u)
                 flight = (fl.split("|")[0], float(fl.split("|")[1])) if fl else NOT_IN_FLIGHT
-                one._apply_or_skip(shard, host, u, st, d["est"].get(u), flight)
+                one.loader.apply_or_skip(shard, host, u, st, d["est"].get(u), flight)
         b = bulk.shards[0]
         assert len(b.book) == len(shard.book) == 12 * 40
         assert set(b.in_flight) == set(shard.in_flight) and b.in_flight

@@ -120,7 +120,7 @@ async def test_a_scheduler_loads_the_blocked_pages_and_takes_them_back(redis_url
 
     sch = Scheduler(h.settings, h.store, Metrics(), sink)
     shard = sch.shards[0] = sch.new_shard(0)
-    await sch._load(shard)
+    await sch.loader.load(shard)
     assert url not in shard.book and other in shard.book
     assert shard.blocked == {"s.org": {url}}
     # a ping of the blocked page does not bring it back

@@ -116,8 +116,8 @@ async def test_orders_whose_delivery_fails_after_the_producer_took_them_are_orde
         await asyncio.sleep(0)
         if not set(lost) & await _in_flight(store):
             break
-    while sch._undelivery:
-        await asyncio.gather(*sch._undelivery)
+    while sch.issuer._undelivery:
+        await asyncio.gather(*sch.issuer._undelivery)
     assert await _in_flight(store) == set(kept) == set(shard.in_flight)
     assert sch.metrics.tally["orders.undelivered"] == len(lost)
     now[0] += 10.0

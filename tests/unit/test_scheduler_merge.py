@@ -182,7 +182,7 @@ def test_a_ping_reuses_the_tables_estimate_exactly() -> None:
     sh.ready = True
     sch.shards[0] = sh
     state = PageState(2.0, 1e-5, t, (0, 0, 0, 0, 0))
-    sch._apply(sh, "h.org", "u", state, record, NOT_IN_FLIGHT)
+    sch.loader.apply(sh, "h.org", "u", state, record, NOT_IN_FLIGHT)
     pinged = PageState(3.0, 1e-5, t, (1, 2, 0, 1, 0))
     asyncio.run(sch.on_page(0, "h.org", "u", pinged))
     want = page_params(pinged, estimates_of(record), sch.settings)
@@ -238,7 +238,7 @@ def test_a_pick_without_a_finite_value_is_left_out_before_redis() -> None:
     sch = Scheduler(st, store=store, metrics=Metrics(), send_order=sink)  # type: ignore[arg-type]
     a = _shard(sch, 0, {"a0": ("a.org", 5.0), "a1": ("a.org", 3.0), "b0": ("b.org", 1.0)}, 1.0)
     sch.shards[0] = a
-    n = asyncio.run(sch._issue([(a, [("a0", "value", math.inf), ("a1", "value", 3.0),
+    n = asyncio.run(sch.issuer.issue([(a, [("a0", "value", math.inf), ("a1", "value", 3.0),
                                      ("b0", "value", math.nan)])], 1000.0))
     assert store.asked == [["a1"]]
     assert n == 1 and [json.loads(v)["url"] for v in sent] == ["a1"]
