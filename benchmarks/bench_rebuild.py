@@ -11,9 +11,9 @@ record in one field, in the page buckets the host's page count gives,
 ``redis_store.layout_after``) and each host's prior sums (``P:{host}:prior``), then
 measures the Redis bytes per page (``INFO memory`` ``used_memory`` delta after
 ``MEMORY PURGE``) and times ``Scheduler`` rebuilding the shard
-(arrays: ``Scheduler._load_hosts``).  Same-run references: the Redis reads alone
+(arrays: ``ShardLoader._load_hosts``).  Same-run references: the Redis reads alone
 (``Store.dump_hosts`` over every host: the floor any rebuild pays), and with
-``--reference-pages`` the page-by-page path (``Scheduler._apply_or_skip`` per page) over
+``--reference-pages`` the page-by-page path (``ShardLoader.apply_or_skip`` per page) over
 the first pages.  The keys are deleted at the end.
 """
 
@@ -193,7 +193,7 @@ async def run(args: argparse.Namespace) -> None:
             t0 = time.perf_counter()
             for d in dumps:
                 for url, value in d.pages.items():
-                    one._apply_or_skip(shard, d.host, url, PageState.decode(value),
+                    one.loader.apply_or_skip(shard, d.host, url, PageState.decode(value),
                                        d.estimator(url), NOT_IN_FLIGHT)
                     done += 1
                 if done >= args.reference_pages:
