@@ -17,6 +17,7 @@ import threading
 import time
 import urllib.error
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
@@ -95,25 +96,31 @@ def test_commands_name_the_unreachable_address_in_bounded_time(
     base = {**settings_env(settings), "RECRAWL_CONNECT_TIMEOUT_S": str(BOUND_S)}
     kafka = f"127.0.0.1:{port}"
     redis = f"redis://127.0.0.1:{port}/0"
-    for args in KAFKA_COMMANDS:
-        done, elapsed = _run(args, {**base, "RECRAWL_KAFKA_BOOTSTRAP": kafka}, tmp_path)
-        _assert_one_line(done, elapsed, kafka, "Kafka")
-    for args in REDIS_COMMANDS:
-        done, elapsed = _run(args, {**base, "RECRAWL_REDIS_URL": redis}, tmp_path)
-        _assert_one_line(done, elapsed, redis, "Redis")
+    runs = [(args, {**base, "RECRAWL_KAFKA_BOOTSTRAP": kafka}, kafka, "Kafka")
+            for args in KAFKA_COMMANDS]
+    runs += [(args, {**base, "RECRAWL_REDIS_URL": redis}, redis, "Redis")
+             for args in REDIS_COMMANDS]
+    # the commands run at once (each waits out its own connect bound), each timed alone
+    with ThreadPoolExecutor(len(runs)) as pool:
+        results = list(pool.map(lambda run: _run(run[0], run[1], tmp_path), runs))
+    for (_args, _env, address, service), (done, elapsed) in zip(runs, results, strict=True):
+        _assert_one_line(done, elapsed, address, service)
 
 
 def test_a_worker_that_cannot_reach_kafka_or_redis_exits_with_one_line(
         settings: Settings, tmp_path: Path, silent_port: int) -> None:
     base = {**settings_env(settings), "RECRAWL_CONNECT_TIMEOUT_S": str(BOUND_S)}
     kafka = f"127.0.0.1:{silent_port}"
-    done, elapsed = _run(["worker"], {**base, "RECRAWL_KAFKA_BOOTSTRAP": kafka}, tmp_path)
-    _assert_one_line(done, elapsed, kafka, "Kafka")
     redis = f"redis://127.0.0.1:{free_port()}/0"
-    # (a longer bound: the real Kafka must answer it on a loaded machine)
-    done, elapsed = _run(["worker"], {**base, "RECRAWL_REDIS_URL": redis,
-                                      "RECRAWL_CONNECT_TIMEOUT_S": "10"}, tmp_path)
-    _assert_one_line(done, elapsed, redis, "Redis")
+    # both workers at once, each timed alone; the second with a longer bound: the real
+    # Kafka must answer it on a loaded machine
+    with ThreadPoolExecutor(2) as pool:
+        no_kafka = pool.submit(_run, ["worker"], {**base, "RECRAWL_KAFKA_BOOTSTRAP": kafka},
+                               tmp_path)
+        no_redis = pool.submit(_run, ["worker"], {**base, "RECRAWL_REDIS_URL": redis,
+                                                  "RECRAWL_CONNECT_TIMEOUT_S": "10"}, tmp_path)
+        _assert_one_line(*no_kafka.result(), kafka, "Kafka")
+        _assert_one_line(*no_redis.result(), redis, "Redis")
 
 
 def _status(port: int, path: str, host: str | None = None) -> tuple[int, dict[str, str], str]:
