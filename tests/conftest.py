@@ -31,7 +31,7 @@ from pathlib import Path
 import pytest
 import redis.asyncio as aioredis
 from hypothesis import settings as hypothesis_settings
-from kinds import kind_of, misplaced_unit_items
+from kinds import UNIT_FILES_CHECKED, kind_of, misplaced_unit_items
 from worker_process import IN_CI, Worker, settings_env  # noqa: F401 (re-exported)
 
 from streams.settings import Settings
@@ -64,6 +64,8 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         kind = kind_of(item.path)
         if kind is not None:
             item.add_marker(kind)
+    config.stash[UNIT_FILES_CHECKED] = frozenset(
+        item.path.resolve() for item in items if kind_of(item.path) == "unit")
 
 
 @dataclass

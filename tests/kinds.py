@@ -17,7 +17,10 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
-__all__ = ["KINDS", "SERVICE_FIXTURES", "TESTS", "kind_of", "misplaced_unit_items"]
+import pytest
+
+__all__ = ["KINDS", "SERVICE_FIXTURES", "TESTS", "UNIT_FILES_CHECKED", "kind_of",
+           "misplaced_unit_items"]
 
 TESTS = Path(__file__).resolve().parent
 KINDS = ("unit", "integration", "e2e")
@@ -29,6 +32,9 @@ SERVICE_FIXTURES = frozenset({
 })
 #: markers that say a test needs the services
 SERVICE_MARKERS = frozenset({"integration"})
+#: the test files under ``tests/unit/`` whose items this session's collection checked (and
+#: found free of services), on ``config.stash``
+UNIT_FILES_CHECKED = pytest.StashKey[frozenset[Path]]()
 
 
 def kind_of(path: Path | str) -> str | None:
