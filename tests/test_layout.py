@@ -143,9 +143,9 @@ def test_unit_tests_use_no_kafka_redis_or_subprocess(request: pytest.FixtureRequ
                 [node.module or ""] if isinstance(node, ast.ImportFrom) else [])
             found += [f"{p.name}: {n}" for n in names if n.split(".")[0] in banned]
     assert found == []
-    # a session that collected every unit test file has had its items checked by the hook
-    # already (it would not have run otherwise); else they are collected here, in a
-    # session of their own
+    # a pytest run that collected every unit test file has had their items checked by the
+    # conftest hook already (it would not have started otherwise); else they are collected
+    # here, by a pytest subprocess
     if {p.resolve() for p in files} <= request.config.stash.get(UNIT_FILES_CHECKED,
                                                                   frozenset()):
         return
