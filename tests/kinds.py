@@ -32,7 +32,7 @@ SERVICE_FIXTURES = frozenset({
 })
 #: markers that say a test needs the services
 SERVICE_MARKERS = frozenset({"integration"})
-#: the test files under ``tests/unit/`` whose items this session's collection checked (and
+#: the test files under ``tests/unit/`` whose items the collection of this pytest run checked (and
 #: found free of services), on ``config.stash``
 UNIT_FILES_CHECKED = pytest.StashKey[frozenset[Path]]()
 
