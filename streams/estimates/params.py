@@ -44,7 +44,8 @@ from streams.events.records import SOURCES
 from streams.settings import Settings
 from streams.store.page_record import PAGE_DTYPE, PAGE_STRUCT, PAGE_VERSION, PageState, record_bytes
 
-__all__ = ["PageParams", "ParamsMany", "page_params", "page_params_many", "params_arrays"]
+__all__ = ["PageParams", "ParamsMany", "page_origin", "page_params", "page_params_many",
+           "params_arrays"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -193,9 +194,8 @@ def params_arrays(
             delta[rows] = e[:, 2]
             src_beta[rows] = bg[:, list(GROUP_OF)]
             estimated[rows] = True
+    origin = page_origin(last, src_beta, sig)
     with np.errstate(invalid="ignore", over="ignore"):
-        shift = (src_beta * sig).sum(axis=1)  # inf * 0 is NaN, as page by page
-        origin = np.where(crawled, last - shift, 0.0)
         mdelta = alpha + np.where(gamma > 0.0, gamma * -np.expm1(-alpha * beta), 0.0)
         max_value = np.where(mdelta > 0.0, imp / np.where(mdelta > 0.0, mdelta, 1.0), 0.0)
     return ParamsMany(imp, last, crawled, alpha, beta, gamma, delta, src_beta, origin,
@@ -222,6 +222,21 @@ def _alpha_quantile(alpha: npt.NDArray[np.float64], alpha_se: npt.NDArray[np.flo
         q[host] = gammaincinv(shape, quantile) / rate
     out: npt.NDArray[np.float64] = np.where(q != 0.0, q, alpha)
     return out
+
+
+def page_origin(
+    last_crawl_s: npt.ArrayLike, source_beta_s: npt.ArrayLike, signals: npt.ArrayLike
+) -> npt.NDArray[np.float64]:
+    """``origin = last_crawl - sum_s beta_s n_s`` (paper 004 Sec. 3: every signal of source
+    ``s`` since the last crawl adds ``beta_s`` to the elapsed time), 0 (the epoch) for a page
+    never crawled (``last_crawl_s`` 0).  Pages as arrays: ``last_crawl_s`` ``(n,)``,
+    ``source_beta_s`` and ``signals`` ``(n, sources)``; one page: a number and two
+    ``(sources,)`` (a 0-d array back).  ``inf * 0`` (an infinite beta, no signal) is NaN."""
+    last = np.asarray(last_crawl_s, dtype=np.float64)
+    with np.errstate(invalid="ignore", over="ignore"):
+        beta, n = np.asarray(source_beta_s, np.float64), np.asarray(signals, np.float64)
+        shift = (beta * n).sum(axis=-1)
+        return np.where(last > 0.0, last - shift, 0.0)
 
 
 _PSIZE = PAGE_STRUCT.size

@@ -16,7 +16,13 @@ from redis.exceptions import RedisError
 
 from models.decision.table import PageTable
 from streams.estimates.estimation import Estimates, estimates_of
-from streams.estimates.params import PageParams, ParamsMany, page_params, page_params_many
+from streams.estimates.params import (
+    PageParams,
+    ParamsMany,
+    page_origin,
+    page_params,
+    page_params_many,
+)
 from streams.scheduler.placing import place_page
 from streams.scheduler.shard import KEEP, NOT_IN_FLIGHT, Shard
 from streams.scheduler.state import SchedulerState
@@ -425,10 +431,10 @@ class ShardLoader:
 
 def _cached_params(t: PageTable, slot: int, state: PageState) -> PageParams:
     """:func:`streams.estimates.params.page_params` of a page whose estimate is unchanged, from the
-    table: ``mu`` is the importance, ``origin = last_crawl - sum_s beta_s n_s`` (paper 004
-    Sec. 3, one factor per source)."""
-    betas = tuple(float(b) for b in t.src_beta[slot])
-    origin = (state.last_crawl_s - sum(b * n for b, n in zip(betas, state.signals, strict=True))
-              if state.crawled else 0.0)
+    table: ``mu`` is the importance, the origin from the new signal counts and the table's
+    betas (:func:`streams.estimates.params.page_origin`)."""
+    src_beta = t.src_beta[slot]
+    origin = float(page_origin(state.last_crawl_s, src_beta, state.signals))
     return PageParams(float(t.alpha[slot]), float(t.beta[slot]), float(t.gamma[slot]),
-                      state.importance, float(t.delta[slot]), betas, origin, True)
+                      state.importance, float(t.delta[slot]), tuple(src_beta.tolist()), origin,
+                      True)
