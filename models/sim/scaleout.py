@@ -66,11 +66,11 @@ class Measured:
     #: one, against the hosts' cap of 10^4/s)
     orders_per_s: float = 9667.0
     #: pings applied per second per worker, end to end (``bench_e2e.py throughput``:
-    #: 22,620-27,708/s)
-    pings_per_s: float = 22620.0
+    #: 19,746-22,644/s)
+    pings_per_s: float = 19746.0
     #: outcomes applied per second per worker, end to end, each an estimator update with
-    #: its host-prior E-step (``bench_e2e.py throughput``: 9,195-10,857/s)
-    outcomes_per_s: float = 9195.0
+    #: its host-prior E-step (``bench_e2e.py throughput``: 8,462-9,320/s)
+    outcomes_per_s: float = 8462.0
     #: Redis bytes per page crawled and pinged, with estimator state (``INFO memory``, at
     #: 10^6 pages): a page whose estimator record holds a quadratic summary, signals of
     #: all three source groups and over 255 of one group in one interval, on hosts of 1 to
@@ -80,10 +80,10 @@ class Measured:
     #: ``bench_e2e.py``'s pages crawled twice and pinged)
     redis_bytes_per_page: float = 240.1
     #: seconds to rebuild a shard, per 10^6 estimated pages (``bench_rebuild.py``: 4.02 s
-    #: in process; the slowest shard's load end to end 4.29-4.81 s, 11.40 s in one run)
+    #: in process; the slowest shard's load end to end 4.22-5.25 s)
     rebuild_s_per_mpage: float = 4.1
-    #: worker RSS per 10^6 pages (``bench_e2e.py throughput``: peaks of 864-873 MiB)
-    rss_bytes_per_mpage: float = 873.0 * MiB
+    #: worker RSS per 10^6 pages (``bench_e2e.py throughput``: peaks of 845-879 MiB)
+    rss_bytes_per_mpage: float = 879.0 * MiB
     #: *assumed*: a worker process's memory limit (container), so pages per worker
     worker_memory_bytes: float = 2.0 * 1024 * MiB
     #: *assumed*: memory a Redis master may fill (of 32 GB: half for fork/AOF rewrite)

@@ -348,7 +348,7 @@ def test_sizing_from_the_measured_figures() -> None:
 
     m = Measured()
     small = size(1e7, 1e4, 2e4, m=m)
-    # 10^7 pages x 873 MiB per 10^6 in workers of 2 GiB: 4.3 -> 5
+    # 10^7 pages x 879 MiB per 10^6 in workers of 2 GiB: 4.3 -> 5
     assert small.bound_by == "memory (RSS)" and small.workers == 5
     # with the outcome rate of 2026-11-23 (1,062/s per worker) outcomes bound: 10^4 / 1,062
     slow = size(1e7, 1e4, 2e4, m=replace(m, outcomes_per_s=1062.0))
