@@ -6,8 +6,8 @@ and how many bytes of Redis each page takes.
 
 Writes ``--pages`` crawled and pinged pages on ``--hosts`` hosts into one shard, each with an
 estimator record made by the real :class:`streams.estimates.estimation.Estimation` (so every page
-takes the estimates path), a signal count and a ping fingerprint (page record and estimator
-record in one field, in the page buckets the host's page count gives,
+takes the estimates path), a signal count and ``--fingerprints`` ping fingerprints (page
+record and estimator record in one field, in the page buckets the host's page count gives,
 ``redis_store.layout_after``) and each host's prior sums (``P:{host}:prior``), then
 measures the Redis bytes per page (``INFO memory`` ``used_memory`` delta after
 ``MEMORY PURGE``) and times ``Scheduler`` rebuilding the shard
@@ -95,7 +95,8 @@ def host_sizes(n: int, hosts: int, spread: bool) -> list[int]:
     return [rng.randint(1, 2 * per - 1) for _ in range(hosts)]
 
 
-async def fill(store: Store, sizes: list[int], now: float, recs: list[bytes]) -> None:
+async def fill(store: Store, sizes: list[int], now: float, recs: list[bytes],
+               fingerprints: int) -> None:
     pipe = store.redis.pipeline(transaction=False)
     idx = 0
     for h, per in enumerate(sizes):
@@ -106,7 +107,8 @@ async def fill(store: Store, sizes: list[int], now: float, recs: list[bytes]) ->
             k, idx = idx, idx + 1
             u = page_field(host, f"https://{host}/page/{k:08d}")  # the stored field
             st = PageState(1.0 + j % 5, None, now - 10 - k % 86400, (j % 2, 0, 0, 0, 0),
-                           seen=(ping_fingerprint(f"ping{k}"),) + (0,) * (N_SEEN - 1))
+                           seen=tuple(ping_fingerprint(f"ping{k}.{i}")
+                                      for i in range(fingerprints)))
             pages[u] = st.encode(recs[k % len(recs)])
         if layout != (0, 0):  # several buckets (apply_page.lua's splits)
             buckets: dict[int, dict[str, Any]] = {}
@@ -152,7 +154,7 @@ async def run(args: argparse.Namespace) -> None:
         rec_bytes = sorted({len(record_bytes(r)) for r in recs})
         before = await used_memory(store)
         t0 = time.perf_counter()
-        await fill(store, sizes, now, recs)
+        await fill(store, sizes, now, recs, args.fingerprints)
         fill_s = time.perf_counter() - t0
         per_page = (await used_memory(store) - before) / n_pages
         enc: Any = await store.redis.object("encoding", store.key("host0.example", "pages"))
@@ -160,7 +162,7 @@ async def run(args: argparse.Namespace) -> None:
               f"({'spread' if args.host_spread else 'fixed'} sizes) in {fill_s:.1f}s; "
               f"estimator records {rec_bytes[0]}-{rec_bytes[-1]} B ("
               f"{args.history}, {args.sources} source groups, "
-              f"counts x{args.signal_scale}); "
+              f"counts x{args.signal_scale}, {args.fingerprints} ping fingerprints); "
               f"redis bytes per page (INFO used_memory delta / pages): {per_page:.1f} "
               f"(pages hash encoding: {enc})")
         hosts = await store.shard_hosts(0)
@@ -231,5 +233,8 @@ if __name__ == "__main__":
                     help="source groups the pages' pings come from (records()'s docstring)")
     ap.add_argument("--host-spread", action="store_true",
                     help="hosts of 1 to 2x-1 pages (mean x = pages/hosts), not x each")
+    ap.add_argument("--fingerprints", type=int, default=1, choices=range(N_SEEN + 1),
+                    metavar="0..8", help="ping fingerprints each page record keeps (1: a "
+                    "page pinged once since its ring was written; 8: the most kept)")
     ap.add_argument("--profile", action="store_true", help="cProfile the rebuild")
     asyncio.run(main(ap.parse_args()))

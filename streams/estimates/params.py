@@ -42,7 +42,14 @@ from streams.estimates.estimation import (
 from streams.estimates.record import gamma_from_totals, record_heads, record_sizes
 from streams.events.records import SOURCES
 from streams.settings import Settings
-from streams.store.page_record import PAGE_DTYPE, PAGE_STRUCT, PAGE_VERSION, PageState, record_bytes
+from streams.store.page_record import (
+    FP_BYTES,
+    N_SEEN,
+    PAGE_HEAD_DTYPE,
+    PAGE_VERSION,
+    PageState,
+    record_bytes,
+)
 
 __all__ = ["PageParams", "ParamsMany", "page_origin", "page_params", "page_params_many",
            "params_arrays"]
@@ -239,65 +246,75 @@ def page_origin(
         return np.where(last > 0.0, last - shift, 0.0)
 
 
-_PSIZE = PAGE_STRUCT.size
+_HEAD = PAGE_HEAD_DTYPE.itemsize
 
 
-def _record_dtype(size: int) -> np.dtype[Any]:
-    """The dtype of a binary page value of ``size`` bytes: the page record, then none or an
-    estimator record (its bytes: whether it is one, the caller checks from its first
-    bytes)."""
-    if size == _PSIZE:
-        return PAGE_DTYPE
-    return np.dtype([("page", PAGE_DTYPE), ("est", "u1", (size - _PSIZE,))])
+def _record_dtype(n_seen: int, size: int) -> np.dtype[Any]:
+    """The dtype of a binary page value of ``size`` bytes with ``n_seen`` fingerprints: the
+    page record's head, its fingerprints' bytes, then none or an estimator record (its
+    bytes: whether it is one, the caller checks from its first bytes)."""
+    page = _HEAD + FP_BYTES * n_seen
+    fields: list[Any] = [("page", PAGE_HEAD_DTYPE)]
+    if n_seen:
+        fields.append(("seen", "u1", (n_seen, FP_BYTES)))
+    if size > page:
+        fields.append(("est", "u1", (size - page,)))
+    return np.dtype(fields)
 
 
 _Arr = npt.NDArray[np.float64]
 
 
+def _byte_at(joined: npt.NDArray[np.uint8], starts: npt.NDArray[np.int64],
+             lens: npt.NDArray[np.int64], k: int) -> npt.NDArray[np.uint8]:
+    """Every value's byte ``k`` (0 where a value is shorter) from the values joined."""
+    out = np.zeros(len(lens), dtype=np.uint8)
+    has = lens > k
+    out[has] = joined[starts[has] + k]
+    return out
+
+
 def _pages_many(raw: list[bytes]) -> tuple[
         _Arr, _Arr, _Arr, _Arr, tuple[npt.NDArray[np.int64], _Arr] | None] | None:
     """importance, prior (NaN: none), last crawl, signals ``(n, sources)`` of stored page
-    values and their estimates (:func:`_estimates_many`): binary values grouped by length,
-    each group one ``numpy.frombuffer`` (page and estimator record together); None if a
-    value is no page record."""
+    values and their estimates (:func:`_estimates_many`): binary values grouped by their
+    count of fingerprints and length, each group one ``numpy.frombuffer`` (page and
+    estimator record together); None if a value is no page record."""
     n, n_src = len(raw), len(SOURCES)
     imp = np.empty(n)
     prior = np.empty(n)
     last = np.empty(n)
     sig = np.empty((n, n_src))
     lens = np.fromiter(map(len, raw), np.int64, n)
-    # every value's first byte: one join, no Python call per value
-    first = np.zeros(n, dtype=np.uint8)
-    if n:
-        starts = np.cumsum(lens) - lens
-        nonempty = lens > 0
-        first[nonempty] = np.frombuffer(b"".join(raw), np.uint8)[starts[nonempty]]
-    if not (first == PAGE_VERSION).all():
+    # every value's first byte and count byte: one join, no Python call per value
+    joined = np.frombuffer(b"".join(raw), np.uint8)
+    starts = np.cumsum(lens) - lens
+    first = _byte_at(joined, starts, lens, 0)
+    count = _byte_at(joined, starts, lens, _HEAD - 1).astype(np.int64)
+    if not (first == PAGE_VERSION).all() or (count > N_SEEN).any():
         return None
     est_rows: list[npt.NDArray[np.int64]] = []
     est_heads: list[npt.NDArray[Any]] = []
-    short = lens < _PSIZE  # stored without trailing zero bytes: padded here
-    # the lengths present, by counting (no sort of 10^6 lengths)
-    sizes = [x for x in np.flatnonzero(np.bincount(lens[~short])).tolist() if x != _PSIZE]
-    for size in [_PSIZE, *sizes]:
-        if size == _PSIZE:
-            rows = np.flatnonzero(short | (lens == size))
-            if not rows.size:
-                continue
-            buf = b"".join([raw[i].ljust(_PSIZE, b"\0") for i in rows.tolist()])
-            dt: np.dtype[Any] | None = PAGE_DTYPE
+    page = _HEAD + FP_BYTES * count
+    short = lens < page  # stored without trailing zero bytes: padded here
+    # the (count, length) pairs present, by counting (no sort of 10^6 keys)
+    key = np.maximum(lens, page) * (N_SEEN + 1) + count
+    for k in np.flatnonzero(np.bincount(key)).tolist():
+        size, n_seen = divmod(k, N_SEEN + 1)
+        rows = np.flatnonzero(key == k)
+        if short[rows].any():
+            buf = b"".join([raw[i].ljust(size, b"\0") for i in rows.tolist()])
         else:
-            rows = np.flatnonzero(lens == size)
-            dt = _record_dtype(size)
             buf = b"".join([raw[i] for i in rows.tolist()])
-        a = np.frombuffer(buf, dt)
-        p = a if size == _PSIZE else a["page"]
+        a = np.frombuffer(buf, _record_dtype(n_seen, size))
+        p = a["page"]
         imp[rows], prior[rows], last[rows] = p["importance"], p["prior"], p["last_crawl"]
         sig[rows] = p["signals"]
-        if size > _PSIZE:
+        est_len = size - _HEAD - FP_BYTES * n_seen
+        if est_len:
             # a tail that is no readable estimator record: the page record alone, no
             # estimates (as page_params reads it)
-            ok = record_sizes(a["est"]) == size - _PSIZE
+            ok = record_sizes(a["est"]) == est_len
             est_rows.append(rows[ok])
             est_heads.append(record_heads(a["est"][ok]))
     return imp, prior, last, sig, _estimates_many(est_rows, est_heads)

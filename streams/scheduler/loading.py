@@ -26,7 +26,7 @@ from streams.estimates.params import (
 from streams.scheduler.placing import place_page
 from streams.scheduler.shard import KEEP, NOT_IN_FLIGHT, Shard
 from streams.scheduler.state import SchedulerState
-from streams.store.page_record import PAGE_STRUCT, PAGE_VERSION, PageState, record_bytes
+from streams.store.page_record import PAGE_VERSION, PageState, page_length, record_bytes
 from streams.store.protocol import HostDump
 from streams.telemetry.metrics import GC_PAUSES
 
@@ -51,7 +51,6 @@ LOAD_WAIT_S = 10.0
 #: event changed it (None: unchanged)
 PageUpdate = tuple[int, str, str, "str | None", bool, "str | Estimates | None"]
 _PAGE_VERSION = bytes([PAGE_VERSION])
-_PAGE_SIZE = PAGE_STRUCT.size
 
 
 class ShardLoader:
@@ -129,11 +128,12 @@ class ShardLoader:
         one: list[tuple[str, str, str, bool, str | Estimates | None]] = []
         for url, (host, value, cleared, est) in pages.items():
             raw = record_bytes(value)
-            inner = raw[:1] == _PAGE_VERSION and len(raw) > _PAGE_SIZE
+            size = page_length(raw)
+            inner = raw[:1] == _PAGE_VERSION and len(raw) > size
             slot = t.get(url)
             estimated = slot is not None and bool(t.estimated[slot])
             if (not isinstance(est, str | None)
-                    or (inner and est is not None and record_bytes(est) != raw[_PAGE_SIZE:])
+                    or (inner and est is not None and record_bytes(est) != raw[size:])
                     or (not inner and (est is not None or estimated))):
                 one.append((host, url, value, cleared, est))
                 continue

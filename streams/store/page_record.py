@@ -1,25 +1,31 @@
 """The page record: how one page is stored in ``P:{host}:pages`` (:mod:`streams.store.redis_store`
 has the key layout).
 
-Page record (version 1, little-endian, ``PAGE_FORMAT`` = ``<Bffd5H48s``, 75 bytes): a
-version byte ``0xA1``; ``importance`` float32 (a weight: 7 digits are plenty, and a value
+Page record (version 2, little-endian): a fixed head of 28 bytes (``PAGE_HEAD_FORMAT`` =
+``<Bffd5HB``), then the ping fingerprints, ``28 + 6 n`` bytes in all (28 to 76):
+a version byte ``0xA2``; ``importance`` float32 (a weight: 7 digits are plenty, and a value
 beyond float32's range reads as infinite, i.e. unusable, as before); ``prior`` change rate
 float32 (NaN = none; a rate is an estimate, 7 digits suffice, smallest normal 1e-38/s);
 ``last_crawl`` float64 (0 = never; a Unix time to the microsecond needs 16 digits);
-five per-source signal counts since the last crawl, uint16 (saturating at 65535); eight
-ping fingerprints, each a 48-bit unsigned integer in 6 bytes (digests of the page's last 8
-pings that were not duplicates, any source, newest first, 0 = none: ping dedup without a
-per-ping set, see ``streams/store/lua/apply_pings.lua``).  The Lua scripts pack and unpack it
-with Redis's built-in ``struct`` (a fingerprint is ``I6``: exact in a Lua number, a double);
-Python with :data:`PAGE_STRUCT` (the fingerprints as one 48-byte string, :func:`pack_seen` /
-:func:`unpack_seen`: Python's ``struct`` has no 6-byte integer) and :data:`PAGE_DTYPE`
-(numpy, for the rebuild).
-A page record without an estimator record after it is stored without its trailing zero
-bytes (a page never crawled nor pinged: 9 bytes; readers pad it back).
-A value whose first byte is not ``0xA1`` is no page record: Python's :meth:`PageState.decode`
-raises ``ValueError`` and the scripts' ``load`` an error naming it.  Values reach Python
-through a client decoding with ``surrogateescape`` (:meth:`Store.from_url`), so they stay
-``str`` and round-trip byte for byte; :func:`record_bytes` gives the bytes back.
+five per-source signal counts since the last crawl, uint16 (saturating at 65535); the count
+``n`` of ping fingerprints kept, a byte (0..8); then ``n`` ping fingerprints, each a 48-bit
+unsigned integer (1..2^48-1) in 6 bytes (digests of the page's last 8 pings that were not
+duplicates, any source, newest first: ping dedup without a per-ping set, see
+``streams/store/lua/apply_pings.lua``).  The Lua scripts pack and unpack it with Redis's
+built-in ``struct`` (a fingerprint is ``I6``: exact in a Lua number, a double); Python with
+:data:`PAGE_HEAD` and :func:`pack_seen` / :func:`unpack_seen` (Python's ``struct`` has no
+6-byte integer) and :data:`PAGE_HEAD_DTYPE` (numpy, for the rebuild, which reads the
+fingerprints as bytes).
+An estimator record (:mod:`streams.estimates.record`) may follow the page record in the same
+value (:func:`page_length` tells where it starts).  A page record without one after it is
+stored without its trailing zero bytes (a page never crawled nor pinged: 9 bytes; readers pad
+it to the head, then to ``28 + 6 n``).  A crawled page with one fingerprint and no estimator
+record takes 34 bytes; with 8 fingerprints, 76.
+A value whose first byte is not ``0xA2``, or whose count byte is over 8, is no page record:
+Python's :meth:`PageState.decode` raises ``ValueError`` and the scripts' ``load`` an error
+naming it.  Values reach Python through a client decoding with ``surrogateescape``
+(:meth:`Store.from_url`), so they stay ``str`` and round-trip byte for byte;
+:func:`record_bytes` gives the bytes back.
 
 Ping dedup (``streams/store/lua/apply_pings.lua``): a ping whose fingerprint (its identity,
 ``PingEvent.fingerprint``: its id and source, else its change time, else its receive time)
@@ -47,13 +53,14 @@ __all__ = [
     "FP_BYTES",
     "N_SEEN",
     "N_SOURCES",
-    "PAGE_DTYPE",
-    "PAGE_FORMAT",
-    "PAGE_STRUCT",
+    "PAGE_HEAD",
+    "PAGE_HEAD_DTYPE",
+    "PAGE_HEAD_FORMAT",
     "PAGE_VERSION",
     "PageState",
     "estimator_part",
     "pack_seen",
+    "page_length",
     "ping_fingerprint",
     "record_bytes",
     "unpack_seen",
@@ -62,32 +69,41 @@ __all__ = [
 N_SOURCES = len(SOURCES)
 
 #: the page record's first byte (module docstring)
-PAGE_VERSION = 0xA1
-#: ping fingerprints a page record keeps (its last distinct pings, any source: the dedup)
+PAGE_VERSION = 0xA2
+#: ping fingerprints a page record keeps at most (its last distinct pings, any source: the
+#: dedup)
 N_SEEN = 8
 #: bytes of one ping fingerprint (a 48-bit unsigned integer, little-endian)
 FP_BYTES = 6
-#: version, importance, prior (NaN = none), last crawl, counts per source, fingerprints
-PAGE_FORMAT = f"<Bffd{N_SOURCES}H{N_SEEN * FP_BYTES}s"
-PAGE_STRUCT = struct.Struct(PAGE_FORMAT)
-#: the same layout as a numpy structured dtype (a shard's records in one ``frombuffer``;
-#: numpy has no 6-byte integer: the fingerprints' bytes)
-PAGE_DTYPE = np.dtype([("version", "u1"), ("importance", "<f4"), ("prior", "<f4"),
-                       ("last_crawl", "<f8"), ("signals", "<u2", (N_SOURCES,)),
-                       ("seen", "u1", (N_SEEN, FP_BYTES))])
-assert PAGE_DTYPE.itemsize == PAGE_STRUCT.size
+#: the fixed head: version, importance, prior (NaN = none), last crawl, counts per source,
+#: number of fingerprints that follow
+PAGE_HEAD_FORMAT = f"<Bffd{N_SOURCES}HB"
+PAGE_HEAD = struct.Struct(PAGE_HEAD_FORMAT)
+#: the same head as a numpy structured dtype (a shard's records in one ``frombuffer`` per
+#: count of fingerprints and length)
+PAGE_HEAD_DTYPE = np.dtype([("version", "u1"), ("importance", "<f4"), ("prior", "<f4"),
+                            ("last_crawl", "<f8"), ("signals", "<u2", (N_SOURCES,)),
+                            ("n_seen", "u1")])
+assert PAGE_HEAD_DTYPE.itemsize == PAGE_HEAD.size
+_HEAD = PAGE_HEAD.size
+_FP_MAX = (1 << (8 * FP_BYTES)) - 1
 _U16 = 0xFFFF
 
 
 def pack_seen(seen: tuple[int, ...]) -> bytes:
-    """A page record's fingerprints field: each 0..2^48-1 in 6 bytes, little-endian."""
+    """A page record's fingerprints: each 1..2^48-1 in 6 bytes, little-endian;
+    ``ValueError`` for more than ``N_SEEN`` or one out of range."""
+    if len(seen) > N_SEEN:
+        raise ValueError(f"{len(seen)} ping fingerprints, a page record keeps {N_SEEN}")
+    if any(not 0 < int(f) <= _FP_MAX for f in seen):
+        raise ValueError(f"a ping fingerprint out of 1..2^48-1: {seen!r}")
     return b"".join(int(f).to_bytes(FP_BYTES, "little") for f in seen)
 
 
 def unpack_seen(raw: bytes) -> tuple[int, ...]:
     """The fingerprints of :func:`pack_seen`'s bytes."""
     return tuple(int.from_bytes(raw[k : k + FP_BYTES], "little")
-                 for k in range(0, N_SEEN * FP_BYTES, FP_BYTES))
+                 for k in range(0, len(raw) - len(raw) % FP_BYTES, FP_BYTES))
 
 
 def record_bytes(value: str | bytes) -> bytes:
@@ -95,14 +111,24 @@ def record_bytes(value: str | bytes) -> bytes:
     return value if isinstance(value, bytes) else value.encode("utf-8", "surrogateescape")
 
 
+def page_length(raw: bytes) -> int:
+    """Bytes of the page record at the start of a stored value, ``28 + 6 n`` with ``n`` its
+    count byte (a count byte trimmed away is 0); an estimator record starts there when the
+    value is longer, and a shorter value was stored without its trailing zero bytes."""
+    return _HEAD + FP_BYTES * (raw[_HEAD - 1] if len(raw) >= _HEAD else 0)
+
+
 def estimator_part(value: str | bytes | None) -> str | None:
     """The estimator record stored after a binary page record's bytes (None: none)."""
     if not value:
         return None
     raw = record_bytes(value)
-    if raw[0] != PAGE_VERSION or len(raw) <= PAGE_STRUCT.size:
+    if raw[0] != PAGE_VERSION:
         return None
-    return raw[PAGE_STRUCT.size :].decode("utf-8", "surrogateescape")
+    size = page_length(raw)
+    if len(raw) <= size:
+        return None
+    return raw[size:].decode("utf-8", "surrogateescape")
 
 
 @dataclass(frozen=True, slots=True)
@@ -113,24 +139,25 @@ class PageState:
     prior_change_rate_per_s: float | None = None
     last_crawl_s: float = 0.0
     signals: tuple[int, ...] = (0,) * N_SOURCES
-    #: the 48-bit fingerprints of the page's last N_SEEN pings that were not duplicates,
-    #: newest first (0 = none); bookkeeping of the ping dedup, not part of the page's state
+    #: the 48-bit fingerprints of the page's last pings (at most N_SEEN) that were not
+    #: duplicates, newest first; bookkeeping of the ping dedup, not part of the page's state
     #: for equality
-    seen: tuple[int, ...] = field(default=(0,) * N_SEEN, compare=False)
+    seen: tuple[int, ...] = field(default=(), compare=False)
 
     @property
     def crawled(self) -> bool:
         return self.last_crawl_s > 0.0
 
     def encode(self, estimator: str | bytes | None = None) -> bytes:
-        """The stored value (version 1, module docstring): the page record, then
-        ``estimator`` (an estimator record) if given, else without its trailing zero bytes."""
+        """The stored value (version 2, module docstring): the page record, then
+        ``estimator`` (an estimator record) if given, else without its trailing zero bytes;
+        ``ValueError`` for fingerprints :func:`pack_seen` refuses."""
         prior = math.nan if self.prior_change_rate_per_s is None else self.prior_change_rate_per_s
         with np.errstate(over="ignore"):
             imp, pri = (float(x) for x in np.array([self.importance, prior], dtype=np.float32))
-        page = PAGE_STRUCT.pack(PAGE_VERSION, imp, pri, self.last_crawl_s,
-                                *(min(_U16, max(0, int(n))) for n in self.signals),
-                                pack_seen(self.seen))
+        page = PAGE_HEAD.pack(PAGE_VERSION, imp, pri, self.last_crawl_s,
+                              *(min(_U16, max(0, int(n))) for n in self.signals),
+                              len(self.seen)) + pack_seen(self.seen)
         return page + record_bytes(estimator) if estimator else page.rstrip(b"\0")
 
     @classmethod
@@ -139,18 +166,22 @@ class PageState:
         raw = record_bytes(value)
         if raw[:1] != bytes((PAGE_VERSION,)):
             raise ValueError(f"no page record (first byte not {PAGE_VERSION:#x}): {raw[:40]!r}")
-        if len(raw) < PAGE_STRUCT.size:  # stored without its trailing zero bytes
-            raw = raw.ljust(PAGE_STRUCT.size, b"\0")
-        v = PAGE_STRUCT.unpack_from(raw)
+        size = page_length(raw)
+        if size > _HEAD + FP_BYTES * N_SEEN:
+            raise ValueError(f"no page record ({raw[_HEAD - 1]} fingerprints, at most "
+                             f"{N_SEEN}): {raw[:40]!r}")
+        if len(raw) < size:  # stored without its trailing zero bytes
+            raw = raw.ljust(size, b"\0")
+        v = PAGE_HEAD.unpack_from(raw)
         n = N_SOURCES
         prior = None if math.isnan(v[2]) else v[2]
-        return cls(v[1], prior, v[3], tuple(v[4 : 4 + n]), unpack_seen(v[4 + n]))
+        return cls(v[1], prior, v[3], tuple(v[4 : 4 + n]), unpack_seen(raw[_HEAD:size]))
 
     def after_crawl(self, fetched_at_s: float) -> PageState:
         return replace(self, last_crawl_s=fetched_at_s, signals=(0,) * N_SOURCES)
 
 
 def ping_fingerprint(fp: str) -> int:
-    """A 48-bit digest of a ping's identity, 1..2^48-1 (0 means none in a page record)."""
+    """A 48-bit digest of a ping's identity, 1..2^48-1 (0 is never one)."""
     return int.from_bytes(hashlib.blake2b(fp.encode(), digest_size=FP_BYTES).digest(),
                           "little") or 1

@@ -123,8 +123,8 @@ from streams.store.page_record import (
     FP_BYTES,
     N_SEEN,
     N_SOURCES,
-    PAGE_DTYPE,
-    PAGE_STRUCT,
+    PAGE_HEAD,
+    PAGE_HEAD_DTYPE,
     PAGE_VERSION,
     PageState,
     estimator_part,
@@ -270,40 +270,42 @@ def _layout(values: Sequence[Any]) -> tuple[int, int]:
 
 
 def _pos(name: str) -> str:
-    """Where a page record's field starts, 1-based (a Lua string position)."""
-    fields = PAGE_DTYPE.fields
+    """Where a page record's head field starts, 1-based (a Lua string position)."""
+    fields = PAGE_HEAD_DTYPE.fields
     assert fields is not None
     return str(fields[name][1] + 1)
 
 
 # The scripts live in streams/store/lua/ (each file's header: its KEYS, ARGV and replies); every
-# one starts with lib.lua's helpers; ``__N`` is the number of ping sources, ``__PFMT`` the
-# page record's struct format, ``__PVER`` its version byte, ``__LPOS``, ``__CPOS`` and ``__FPOS``
-# where its last crawl, counts and fingerprints start, ``__FPB`` a fingerprint's bytes.
+# one starts with lib.lua's helpers; ``__N`` is the number of ping sources, ``__HFMT`` the
+# page record's head struct format, ``__HSIZE`` its bytes (the count byte of fingerprints
+# last), ``__PVER`` its version byte, ``__LPOS`` and ``__CPOS`` where its last crawl and
+# counts start, ``__FPB`` a fingerprint's bytes, ``__SEEN`` the most fingerprints kept.
 # (Redis's struct takes no repeat counts: "5H" is written "HHHHH")
-_LIB = (_lua("lib.lua")
-        .replace("__PFMT", "<Bffd" + "H" * N_SOURCES + f"I{FP_BYTES}" * N_SEEN)
-        .replace("__SEEN", str(N_SEEN))
-        .replace("__PVER", str(PAGE_VERSION)).replace("__PSIZE", str(PAGE_STRUCT.size))
-        .replace("__N", str(N_SOURCES))
-        .replace("__EVER", str(EST_VERSION)).replace("__EESC", str(EST_ESCAPE)))
-_APPLY_PAGE = (_LIB + _lua("apply_page.lua").replace("__N", str(N_SOURCES))
-               .replace("__SEEN", str(N_SEEN)).replace("__SPLITS", str(BUCKET_SPLITS))
-               .replace("__FILL", str(BUCKET_FILL)).replace("__FIRST", str(BUCKET_FIRST))
-               .replace("__PVER", str(PAGE_VERSION)).replace("__PSIZE", str(PAGE_STRUCT.size)))
-_APPLY_PINGS = (_LIB + _lua("apply_pings.lua").replace("__SEEN", str(N_SEEN))
-                .replace("__LPOS", _pos("last_crawl")).replace("__CPOS", _pos("signals"))
-                .replace("__FPOS", _pos("seen")).replace("__FPB", str(FP_BYTES))
-                .replace("__PVER", str(PAGE_VERSION)).replace("__PSIZE", str(PAGE_STRUCT.size)))
-_APPLY_OUTCOME = (_LIB + _lua("apply_outcome.lua").replace("__N", str(N_SOURCES))
-                  .replace("__LPOS", _pos("last_crawl")).replace("__CPOS", _pos("signals"))
-                  .replace("__FPOS", _pos("seen")).replace("__PVER", str(PAGE_VERSION))
-                  .replace("__PSIZE", str(PAGE_STRUCT.size)))
-_APPLY_HOST = _LIB + _lua("apply_host.lua")
-_APPLY_CONTROL = _LIB + _lua("apply_control.lua")
-_ISSUE = _LIB + _lua("issue.lua")
-_EXPIRE = _LIB + _lua("expire.lua")
-_READ_PAGES = _LIB + _lua("read_pages.lua")
+_SUBS = (("__HFMT", "<Bffd" + "H" * N_SOURCES + "B"), ("__HSIZE", str(PAGE_HEAD.size)),
+         ("__FPB", str(FP_BYTES)), ("__SEEN", str(N_SEEN)), ("__PVER", str(PAGE_VERSION)),
+         ("__LPOS", _pos("last_crawl")), ("__CPOS", _pos("signals")),
+         ("__SPLITS", str(BUCKET_SPLITS)), ("__FILL", str(BUCKET_FILL)),
+         ("__FIRST", str(BUCKET_FIRST)), ("__EVER", str(EST_VERSION)),
+         ("__EESC", str(EST_ESCAPE)), ("__N", str(N_SOURCES)))
+
+
+def _script(name: str) -> str:
+    """lib.lua's helpers and the script ``name``, placeholders substituted."""
+    text = _lua("lib.lua") + _lua(name)
+    for key, value in _SUBS:
+        text = text.replace(key, value)
+    return text
+
+
+_APPLY_PAGE = _script("apply_page.lua")
+_APPLY_PINGS = _script("apply_pings.lua")
+_APPLY_OUTCOME = _script("apply_outcome.lua")
+_APPLY_HOST = _script("apply_host.lua")
+_APPLY_CONTROL = _script("apply_control.lua")
+_ISSUE = _script("issue.lua")
+_EXPIRE = _script("expire.lua")
+_READ_PAGES = _script("read_pages.lua")
 
 
 #: one script call: the script, its keys, its arguments

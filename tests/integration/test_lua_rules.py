@@ -204,8 +204,8 @@ async def test_the_ping_dedup_in_lua_is_the_memory_stores_on_48_bit_fingerprints
     """``apply_pings.lua``'s dedup against the memory store's on binary pages whose kept
     fingerprints are the ping's (a duplicate), equal to it in every byte but one (the low 16
     bits always equal: what a 16-bit digest took for a duplicate), its bytes across two kept
-    ones, or random: same codes, same stored bytes, and a duplicate exactly when the 48-bit
-    value is kept."""
+    ones, or random, 0 to 8 of them: same codes, same stored bytes (the count byte, the
+    oldest of 8 evicted), and a duplicate exactly when the 48-bit value is kept."""
     rng = np.random.default_rng(41)
     redis = Store.from_url(redis_url, f"td{uuid.uuid4().hex[:8]}")
     memory = MemoryStore()
@@ -215,17 +215,19 @@ async def test_the_ping_dedup_in_lua_is_the_memory_stores_on_48_bit_fingerprints
         for i in range(400):
             host, url = f"d{i}.test", f"http://d{i}.test/p"
             fp = ping_fingerprint(f"f{i}")
-            seen = [int(x) for x in rng.integers(0, 1 << 48, N_SEEN)]
-            seen[int(rng.integers(0, N_SEEN))] *= int(rng.random() < 0.7)  # some none
-            pick, k = i % 4, int(rng.integers(0, N_SEEN - 1))
+            pick = i % 4
+            # 0..8 kept (8: the ping, no duplicate, evicts the oldest); 2 for the straddle
+            n = max(int(rng.choice([0, 1, 3, N_SEEN])), (1, 1, 2, 0)[pick])
+            seen = [int(x) for x in rng.integers(1, 1 << 48, n)]
+            k = int(rng.integers(0, max(1, n - 1)))
             if pick == 0:
                 seen[k] = fp
             elif pick == 1:  # one byte differs, above the low 16 bits
                 seen[k] = fp ^ (int(rng.integers(1, 256)) << (8 * int(rng.integers(2, 6))))
             elif pick == 2:
                 j, fb = int(rng.integers(1, FP_BYTES)), fp.to_bytes(FP_BYTES, "little")
-                seen[k] = int.from_bytes(rng.bytes(FP_BYTES - j) + fb[:j], "little")
-                seen[k + 1] = int.from_bytes(fb[j:] + rng.bytes(j), "little")
+                seen[k] = int.from_bytes(rng.bytes(FP_BYTES - j) + fb[:j], "little") or 1
+                seen[k + 1] = int.from_bytes(fb[j:] + rng.bytes(j), "little") or 1
             page = PageState(1.0, None, 1000.0 * (i % 2), (0, 1, 0, 0, 0), tuple(seen))
             rest = None if i % 3 else b"\x82" + rng.bytes(40)
             value = page.encode(rest)

@@ -31,8 +31,8 @@ async def test_an_outcome_writes_the_record_the_page_model_gives(redis_url: str)
             host, url = f"o{i}.test", f"http://o{i}.test/p"
             last = 0.0 if rng.random() < 0.2 else 1.0e9 + int(rng.integers(0, 10_000)) / 1000
             signals = tuple(int(x) for x in rng.choice([0, 1, 65535], len(SOURCES)))
-            seen = tuple(int(x) * int(rng.random() < 0.6)
-                         for x in rng.integers(1, 1 << 48, N_SEEN))
+            seen = tuple(int(x) for x in
+                         rng.integers(1, 1 << 48, int(rng.choice([0, 1, 4, N_SEEN]))))
             prior = None if rng.random() < 0.5 else float(rng.uniform(1e-6, 1e-2))
             page = PageState(float(rng.uniform(0.1, 10)), prior, last, signals, seen)
             old = None if rng.random() < 0.4 else bytes([0x82]) + rng.bytes(132)

@@ -19,7 +19,7 @@ from streams.store import OutcomeOp, PageOp, PingBatch
 from streams.store.page_record import (
     FP_BYTES,
     N_SEEN,
-    PAGE_STRUCT,
+    PAGE_HEAD,
     PageState,
     ping_fingerprint,
     record_bytes,
@@ -144,7 +144,7 @@ async def test_dedup_lives_in_the_page_record(redis_url: str) -> None:
         assert await ping("indexnow", "a", 2000.0) == "duplicate"  # N_SEEN - 1 pings since
         assert await ping("cdn", "d", 2001.0) == "applied"
         assert await ping("indexnow", "a", 2002.0) == "applied"  # N_SEEN since: forgotten
-        # a flood of distinct pings: still one record of 75 bytes, no other key
+        # a flood of distinct pings: still one record of at most 28 + 8 x 6 bytes, no other key
         for b in range(3):
             (res,) = await store.apply_pings([PingBatch(host, "pings", 0, [
                 (100 + b * 100 + i, url, "sitemap", None, 3000.0 + b * 100 + i, f"x{b}.{i}")
@@ -152,7 +152,9 @@ async def test_dedup_lives_in_the_page_record(redis_url: str) -> None:
             assert {c for c, _v in res} <= {"applied", "duplicate"}
         state = await store.get_page(host, url)
         assert state is not None and state.signals[SOURCES.index("websub")] == 1
-        assert len(record_bytes(await store.get_page_raw(host, url) or "")) == PAGE_STRUCT.size
+        raw = record_bytes(await store.get_page_raw(host, url) or "")
+        assert len(raw) <= PAGE_HEAD.size + N_SEEN * FP_BYTES and raw[PAGE_HEAD.size - 1] == N_SEEN
+        assert len(state.seen) == N_SEEN and state.encode() == raw
         keys = sorted(await store.redis.keys(f"{store.prefix}:*"))
         assert keys == sorted([store.key(host, "pages"), store.key(host, "offsets")])
     finally:
@@ -200,28 +202,31 @@ async def test_a_ping_writes_the_record_the_page_model_gives(redis_url: str) -> 
     record (then stored without trailing zero bytes), counts at the uint16 cap, a prior or
     none, the ping's fingerprint already kept (a duplicate), its six bytes only across two
     kept fingerprints (not one), or a kept fingerprint equal to it in all but its highest
-    byte (a narrower digest's duplicate: not one)."""
+    byte (a narrower digest's duplicate: not one); a record keeping 0, some or all 8
+    fingerprints (a new one evicts the oldest), its count byte updated."""
     rng = np.random.default_rng(23)
     store = Store.from_url(redis_url, f"ps{uuid.uuid4().hex[:8]}")
     try:
         await store.load_scripts()
         codes: set[str] = set()
+        kept: set[int] = set()  # fingerprints kept before a ping that was no duplicate
         for i, (last, received, changed, t_delay) in enumerate(_cases(400, seed=29)):
             host, url = f"s{i}.test", f"http://s{i}.test/p"
             source = SOURCES[int(rng.integers(0, len(SOURCES)))]
             fp = ping_fingerprint(f"f{i}")
-            seen = [int(x) for x in rng.integers(0, 1 << 48, N_SEEN)]
-            seen[int(rng.integers(0, N_SEEN))] *= int(rng.random() < 0.7)  # some none
             pick = i % 4
+            n = int(rng.choice([0, 1, 2, 5, N_SEEN - 1, N_SEEN, N_SEEN]))
+            n = max(n, (1, 2, 1, 0)[pick])
+            seen = [int(x) for x in rng.integers(1, 1 << 48, n)]
             if pick == 0:  # a duplicate
-                seen[int(rng.integers(0, N_SEEN))] = fp
+                seen[int(rng.integers(0, n))] = fp
             elif pick == 1:  # fp's bytes straddle two kept fingerprints: not a duplicate
-                k, j = int(rng.integers(0, N_SEEN - 1)), int(rng.integers(1, FP_BYTES))
+                k, j = int(rng.integers(0, n - 1)), int(rng.integers(1, FP_BYTES))
                 fb = fp.to_bytes(FP_BYTES, "little")
-                seen[k] = int.from_bytes(rng.bytes(FP_BYTES - j) + fb[:j], "little")
-                seen[k + 1] = int.from_bytes(fb[j:] + rng.bytes(j), "little")
+                seen[k] = int.from_bytes(rng.bytes(FP_BYTES - j) + fb[:j], "little") or 1
+                seen[k + 1] = int.from_bytes(fb[j:] + rng.bytes(j), "little") or 1
             elif pick == 2:  # equal in the low 40 bits only: not a duplicate
-                seen[int(rng.integers(0, N_SEEN))] = fp ^ int(rng.integers(1, 256)) << 40
+                seen[int(rng.integers(0, n))] = (fp ^ int(rng.integers(1, 256)) << 40) or 1
             signals = tuple(int(x) for x in rng.choice([0, 1, 7, 65534, 65535], len(SOURCES)))
             prior = None if rng.random() < 0.5 else float(rng.uniform(1e-6, 1e-2))
             page = PageState(float(rng.uniform(0.1, 10)), prior, last, signals, tuple(seen))
@@ -243,10 +248,12 @@ async def test_a_ping_writes_the_record_the_page_model_gives(redis_url: str) -> 
                 if code == "applied":
                     n = SOURCES.index(source)
                     counts[n] = min(counts[n] + 1, 65535)
+                kept.add(len(seen))
                 want = replace(page, signals=tuple(counts),
-                               seen=(fp, *seen[:-1])).encode(rest)
+                               seen=(fp, *seen[: N_SEEN - 1])).encode(rest)
             assert record_bytes(await store.get_page_raw(host, url) or "") == want, i
         assert codes == {"duplicate", "applied", "before-crawl", "within-delay"}
+        assert {0, 1, N_SEEN} <= kept
     finally:
         await store.delete_all()
         await store.close()

@@ -35,6 +35,8 @@ def test_vectorised_parameters_equal_page_params(quantile: float) -> None:
             prior_change_rate_per_s=rng.choice([None, 1e-5, 0.0, 2.5e-3]),
             last_crawl_s=1.7e9 + rng.random() * 1e5 if crawled else 0.0,
             signals=tuple(rng.choice([0, 0, 1, 3]) for _ in SOURCES),
+            # 0 to 8 ping fingerprints: values grouped by count byte and length
+            seen=tuple(rng.randrange(1, 1 << 48) for _ in range(rng.choice([0, 0, 1, 2, 8]))),
         )
         # an unreadable tail (not an estimator record) reads as none on both paths
         est = rng.choice([None, None, *recs, "garbage", "1,2,3|xx", ""])
@@ -83,9 +85,11 @@ def test_an_unreadable_record_reads_as_none_on_arrays() -> None:
 
 def test_a_value_that_is_no_page_record_falls_back() -> None:
     """One value that is no page record (text, an empty value, another
-    first byte) sends the whole batch page by page, where it is counted."""
+    first byte, a count of fingerprints over 8) sends the whole batch page by page, where
+    it is counted."""
     good = PageState(2.0, None, 1.7e9, (1, 0, 0, 0, 0)).encode()
-    for bad in ["2.0||1700000000.0|1,0,0,0,0", "", b"\xa0" + good[1:]]:
+    over = good.ljust(27, b"\0") + bytes([9]) + bytes(54)
+    for bad in ["2.0||1700000000.0|1,0,0,0,0", "", b"\xa0" + good[1:], over]:
         assert page_params_many([good, bad], Settings()) is None
         with pytest.raises(ValueError, match="no page record"):
             PageState.decode(bad)

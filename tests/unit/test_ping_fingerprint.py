@@ -11,10 +11,12 @@ from streams.events.records import PingEvent
 from streams.store.page_record import (
     FP_BYTES,
     N_SEEN,
-    PAGE_DTYPE,
-    PAGE_STRUCT,
+    PAGE_HEAD,
+    PAGE_HEAD_DTYPE,
     PageState,
+    estimator_part,
     pack_seen,
+    page_length,
     ping_fingerprint,
     unpack_seen,
 )
@@ -66,21 +68,41 @@ def test_a_fingerprint_is_48_bits_never_0_and_stable() -> None:
     assert max(values) > 1 << 47 and sum(v >= 1 << 16 for v in values) > 19_900
 
 
-def test_the_page_record_keeps_eight_48_bit_fingerprints() -> None:
+def test_the_page_record_keeps_up_to_eight_48_bit_fingerprints_after_a_count() -> None:
     assert FP_BYTES == 6 and N_SEEN == 8
-    assert PAGE_STRUCT.size == 1 + 4 + 4 + 8 + 2 * 5 + N_SEEN * FP_BYTES == 75
-    assert PAGE_DTYPE.itemsize == PAGE_STRUCT.size
+    assert PAGE_HEAD.size == 1 + 4 + 4 + 8 + 2 * 5 + 1 == 28
+    assert PAGE_HEAD_DTYPE.itemsize == PAGE_HEAD.size
     rng = random.Random(3)
-    for _ in range(200):
-        seen = tuple(rng.choice([0, 1, (1 << 48) - 1, rng.randrange(1 << 48)])
-                     for _ in range(N_SEEN))
+    rest = b"\x82" + bytes(range(40))
+    for _ in range(300):
+        n = rng.randrange(N_SEEN + 1)
+        seen = tuple(rng.choice([1, 256, 1 << 40, (1 << 48) - 1, 1 + rng.randrange((1 << 48) - 1)])
+                     for _ in range(n))
         page = PageState(2.0, None, 1000.5, (1, 2, 3, 4, 65535), seen)
-        for rest in (None, b"\x82" + bytes(range(40))):
-            back = PageState.decode(page.encode(rest))
+        with_est = page.encode(rest)
+        assert len(with_est) == 28 + 6 * n + len(rest) and with_est[27] == n
+        assert page_length(with_est) == 28 + 6 * n
+        assert estimator_part(with_est) == rest.decode("utf-8", "surrogateescape")
+        alone = page.encode()
+        assert len(alone) <= 28 + 6 * n and estimator_part(alone) is None
+        for raw in (with_est, alone):
+            back = PageState.decode(raw)
             assert back == page and back.seen == seen
         assert unpack_seen(pack_seen(seen)) == seen
-    # little-endian 6-byte integers, newest first, at the record's end
-    raw = PageState(seen=(0x060504030201, *[0] * (N_SEEN - 1))).encode(b"\x82")
-    assert raw[PAGE_STRUCT.size - N_SEEN * FP_BYTES:][:6] == bytes([1, 2, 3, 4, 5, 6])
-    with pytest.raises(OverflowError):
-        pack_seen((1 << 48,) + (0,) * (N_SEEN - 1))
+    # little-endian 6-byte integers, newest first, after the count byte
+    raw = PageState(seen=(0x060504030201, 7)).encode(b"\x82")
+    assert raw[27:40] == bytes([2, 1, 2, 3, 4, 5, 6, 7, 0, 0, 0, 0, 0]) and raw[40:] == b"\x82"
+    # trailing zero bytes trimmed without an estimator record, padded back by the reader
+    assert PageState().encode() == PageState().encode(b"\x82")[:9]
+    trimmed = PageState(seen=(1 << 8,)).encode()
+    assert len(trimmed) == 30 and PageState.decode(trimmed).seen == (1 << 8,)
+    for bad in ((1 << 48,), (0,), (1,) * (N_SEEN + 1)):
+        with pytest.raises(ValueError):
+            pack_seen(bad)
+        with pytest.raises(ValueError):
+            PageState(seen=bad).encode()
+    # a count byte over 8 is no page record
+    over = bytearray(PageState(seen=(5,)).encode(b"\x82"))
+    over[27] = N_SEEN + 1
+    with pytest.raises(ValueError, match="fingerprints"):
+        PageState.decode(bytes(over))

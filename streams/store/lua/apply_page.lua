@@ -10,7 +10,9 @@ if ARGV[4] == '1' then
   if cur then
     if okey then redis.call('HDEL', okey, url) else redis.call('HDEL', pkey, f) end
     -- its estimator record's contribution leaves the host's prior sums
-    if string.byte(cur, 1) == __PVER then swap_prior(KEYS[5], string.sub(cur, __PSIZE + 1), nil) end
+    if string.byte(cur, 1) == __PVER then
+      swap_prior(KEYS[5], string.sub(cur, page_size(cur) + 1), nil)
+    end
     -- the layout is (0, 0) exactly when the buckets hash is absent (one bucket, no count)
     local l, p = layout(KEYS[4])
     if l ~= 0 or p ~= 0 then redis.call('HINCRBY', KEYS[4], 'n', -1) end
@@ -24,7 +26,6 @@ if cur then
 else
   t = {last = 0, c = {}, fp = {}, rest = ''}
   for i = 1, __N do t.c[i] = 0 end
-  for i = 1, __SEEN do t.fp[i] = 0 end
 end
 t.imp = tonumber(ARGV[5])
 if ARGV[6] ~= '' then t.prior = tonumber(ARGV[6]) end

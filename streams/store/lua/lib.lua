@@ -1,32 +1,49 @@
--- The page record (streams/store/page_record.py's docstring): load() gives a table
--- {imp, prior (nil = none), last, c = counts[__N], fp = fingerprints[__SEEN], rest = the
--- estimator record after the __PSIZE bytes of the page ('' = none)}; dump() packs it with
--- its rest, or without its trailing zero bytes when it has none.  A value whose first byte
--- is not __PVER is no page record: padded() and load() raise an error naming it.
+-- The page record (streams/store/page_record.py's docstring): a head of __HSIZE bytes whose
+-- last byte counts the fingerprints after it, __FPB bytes each.  load() gives a table
+-- {imp, prior (nil = none), last, c = counts[__N], fp = fingerprints (0..__SEEN, newest
+-- first), rest = the estimator record after the page's bytes ('' = none)}; dump() packs it
+-- with its rest, or without its trailing zero bytes when it has none.  A value whose first
+-- byte is not __PVER, or whose count byte is over __SEEN, is no page record: padded() and
+-- load() raise an error naming it.
+-- the page record's length in a value: the head and its fingerprints (a count byte trimmed
+-- away is 0)
+local function page_size(v)
+  return __HSIZE + __FPB * (string.byte(v, __HSIZE) or 0)
+end
+-- the value padded to its page record's length (stored without its trailing zero bytes
+-- when no estimator record follows) and that length
 local function padded(v)
   if string.byte(v, 1) ~= __PVER then
     error('no page record (first byte not __PVER): ' .. string.format('%q', string.sub(v, 1, 40)))
   end
-  -- stored without its trailing zero bytes when no estimator record follows
-  if #v < __PSIZE then v = v .. string.rep('\0', __PSIZE - #v) end
-  return v
+  local size = page_size(v)
+  if size > __HSIZE + __FPB * __SEEN then
+    error('no page record (count byte over __SEEN): ' .. string.format('%q', string.sub(v, 1, 40)))
+  end
+  if #v < size then v = v .. string.rep('\0', size - #v) end
+  return v, size
 end
 local function load(v)
   local t = {c = {}, fp = {}, rest = ''}
-  v = padded(v)
-  local r = {struct.unpack('__PFMT', v)}
+  local size
+  v, size = padded(v)
+  local r = {struct.unpack('__HFMT', v)}
   t.imp, t.last = r[2], r[4]
   if r[3] == r[3] then t.prior = r[3] end  -- NaN: none
   for i = 1, __N do t.c[i] = r[4 + i] end
-  for i = 1, __SEEN do t.fp[i] = r[4 + __N + i] end
-  t.rest = string.sub(v, __PSIZE + 1)
+  for i = 1, r[5 + __N] do
+    t.fp[i] = struct.unpack('<I__FPB', v, __HSIZE + 1 + __FPB * (i - 1))
+  end
+  t.rest = string.sub(v, size + 1)
   return t
 end
 local function dump(t)
   local a = {__PVER, t.imp, t.prior or 0, t.last}
   for i = 1, __N do a[4 + i] = math.min(t.c[i], 65535) end
-  for i = 1, __SEEN do a[4 + __N + i] = t.fp[i] end
-  local p = struct.pack('__PFMT', unpack(a))
+  a[5 + __N] = #t.fp
+  local parts = {struct.pack('__HFMT', unpack(a))}
+  for i = 1, #t.fp do parts[i + 1] = struct.pack('<I__FPB', t.fp[i]) end
+  local p = table.concat(parts)
   -- no prior: the quiet NaN 0x7fc00000 written as bytes (what Python's struct writes for
   -- math.nan; 0/0 in C has the sign bit set on x86 and not on ARM)
   if not t.prior then p = string.sub(p, 1, 5) .. '\0\0\192\127' .. string.sub(p, 10) end
