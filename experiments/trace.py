@@ -19,8 +19,10 @@ recrawl       Algorithm 1 with everything learned online from its own crawls and
               Gamma prior once 20 of the host's pages are crawled (default,
               ``--prior host``; :mod:`models.estimators.host_prior`; ``--prior global``:
               the default prior's estimate throughout), hedged (:class:`models.sim.trace.Hedge`:
-              crawls go back to the pages crawled longest ago while the learned rates
-              predict the crawls' findings no better than one rate for the whole site)
+              crawls go to a floor while the learned rates predict the crawls' findings
+              no better than the floor's own predictor: round robin, or Greedy on
+              Nutch-style adaptive intervals where those predict better than one rate
+              for the whole site)
 nutch         Apache Nutch AdaptiveFetchSchedule (:class:`models.sim.NutchAdaptive`)
 stormcrawler  StormCrawler AdaptiveScheduler (:class:`models.sim.StormCrawlerAdaptive`)
 uniform       round robin in a fixed order
@@ -86,9 +88,9 @@ PEERS = ("nutch", "stormcrawler", "uniform")
 #: :func:`models.sim.trace.complete_history_intervals`): one second
 EPS_DAYS = 1.0 / 86400.0
 
-#: the largest share of crawls the hedge gives back to the longest-interval floor
-#: (:class:`models.sim.trace.Hedge`) when the learned rates predict no better than one rate
-#: for the whole site
+#: the largest share of crawls the hedge gives to its floor
+#: (:class:`models.sim.trace.Hedge`) when the learned rates predict no better than the
+#: floor's own predictor
 HEDGE_SHARE = 1.0
 
 _CACHE: dict[str, tuple[Trace, tuple[np.ndarray, np.ndarray] | None]] = {}
@@ -170,7 +172,7 @@ def _policy(kind: str, trace: Trace, R: float, learn_days: float, ev: Any,
         learner = OnlineRates(m, use_pings=use_pings, prior=prior, host=trace.host,
                               half_life_days=half_life_days)
         hedge = None if kind == "recrawl-unhedged" or not hedge_share else Hedge(
-            max_share=hedge_share)
+            m, max_share=hedge_share)
         warm = None
         if kind == "recrawl" and learn_days > 0:
             def learn(pol: VectorAlgorithm1) -> None:
@@ -301,9 +303,9 @@ def _parser() -> argparse.ArgumentParser:
                    help="crawls per step, all at the step's time (default: 1 up to 1000 "
                         "pages, then pages/1000)")
     p.add_argument("--hedge", type=float, default=HEDGE_SHARE,
-                   help="largest share of crawls recrawl gives back to the longest-interval "
-                        f"floor when its rates do not predict (0: no hedge; default "
-                        f"{HEDGE_SHARE:g})")
+                   help="largest share of crawls recrawl gives to the hedge's floor (round "
+                        "robin, or Greedy on adaptive intervals) when its rates do not "
+                        f"predict (0: no hedge; default {HEDGE_SHARE:g})")
     p.add_argument("--unhedged", action="store_true",
                    help="also run recrawl without the hedge (table only: recrawl-unhedged)")
     p.add_argument("--prior", choices=["host", "global"], default="host",

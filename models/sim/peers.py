@@ -17,6 +17,7 @@ import heapq
 import math
 
 import numpy as np
+import numpy.typing as npt
 
 from models.decision.pings import APPLIED, PingRule, ping_verdict
 from models.sim.policies import Eligible, FloatArray, IntArray
@@ -26,6 +27,7 @@ __all__ = [
     "RoundRobin",
     "ScheduledPolicy",
     "StormCrawlerAdaptive",
+    "nutch_interval",
 ]
 
 
@@ -111,6 +113,16 @@ class _DueOrder:
         raise NotImplementedError
 
 
+def nutch_interval(interval: FloatArray | float, changed: npt.NDArray[np.bool_] | bool, *,
+                   inc_rate: float = 0.4, dec_rate: float = 0.2) -> FloatArray:
+    """Apache Nutch ``AdaptiveFetchSchedule``'s interval step (its documented rule, before
+    the clamp and ``sync_delta``): ``interval * (1 - dec_rate)`` after a fetch that found
+    the page modified, ``interval * (1 + inc_rate)`` after one that did not."""
+    out: FloatArray = np.asarray(interval, dtype=np.float64) * np.where(
+        changed, 1.0 - dec_rate, 1.0 + inc_rate)
+    return out
+
+
 class NutchAdaptive(_DueOrder):
     """Apache Nutch ``AdaptiveFetchSchedule``, from its documented rules.
 
@@ -137,7 +149,8 @@ class NutchAdaptive(_DueOrder):
         self.sync, self.sync_rate = sync_delta, sync_delta_rate
 
     def next_due(self, page: int, t: float, changed: bool, last_modified: float) -> float:
-        iv = float(self.interval[page]) * ((1 - self.dec) if changed else (1 + self.inc))
+        iv = float(nutch_interval(float(self.interval[page]), changed, inc_rate=self.inc,
+                                  dec_rate=self.dec))
         ref = t
         if self.sync and changed and last_modified > -math.inf:
             delta = t - last_modified

@@ -223,7 +223,7 @@ class VectorAlgorithm1(Algorithm1):
     (``recrawl``); ``warm`` = ``(at, fn)`` calls ``fn(policy)`` before the first slot at or
     after ``at`` (e.g. to import a history into the learner, or to set new fixed
     parameters) and re-reads every page's parameters.  ``hedge`` gives its share of the
-    crawls to the pages crawled longest ago.
+    crawls to its floor (:meth:`~models.sim.trace_learn.Hedge.floor_pages`).
     """
 
     def __init__(self, name: str, mu: FloatArray, alpha: FloatArray | None = None,
@@ -303,7 +303,7 @@ class VectorAlgorithm1(Algorithm1):
     def choose(self, t: float, eligible: Callable[[int], bool] | None) -> int | None:
         self._maybe_warm(t)
         if eligible is None and self.hedge is not None and self.hedge.floor_crawls(1):
-            return int(np.argmin(self.last_crawl))
+            return int(self.hedge.floor_pages(t, self.last_crawl, self.mu, 1)[0])
         return super().choose(t, eligible)
 
     def choose_many(self, t: float, k: int) -> list[int]:
@@ -313,8 +313,8 @@ class VectorAlgorithm1(Algorithm1):
         n_floor = self.hedge.floor_crawls(k) if self.hedge is not None else 0
         if not n_floor:
             return super().choose_many(t, k)
-        old = np.argpartition(self.last_crawl, n_floor - 1)[:n_floor] \
-            if n_floor < m else np.arange(m)
+        assert self.hedge is not None
+        old = self.hedge.floor_pages(t, self.last_crawl, self.mu, n_floor)
         rest = k - n_floor
         out: list[int] = old.tolist()
         if rest > 0:
@@ -342,7 +342,7 @@ class VectorAlgorithm1(Algorithm1):
             set_origins(self.index, pages, np.full(pages.size, t))
             return
         if self.hedge is not None:
-            self.hedge.observe(self._believed_rate(pages), tau, changed)
+            self.hedge.observe(pages, self._believed_rate(pages), tau, changed)
         self.learner.update(pages, tau, changed, self.n_pings[pages], np.full(pages.size, t))
         self.n_pings[pages] = 0.0
         # the pages of hosts whose prior moved rank under its new value (with the crawled)

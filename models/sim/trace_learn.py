@@ -1,7 +1,8 @@
 """Online learning for the trace replay: :class:`OnlineRates` (each page's App. E
 estimates of paper 004, batched, under a per-host empirical-Bayes prior) and
-:class:`Hedge` (the share of the crawls given to the pages crawled longest ago while the
-learned rates predict no better than one rate for all), the parts of the ``recrawl``
+:class:`Hedge` (the share of the crawls given to a floor that trusts no rate model, round
+robin or adaptive intervals, while the learned rates predict no better than it), the parts
+of the ``recrawl``
 policy of :class:`models.sim.trace.VectorAlgorithm1` that learn.
 """
 
@@ -317,31 +318,55 @@ class OnlineRates:
 
 
 class Hedge:
-    """How well the learned rates predict what the crawls find, and the floor share it sets.
+    """How well three predictors of each crawl's finding do, and which crawls that decides.
 
-    Each crawl of a page after ``tau`` with believed rate ``r`` predicted a change with
-    probability ``p = 1 - exp(-r tau)`` (paper 003 Sec. 3: Poisson changes); a site-wide
-    rate ``r0`` (changes found / time crawled, over all pages) predicted ``p0``.  Both
-    predictions' log losses on the outcome are summed with a discount (half-life
-    ``half_life`` crawls); the *skill* is ``1 - loss / loss0``: above 0 when the per-page
-    rates predict better than one rate for the whole site.  The share of crawls given back
-    to the longest-interval floor (the pages crawled longest ago) is
+    Each crawl of a page after ``tau`` with rate ``r`` predicts a change with probability
+    ``p = 1 - exp(-r tau)`` (paper 003 Sec. 3: Poisson changes).  Three rates are scored,
+    each on the same crawls, before their outcome is known:
+
+    * *learned*: the page's rate as the policy believes it (``rate`` of :meth:`observe`);
+    * *site*: one rate ``r0`` for every page (changes found / time crawled, all pages);
+    * *adaptive*: ``c / I_i``, with ``I_i`` the page's interval under Apache Nutch's
+      ``AdaptiveFetchSchedule`` rule (:func:`models.sim.peers.nutch_interval`: times 1.4
+      after a crawl that found no change, times 0.8 after one that found one; from 1, in
+      units of no clock, so only the intervals' ratios matter) and ``c`` the changes found
+      per unit of ``tau / I`` over all crawls (the site rate of the intervals' clock).
+
+    Log losses are summed with a discount (half-life ``half_life`` crawls).  The *floor*
+    is the better of the two predictors that trust no per-page rate model: under *site*
+    (one rate for all, so the page crawled longest ago is the likeliest changed) it crawls
+    the pages crawled longest ago (round robin); under *adaptive* it crawls the pages of
+    largest Greedy crawl value (paper 004 Algorithm 1 without pings) under the rates
+    ``c / I_i``.  Ordering by the overdue ratio ``(t - last crawl) / I_i`` instead would
+    crawl each page in proportion to its rate, which keeps fewer pages fresh than even
+    round robin (Cho and Garcia-Molina, "Effective page refresh policies for Web crawlers",
+    ACM TODS 28(4), 2003: their comparison of the proportional and uniform policies).
+    The *skill* is ``1 - loss / loss_floor``, above 0 when the learned rates predict
+    better than the floor's.  The share of crawls given to the floor is
     ``max_share * clip(1 - skill / good_skill, 0, 1)``: all of ``max_share`` while the
-    learned rates predict no better than the site's average, none once they are clearly
-    better.  Before ``warmup`` crawls the share is ``max_share``.
+    learned rates predict no better than the floor, none once they are clearly better.
+    Before ``warmup`` crawls the share is ``max_share`` and the floor is round robin.
     """
 
-    def __init__(self, *, max_share: float = 0.5, good_skill: float = 0.1,
+    #: Apache Nutch AdaptiveFetchSchedule's interval never leaves ``[min, max]``; here the
+    #: intervals' ratio to their start is kept within this factor either way
+    SPAN = 2.0 ** 20
+
+    def __init__(self, m: int, *, max_share: float = 0.5, good_skill: float = 0.1,
                  half_life: float = 2000.0, warmup: int = 200) -> None:
         if not 0.0 <= max_share <= 1.0:
             raise ValueError(f"max_share must be in [0, 1], got {max_share!r}")
         if good_skill <= 0 or half_life <= 0:
             raise ValueError("good_skill and half_life must be > 0")
+        if m < 0:
+            raise ValueError(f"m must be >= 0, got {m!r}")
         self.max_share, self.good_skill = float(max_share), float(good_skill)
         self.keep = 0.5 ** (1.0 / half_life)
         self.warmup = int(warmup)
-        self.loss = self.loss0 = 0.0
-        self.changed_sum = self.time_sum = 0.0
+        self.loss = self.loss0 = self.loss_a = 0.0
+        self.changed_sum = self.time_sum = self.scaled_time_sum = 0.0
+        #: each page's adaptive interval (Nutch's rule, scale-free)
+        self.interval = np.ones(m)
         self.n = 0
         self._debt = 0.0
 
@@ -351,23 +376,39 @@ class Hedge:
         out: FloatArray = -np.where(y, np.log(q), np.log1p(-q))
         return out
 
-    def observe(self, rate: FloatArray, tau: FloatArray, changed: npt.NDArray[np.bool_]) -> None:
-        """Score the predictions of one batch of crawls (``rate``: believed before them)."""
+    def observe(self, pages: IntArray, rate: FloatArray, tau: FloatArray,
+                changed: npt.NDArray[np.bool_]) -> None:
+        """Score the predictions of one batch of crawls of ``pages`` (``rate``: the learned
+        rates believed before them), then step the pages' adaptive intervals."""
+        from models.sim.peers import nutch_interval
+
         if not tau.size:
             return
+        iv = self.interval[pages]
         r0 = self.changed_sum / self.time_sum if self.time_sum > 0 else 0.0
+        c = self.changed_sum / self.scaled_time_sum if self.scaled_time_sum > 0 else 0.0
         p = -np.expm1(-rate * tau)
         p0 = -np.expm1(-r0 * tau)
+        pa = -np.expm1(-c * tau / iv)
         k = self.keep ** tau.size
         self.loss = k * self.loss + float(self._log_loss(p, changed).sum())
         self.loss0 = k * self.loss0 + float(self._log_loss(p0, changed).sum())
+        self.loss_a = k * self.loss_a + float(self._log_loss(pa, changed).sum())
         self.changed_sum = k * self.changed_sum + float(changed.sum())
         self.time_sum = k * self.time_sum + float(tau.sum())
+        self.scaled_time_sum = k * self.scaled_time_sum + float((tau / iv).sum())
+        self.interval[pages] = np.clip(nutch_interval(iv, changed), 1.0 / self.SPAN, self.SPAN)
         self.n += int(tau.size)
 
     @property
+    def adaptive(self) -> bool:
+        """The floor is the adaptive intervals' (else the longest-ago pages')."""
+        return self.n >= self.warmup and self.loss_a < self.loss0
+
+    @property
     def skill(self) -> float:
-        return 1.0 - self.loss / self.loss0 if self.loss0 > 0 else 0.0
+        ref = min(self.loss0, self.loss_a) if self.n >= self.warmup else self.loss0
+        return 1.0 - self.loss / ref if ref > 0 else 0.0
 
     @property
     def share(self) -> float:
@@ -381,3 +422,26 @@ class Hedge:
         n = min(k, int(self._debt))
         self._debt -= n
         return n
+
+    def floor_pages(self, t: float, last_crawl: FloatArray, mu: FloatArray,
+                    n: int) -> IntArray:
+        """The floor's ``n`` pages at ``t``: the ``n`` of largest Greedy crawl value
+        (:func:`models.values.crawl_value`, no pings) under the adaptive rates
+        ``c / I_i``, or the longest uncrawled (:attr:`adaptive`)."""
+        from models.values import crawl_value
+
+        m = last_crawl.size
+        n = min(n, m)
+        if n <= 0:
+            return np.zeros(0, dtype=np.int64)
+        if n >= m:
+            return np.arange(m, dtype=np.int64)
+        elapsed = t - last_crawl
+        c = self.changed_sum / self.scaled_time_sum if self.scaled_time_sum > 0 else 0.0
+        if self.adaptive and c > 0:
+            z = np.zeros(m)
+            key = np.asarray(crawl_value(elapsed, c / self.interval, z, z, mu), dtype=np.float64)
+        else:
+            key = elapsed
+        out: IntArray = np.argpartition(-key, n - 1)[:n].astype(np.int64)
+        return out

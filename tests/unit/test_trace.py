@@ -100,7 +100,7 @@ def _poisson_policy(kind: str, w: World, R: float, T: float, g: np.random.Genera
           "use_pings": True}
     if kind == "recrawl":  # as experiments.trace builds it, hedge included
         return VectorAlgorithm1(kind, w.mu, learner=OnlineRates(m, use_pings=True),
-                                hedge=Hedge(max_share=HEDGE_SHARE))
+                                hedge=Hedge(m, max_share=HEDGE_SHARE))
     if kind == "nutch":
         return NutchAdaptive(m, **kw)
     if kind == "stormcrawler":
@@ -213,12 +213,13 @@ def test_the_hedge_gives_crawls_to_the_floor_only_while_rates_do_not_predict() -
     true = np.exp(rng.normal(0.0, 1.5, n))  # rates per day, widely spread
     tau = rng.uniform(0.1, 2.0, n)
     changed = rng.uniform(size=n) < -np.expm1(-true * tau)
-    good, bad = Hedge(max_share=0.8), Hedge(max_share=0.8)
+    good, bad = Hedge(n, max_share=0.8), Hedge(n, max_share=0.8)
     assert good.share == 0.8  # before the warm-up: all of it
     for k in range(0, n, 100):
         s = slice(k, k + 100)
-        good.observe(true[s], tau[s], changed[s])  # the true rates
-        bad.observe(true[s][::-1].copy(), tau[s], changed[s])  # rates of other pages
+        pages = np.arange(k, k + 100)  # each page crawled once: no interval has adapted
+        good.observe(pages, true[s], tau[s], changed[s])  # the true rates
+        bad.observe(pages, true[s][::-1].copy(), tau[s], changed[s])  # rates of other pages
     assert good.skill > 0.1 and good.share == 0.0
     assert bad.skill < 0.0 and bad.share == 0.8
     # the floor's crawls add up to the share, fractions carried over
@@ -230,11 +231,60 @@ def test_hedged_recrawl_crawls_the_longest_unseen_pages_when_it_cannot_predict()
     tr = trace_from_arrays(np.ones(m), np.arange(m) % m, T0_S + np.linspace(0, 20 * DAY_S, m))
     w, ev = trace_world(tr), trace_events(tr)
     pol = VectorAlgorithm1("recrawl", tr.mu, learner=OnlineRates(m, use_pings=False),
-                           hedge=Hedge(max_share=1.0, warmup=10**9))
+                           hedge=Hedge(m, max_share=1.0, warmup=10**9))
     res = run(w, ev, pol, Budget(5.0))
     # all crawls to the floor: every page once before any page twice (round robin)
     first = res.crawl_page[:m]
     assert np.unique(first).size == m
+
+
+def test_the_floor_follows_adaptive_intervals_where_they_predict_better_than_one_rate(
+        ) -> None:
+    """Half the pages change every day, half never: the adaptive intervals (Nutch's rule)
+    predict the crawls' findings better than one site-wide rate, so the floor spends its
+    crawls by them, not in round robin, and keeps more pages fresh."""
+    m, days, R = 40, 60, 10.0
+    busy = np.arange(m // 2)
+    page = np.repeat(busy, days)
+    time_s = T0_S + (np.tile(np.arange(1, days + 1), busy.size) - 0.5) * DAY_S
+    tr = trace_from_arrays(np.ones(m), page, time_s, start_s=T0_S, stop_s=T0_S + days * DAY_S)
+    w, ev = trace_world(tr), trace_events(tr)
+
+    def floor_only() -> VectorAlgorithm1:  # every crawl to the floor; learned rates unused
+        return VectorAlgorithm1("recrawl", tr.mu, learner=OnlineRates(m, use_pings=False),
+                                hedge=Hedge(m, max_share=1.0, good_skill=1e9, warmup=50))
+
+    pol = floor_only()
+    res = run(w, ev, pol, Budget(R))
+    assert pol.hedge is not None and pol.hedge.adaptive
+    assert pol.hedge.loss_a < pol.hedge.loss0
+    late = res.crawl_page[res.crawl_time > days / 2]
+    busy_share = np.isin(late, busy).mean()
+    assert busy_share > 0.7, busy_share  # round robin: 0.5
+    rr = run(w, ev, RoundRobin(m, rng=np.random.default_rng(0)), Budget(R))
+    assert accuracy(w, ev, res) > accuracy(w, ev, rr) + 0.02
+
+
+def test_the_floor_is_round_robin_where_one_rate_predicts_as_well() -> None:
+    """Every page changes as a Poisson process of one rate: the adaptive intervals follow
+    noise and predict worse than one rate for all, so the floor crawls the pages crawled
+    longest ago (every page crawled as often as any other, give or take a crawl or two:
+    on noise the adaptive predictor can briefly look better)."""
+    for seed in range(3):
+        rng = np.random.default_rng([11, seed])
+        m, days, rate = 50, 80.0, 0.3
+        n = rng.poisson(rate * days * m)
+        tr = trace_from_arrays(np.ones(m), rng.integers(0, m, n),
+                               T0_S + rng.uniform(0, days * DAY_S, n),
+                               start_s=T0_S, stop_s=T0_S + days * DAY_S)
+        w, ev = trace_world(tr), trace_events(tr)
+        pol = VectorAlgorithm1("recrawl", tr.mu, learner=OnlineRates(m, use_pings=False),
+                               hedge=Hedge(m, max_share=1.0, good_skill=1e9, warmup=50))
+        res = run(w, ev, pol, Budget(10.0))
+        assert pol.hedge is not None and not pol.hedge.adaptive
+        assert pol.hedge.loss_a > pol.hedge.loss0
+        counts = np.bincount(res.crawl_page, minlength=m)
+        assert counts.max() - counts.min() <= 2, counts
 
 
 def test_recorded_pings_are_read_onto_the_traces_clock(tmp_path: Path) -> None:
