@@ -20,7 +20,9 @@ Each test that asks for ``settings`` gets its own topics, consumer group and key
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
+import signal
 import socket
 import subprocess
 import uuid
@@ -145,6 +147,10 @@ def services(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Services]:
     try:
         yield Services(info.kafka_bootstrap, info.redis_url, f"infra launcher ({home})")
     finally:
+        # the session's Kafka is killed, not stopped: its logs are thrown away with the
+        # folder, and a clean shutdown of a broker holding every test's topics takes seconds
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(os.getpgid(info.kafka_pid), signal.SIGKILL)
         down(home)
 
 
@@ -211,7 +217,10 @@ def settings(kafka_bootstrap: str, redis_url: str, tmp_path: Path) -> Settings:
 
 @pytest.fixture
 def start_worker(tmp_path: Path) -> Iterator[object]:
-    """``start_worker(settings, **env) -> Worker``; every worker is stopped after the test."""
+    """``start_worker(settings, **env) -> Worker``; every worker still running after the test
+    is killed (SIGKILL: its topics, consumer group and keys belong to the test alone, and a
+    graceful stop waits about a second per worker; a test that checks a graceful stop calls
+    ``Worker.stop`` itself)."""
     started: list[Worker] = []
 
     def _start(s: Settings, extra_env: dict[str, str] | None = None) -> Worker:
@@ -222,7 +231,8 @@ def start_worker(tmp_path: Path) -> Iterator[object]:
 
     yield _start
     for w in started:
-        w.stop()
+        if w.proc.poll() is None:
+            w.kill()
 
 
 @pytest.fixture
