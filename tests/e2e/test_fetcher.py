@@ -38,7 +38,7 @@ async def test_fetcher_outcomes_digests_and_refusals(settings: Settings, testweb
         f"{base}/redirect/to?url=http://192.168.1.1/admin": "refused: 192.168.1.1",
         f"{base}/redirect/loop": "too many redirects",
         f"{base}/big?bytes=3000000": "body larger than 1000000 bytes",
-        f"{base}/slow?s=10": "timeout",
+        f"{base}/slow?s=5": "timeout",  # past the 2 s total timeout
         f"{base}/p/999": "http status 404",
     }
     service = FetcherService(
