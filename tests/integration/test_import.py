@@ -56,16 +56,24 @@ def stored(settings: Settings, urls: list[str]) -> dict[str, bytes | None]:
     return out
 
 
-def stream_rate(intervals: list[tuple[float, bool, float]]) -> float:
+def stream_rates(pages: dict[str, list[tuple[float, bool, float]]]) -> dict[str, float]:
     """The change rate the worker's estimator code (:class:`Estimation`, the models'
-    ``batch_update`` and Newton solve) computes in-process from ``(tau, changed, end_s)``."""
+    ``batch_update`` and Newton solve) computes in-process from each page's
+    ``(tau, changed, end_s)``: the k-th interval of every page in one ``observe`` call, as the
+    outcomes agent updates a chunk of pages (each page's records chained in order)."""
     est = Estimation()
-    record: str | None = None
-    for tau, changed, end in intervals:
-        (record,) = est.observe([Observation(record, tau, (0,) * len(SOURCES), changed, end)])
-    e = full_estimates(record)
-    assert e is not None
-    return e.change_rate_per_s
+    records: dict[str, str | None] = dict.fromkeys(pages)
+    for k in range(max((len(v) for v in pages.values()), default=0)):
+        urls = [u for u, intervals in pages.items() if len(intervals) > k]
+        new = est.observe([Observation(records[u], pages[u][k][0], (0,) * len(SOURCES),
+                                       pages[u][k][1], pages[u][k][2]) for u in urls])
+        records.update(zip(urls, new, strict=True))
+    out = {}
+    for u, record in records.items():
+        e = full_estimates(record)
+        assert e is not None, u
+        out[u] = e.change_rate_per_s
+    return out
 
 
 def model_rate(intervals: list[tuple[float, bool, float]]) -> tuple[float, int]:
@@ -82,6 +90,7 @@ def model_rate(intervals: list[tuple[float, bool, float]]) -> tuple[float, int]:
 def assert_model_estimates(values: dict[str, bytes | None],
                            expected: dict[str, list[tuple[float, bool, float]]],
                            importance: dict[str, float]) -> None:
+    in_process = stream_rates(expected)
     for url, intervals in expected.items():
         value = values[url]
         assert value is not None, f"{url}: not stored"
@@ -93,7 +102,7 @@ def assert_model_estimates(values: dict[str, bytes | None],
         rate, n = model_rate(intervals)
         assert est.n_intervals == n == len(intervals), url
         # the same code in-process: equal to the float32 the record keeps
-        assert est.change_rate_per_s == pytest.approx(stream_rate(intervals), rel=1e-6), url
+        assert est.change_rate_per_s == pytest.approx(in_process[url], rel=1e-6), url
         # the scalar model, page by page: the stream solves the mode at every update and
         # expands an interval leaving its ring around it, the scalar path around a Newton
         # step (estimation.py, "theta"), so they differ by up to about 10^-3 here
