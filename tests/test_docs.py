@@ -6,8 +6,9 @@
   "re-measured" narration;
 - every command a docs code block shows parses: ``recrawl ...`` against the real parser
   (:func:`streams.cli.build_parser`), ``make X`` against the Makefile's targets, and every
-  benchmark or ``python -m`` module named, against its own ``--help`` (one subprocess per
-  distinct program, all at once);
+  benchmark or ``python -m`` module named, against its own ``--help`` (every distinct
+  program's in turn in one subprocess, each run as ``python path`` or ``python -m`` runs it:
+  the imports they share are paid once);
 - every relative link in docs/ and the README names a file that exists, and its anchor a
   heading of that file.
 """
@@ -16,6 +17,7 @@ from __future__ import annotations
 
 import contextlib
 import io
+import json
 import re
 import shlex
 import subprocess
@@ -244,27 +246,57 @@ def _help_key(prog: str, args: list[str]) -> tuple[str, str | None]:
     return prog, first
 
 
-def test_every_command_in_a_docs_code_block_parses() -> None:
+#: runs ``--help`` of each program in argv[1] (JSON ``[[kind, name, subcommand], ...]``) in
+#: turn, as ``python name`` (sys.path[0] the script's folder, not the working one) or
+#: ``python -m name`` (sys.path[0] the working folder) would, and writes
+#: ``[[exit status, output], ...]`` as JSON to the file argv[2]
+_HELPS = """
+import contextlib, io, json, os, runpy, sys
+programs, target = json.loads(sys.argv[1]), sys.argv[2]
+base = [p for p in sys.path if p not in ("", os.getcwd())]
+out = []
+for kind, name, sub in programs:
+    sys.argv = [name, *([sub] if sub else []), "--help"]
+    sys.path[:] = [os.path.dirname(os.path.abspath(name)) if kind == "script" else os.getcwd(),
+                   *base]
+    buf, status = io.StringIO(), 0
+    try:
+        with contextlib.redirect_stdout(buf), contextlib.redirect_stderr(buf):
+            if kind == "script":
+                runpy.run_path(name, run_name="__main__")
+            else:
+                runpy.run_module(name, run_name="__main__", alter_sys=True)
+    except SystemExit as e:
+        status = e.code if isinstance(e.code, int) else (0 if e.code is None else 1)
+    except BaseException as e:
+        status, _ = 1, buf.write(f"{type(e).__name__}: {e}")
+    out.append([status, buf.getvalue()])
+with open(target, "w") as f:
+    json.dump(out, f)
+"""
+
+
+def test_every_command_in_a_docs_code_block_parses(tmp_path: Path) -> None:
     found = doc_commands()
     assert {p for _, p, _ in found} >= {"recrawl", "make"}, found
     bad: list[str] = []
     targets = _make_targets()
-    helps: dict[tuple[str, str | None], subprocess.Popen[str]] = {}
+    keys: list[tuple[str, str | None]] = []
     for _, prog, args in found:
         key = _help_key(prog, args)
-        if prog.startswith(("script:", "module:")) and key not in helps:
-            kind, name = prog.split(":", 1)
-            argv = [sys.executable, name] if kind == "script" else [sys.executable, "-m", name]
-            helps[key] = subprocess.Popen(
-                [*argv, *([key[1]] if key[1] else []), "--help"], cwd=REPO,
-                stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        if prog.startswith(("script:", "module:")) and key not in keys:
+            keys.append(key)
+    result = tmp_path / "helps.json"
+    done = subprocess.run(
+        [sys.executable, "-c", _HELPS, json.dumps([[*k.split(":", 1), sub] for k, sub in keys]),
+         str(result)], cwd=REPO, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0 and result.exists(), done.stdout[-2000:] + done.stderr[-2000:]
     texts = {}
-    for key, proc in helps.items():
-        out, _ = proc.communicate(timeout=300)
+    for key, (status, out) in zip(keys, json.loads(result.read_text()), strict=True):
         texts[key] = out
-        if proc.returncode != 0:
+        if status != 0:
             shown = " ".join(k for k in key if k)
-            bad.append(f"{shown} --help exited {proc.returncode}: {out.strip()[-300:]}")
+            bad.append(f"{shown} --help exited {status}: {out.strip()[-300:]}")
     for where, prog, args in found:
         shown = f"{where}: {prog} {' '.join(args)}"
         if prog == "recrawl":
