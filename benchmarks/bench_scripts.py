@@ -20,7 +20,7 @@ import os
 
 import redis
 
-from streams.store.page_record import N_SOURCES, PAGE_HEAD, PAGE_VERSION
+from streams.store.page_record import PageState
 from streams.store.redis_store import _APPLY_OUTCOME, _APPLY_PINGS
 
 PAGES_PER_HOST = 100
@@ -33,7 +33,7 @@ def load(r: redis.Redis, hosts: int) -> None:
     for h in range(hosts):
         values = {}
         for i in range(PAGES_PER_HOST):
-            page = PAGE_HEAD.pack(PAGE_VERSION, 1.0, float("nan"), 1.7e9, *([0] * N_SOURCES), 0)
+            page = PageState(1.0, None, 1.7e9).encode(b"\x82")[:-1]
             values[f"/page/{h * PAGES_PER_HOST + i:08d}"] = page + bytes([0x82]) + os.urandom(132)
         r.hset(f"bs:{{host{h}.example}}:pages", mapping=values)  # type: ignore[arg-type]
 

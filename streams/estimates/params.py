@@ -44,11 +44,15 @@ from streams.events.records import SOURCES
 from streams.settings import Settings
 from streams.store.page_record import (
     FP_BYTES,
-    N_SEEN,
+    N_SOURCES,
     PAGE_HEAD_DTYPE,
     PAGE_VERSION,
+    SHAPE_COUNTS,
+    SHAPE_PRIOR,
+    SHAPE_SEEN,
     PageState,
     record_bytes,
+    shape_length,
 )
 
 __all__ = ["PageParams", "ParamsMany", "page_origin", "page_params", "page_params_many",
@@ -246,20 +250,34 @@ def page_origin(
         return np.where(last > 0.0, last - shift, 0.0)
 
 
-_HEAD = PAGE_HEAD_DTYPE.itemsize
+def _shape_length_or_0(shape: int) -> int:
+    try:
+        return shape_length(shape)
+    except ValueError:
+        return 0
 
 
-def _record_dtype(n_seen: int, size: int) -> np.dtype[Any]:
-    """The dtype of a binary page value of ``size`` bytes with ``n_seen`` fingerprints: the
-    page record's head, its fingerprints' bytes, then none or an estimator record (its
-    bytes: whether it is one, the caller checks from its first bytes)."""
-    page = _HEAD + FP_BYTES * n_seen
+def _record_dtype(shape: int, size: int) -> np.dtype[Any]:
+    """The dtype of a binary page value of ``size`` bytes with this shape byte: the page
+    record's head, its prior and counts if stored, its fingerprints' bytes, then none or an
+    estimator record (its bytes: whether it is one, the caller checks from its first
+    bytes)."""
+    n_seen = shape & SHAPE_SEEN
     fields: list[Any] = [("page", PAGE_HEAD_DTYPE)]
+    if shape & SHAPE_PRIOR:
+        fields.append(("prior", "<f4"))
+    if shape & SHAPE_COUNTS:
+        fields.append(("signals", "<u2", (N_SOURCES,)))
     if n_seen:
         fields.append(("seen", "u1", (n_seen, FP_BYTES)))
+    page = shape_length(shape)
     if size > page:
         fields.append(("est", "u1", (size - page,)))
     return np.dtype(fields)
+
+
+#: the page record's length of every shape byte (0 for a shape byte no page record has)
+_SHAPE_LENGTH = np.array([_shape_length_or_0(s) for s in range(256)], dtype=np.int64)
 
 
 _Arr = npt.NDArray[np.float64]
@@ -278,39 +296,52 @@ def _pages_many(raw: list[bytes]) -> tuple[
         _Arr, _Arr, _Arr, _Arr, tuple[npt.NDArray[np.int64], _Arr] | None] | None:
     """importance, prior (NaN: none), last crawl, signals ``(n, sources)`` of stored page
     values and their estimates (:func:`_estimates_many`): binary values grouped by their
-    count of fingerprints and length, each group one ``numpy.frombuffer`` (page and
-    estimator record together); None if a value is no page record."""
-    n, n_src = len(raw), len(SOURCES)
+    shape byte and length (one stable sort of the groups' numbers, then runs), each group
+    one ``numpy.frombuffer`` (page and estimator record together), the fields a group does
+    not store left at their empty values (prior NaN, counts 0); None if a value is no page
+    record."""
+    n = len(raw)
     imp = np.empty(n)
-    prior = np.empty(n)
+    prior = np.full(n, np.nan)
     last = np.empty(n)
-    sig = np.empty((n, n_src))
+    sig = np.zeros((n, N_SOURCES))
     lens = np.fromiter(map(len, raw), np.int64, n)
-    # every value's first byte and count byte: one join, no Python call per value
+    # every value's first byte and shape byte: one join, no Python call per value
     joined = np.frombuffer(b"".join(raw), np.uint8)
     starts = np.cumsum(lens) - lens
     first = _byte_at(joined, starts, lens, 0)
-    count = _byte_at(joined, starts, lens, _HEAD - 1).astype(np.int64)
-    if not (first == PAGE_VERSION).all() or (count > N_SEEN).any():
+    shape = _byte_at(joined, starts, lens, 1).astype(np.int64)
+    page = _SHAPE_LENGTH[shape]
+    if not (first == PAGE_VERSION).all() or not page.all():
         return None
     est_rows: list[npt.NDArray[np.int64]] = []
     est_heads: list[npt.NDArray[Any]] = []
-    page = _HEAD + FP_BYTES * count
     short = lens < page  # stored without trailing zero bytes: padded here
-    # the (count, length) pairs present, by counting (no sort of 10^6 keys)
-    key = np.maximum(lens, page) * (N_SEEN + 1) + count
-    for k in np.flatnonzero(np.bincount(key)).tolist():
-        size, n_seen = divmod(k, N_SEEN + 1)
-        rows = np.flatnonzero(key == k)
+    # the (length, shape) pairs present numbered 0.. by counting, the values sorted by that
+    # number (a stable sort of small integers: radix), each group a run
+    key = np.maximum(lens, page) * 256 + shape
+    present = np.bincount(key)
+    groups = np.flatnonzero(present)
+    number = np.zeros(len(present), np.int64)
+    number[groups] = np.arange(len(groups))
+    group_of = number[key].astype(np.uint16 if len(groups) < 1 << 16 else np.int64)
+    order = np.argsort(group_of, kind="stable")
+    bounds = [0, *np.cumsum(present[groups]).tolist()]
+    for k, lo, hi in zip(groups.tolist(), bounds[:-1], bounds[1:], strict=True):
+        size, sh = divmod(k, 256)
+        rows = order[lo:hi]
         if short[rows].any():
             buf = b"".join([raw[i].ljust(size, b"\0") for i in rows.tolist()])
         else:
             buf = b"".join([raw[i] for i in rows.tolist()])
-        a = np.frombuffer(buf, _record_dtype(n_seen, size))
+        a = np.frombuffer(buf, _record_dtype(sh, size))
         p = a["page"]
-        imp[rows], prior[rows], last[rows] = p["importance"], p["prior"], p["last_crawl"]
-        sig[rows] = p["signals"]
-        est_len = size - _HEAD - FP_BYTES * n_seen
+        imp[rows], last[rows] = p["importance"], p["last_crawl"]
+        if sh & SHAPE_PRIOR:
+            prior[rows] = a["prior"]
+        if sh & SHAPE_COUNTS:
+            sig[rows] = a["signals"]
+        est_len = size - int(_SHAPE_LENGTH[sh])
         if est_len:
             # a tail that is no readable estimator record: the page record alone, no
             # estimates (as page_params reads it)

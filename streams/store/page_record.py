@@ -1,31 +1,39 @@
 """The page record: how one page is stored in ``P:{host}:pages`` (:mod:`streams.store.redis_store`
 has the key layout).
 
-Page record (version 2, little-endian): a fixed head of 28 bytes (``PAGE_HEAD_FORMAT`` =
-``<Bffd5HB``), then the ping fingerprints, ``28 + 6 n`` bytes in all (28 to 76):
-a version byte ``0xA2``; ``importance`` float32 (a weight: 7 digits are plenty, and a value
-beyond float32's range reads as infinite, i.e. unusable, as before); ``prior`` change rate
-float32 (NaN = none; a rate is an estimate, 7 digits suffice, smallest normal 1e-38/s);
-``last_crawl`` float64 (0 = never; a Unix time to the microsecond needs 16 digits);
-five per-source signal counts since the last crawl, uint16 (saturating at 65535); the count
-``n`` of ping fingerprints kept, a byte (0..8); then ``n`` ping fingerprints, each a 48-bit
-unsigned integer (1..2^48-1) in 6 bytes (digests of the page's last 8 pings that were not
-duplicates, any source, newest first: ping dedup without a per-ping set, see
-``streams/store/lua/apply_pings.lua``).  The Lua scripts pack and unpack it with Redis's
-built-in ``struct`` (a fingerprint is ``I6``: exact in a Lua number, a double); Python with
-:data:`PAGE_HEAD` and :func:`pack_seen` / :func:`unpack_seen` (Python's ``struct`` has no
-6-byte integer) and :data:`PAGE_HEAD_DTYPE` (numpy, for the rebuild, which reads the
-fingerprints as bytes).
+Page record (version 3, little-endian): a fixed head of 14 bytes (``PAGE_HEAD_FORMAT`` =
+``<BBfd``), then the optional fields its shape byte announces, ``14 + 4 p + 10 c + 6 n``
+bytes in all (14 to 76):
+a version byte ``0xA3``; a shape byte (bits 0-3: the count ``n`` of ping fingerprints kept,
+0..8; bit 4 (``SHAPE_PRIOR``): a prior is stored (``p`` = 1); bit 5 (``SHAPE_COUNTS``): the
+signal counts are stored (``c`` = 1); any other bit set is no page record); ``importance``
+float32 (a weight: 7 digits are plenty, and a value beyond float32's range reads as
+infinite, i.e. unusable, as before); ``last_crawl`` float64 (0 = never; a Unix time to the
+microsecond needs 16 digits); if ``p``, the ``prior`` change rate float32 (absent: none; a
+rate is an estimate, 7 digits suffice, smallest normal 1e-38/s); if ``c``, the five
+per-source signal counts since the last crawl, uint16 (saturating at 65535; absent: all
+zero); then ``n`` ping fingerprints, each a 48-bit unsigned integer (1..2^48-1) in 6 bytes
+(digests of the page's last 8 pings that were not duplicates, any source, newest first: ping
+dedup without a per-ping set, see ``streams/store/lua/apply_pings.lua``).
+Writers store the prior only when there is one and the counts only when one is not zero: a
+crawl (``apply_outcome.lua``) zeroes the counts and so drops them, an applied ping
+(``apply_pings.lua``) adding a count to a page without them inserts them.
+The Lua scripts pack and unpack it with Redis's built-in ``struct`` (a fingerprint is
+``I6``: exact in a Lua number, a double); Python with :data:`PAGE_HEAD`, :data:`PRIOR`,
+:data:`COUNTS` and :func:`pack_seen` / :func:`unpack_seen` (Python's ``struct`` has no
+6-byte integer) and :data:`PAGE_HEAD_DTYPE` (numpy, for the rebuild, which reads one shape
+and length at a time).
 An estimator record (:mod:`streams.estimates.record`) may follow the page record in the same
 value (:func:`page_length` tells where it starts).  A page record without one after it is
-stored without its trailing zero bytes (a page never crawled nor pinged: 9 bytes; readers pad
-it to the head, then to ``28 + 6 n``).  A crawled page with one fingerprint and no estimator
-record takes 34 bytes; with 8 fingerprints, 76.
-A value whose first byte is not ``0xA2``, or whose count byte is over 8, is no page record:
-Python's :meth:`PageState.decode` raises ``ValueError`` and the scripts' ``load`` an error
-naming it.  Values reach Python through a client decoding with ``surrogateescape``
-(:meth:`Store.from_url`), so they stay ``str`` and round-trip byte for byte;
-:func:`record_bytes` gives the bytes back.
+stored without its trailing zero bytes after the shape byte (a page never crawled nor
+pinged, importance 1: 6 bytes; readers pad it to :func:`page_length`).  A crawled page with
+one fingerprint, no prior, no signal since its crawl and no estimator record takes 20
+bytes; with a prior, counts and 8 fingerprints, 76.
+A value whose first byte is not ``0xA3``, or whose shape byte has a bit over bit 5 set or
+counts more than 8 fingerprints, is no page record: Python's :meth:`PageState.decode`
+raises ``ValueError`` and the scripts' ``load`` an error naming it.  Values reach Python
+through a client decoding with ``surrogateescape`` (:meth:`Store.from_url`), so they stay
+``str`` and round-trip byte for byte; :func:`record_bytes` gives the bytes back.
 
 Ping dedup (``streams/store/lua/apply_pings.lua``): a ping whose fingerprint (its identity,
 ``PingEvent.fingerprint``: its id and source, else its change time, else its receive time)
@@ -50,6 +58,7 @@ import numpy as np
 from streams.events.records import SOURCES
 
 __all__ = [
+    "COUNTS",
     "FP_BYTES",
     "N_SEEN",
     "N_SOURCES",
@@ -57,37 +66,61 @@ __all__ = [
     "PAGE_HEAD_DTYPE",
     "PAGE_HEAD_FORMAT",
     "PAGE_VERSION",
+    "PRIOR",
+    "SHAPE_COUNTS",
+    "SHAPE_PRIOR",
+    "SHAPE_SEEN",
     "PageState",
     "estimator_part",
     "pack_seen",
     "page_length",
     "ping_fingerprint",
     "record_bytes",
+    "shape_length",
     "unpack_seen",
 ]
 
 N_SOURCES = len(SOURCES)
 
 #: the page record's first byte (module docstring)
-PAGE_VERSION = 0xA2
+PAGE_VERSION = 0xA3
 #: ping fingerprints a page record keeps at most (its last distinct pings, any source: the
 #: dedup)
 N_SEEN = 8
 #: bytes of one ping fingerprint (a 48-bit unsigned integer, little-endian)
 FP_BYTES = 6
-#: the fixed head: version, importance, prior (NaN = none), last crawl, counts per source,
-#: number of fingerprints that follow
-PAGE_HEAD_FORMAT = f"<Bffd{N_SOURCES}HB"
+#: the shape byte's bits: the count of fingerprints, a prior stored, the counts stored
+SHAPE_SEEN = 0x0F
+SHAPE_PRIOR = 0x10
+SHAPE_COUNTS = 0x20
+#: the fixed head: version, shape, importance, last crawl
+PAGE_HEAD_FORMAT = "<BBfd"
 PAGE_HEAD = struct.Struct(PAGE_HEAD_FORMAT)
+#: the optional prior (float32) and signal counts (uint16 per source)
+PRIOR = struct.Struct("<f")
+COUNTS = struct.Struct(f"<{N_SOURCES}H")
 #: the same head as a numpy structured dtype (a shard's records in one ``frombuffer`` per
-#: count of fingerprints and length)
-PAGE_HEAD_DTYPE = np.dtype([("version", "u1"), ("importance", "<f4"), ("prior", "<f4"),
-                            ("last_crawl", "<f8"), ("signals", "<u2", (N_SOURCES,)),
-                            ("n_seen", "u1")])
+#: shape and length)
+PAGE_HEAD_DTYPE = np.dtype([("version", "u1"), ("shape", "u1"), ("importance", "<f4"),
+                            ("last_crawl", "<f8")])
 assert PAGE_HEAD_DTYPE.itemsize == PAGE_HEAD.size
 _HEAD = PAGE_HEAD.size
 _FP_MAX = (1 << (8 * FP_BYTES)) - 1
 _U16 = 0xFFFF
+
+
+def shape_length(shape: int) -> int:
+    """Bytes of a page record with this shape byte, ``14 + 4 p + 10 c + 6 n``;
+    ``ValueError`` for a shape byte no page record has."""
+    if shape & ~(SHAPE_SEEN | SHAPE_PRIOR | SHAPE_COUNTS) or shape & SHAPE_SEEN > N_SEEN:
+        raise ValueError(f"no page record (shape byte {shape:#04x})")
+    return _length(shape)
+
+
+def _length(shape: int) -> int:
+    """:func:`shape_length` without its check."""
+    return (_HEAD + PRIOR.size * bool(shape & SHAPE_PRIOR)
+            + COUNTS.size * bool(shape & SHAPE_COUNTS) + FP_BYTES * (shape & SHAPE_SEEN))
 
 
 def pack_seen(seen: tuple[int, ...]) -> bytes:
@@ -112,10 +145,11 @@ def record_bytes(value: str | bytes) -> bytes:
 
 
 def page_length(raw: bytes) -> int:
-    """Bytes of the page record at the start of a stored value, ``28 + 6 n`` with ``n`` its
-    count byte (a count byte trimmed away is 0); an estimator record starts there when the
-    value is longer, and a shorter value was stored without its trailing zero bytes."""
-    return _HEAD + FP_BYTES * (raw[_HEAD - 1] if len(raw) >= _HEAD else 0)
+    """Bytes of the page record at the start of a stored value (:func:`shape_length` of its
+    shape byte, unchecked: :meth:`PageState.decode` refuses a shape byte no page record
+    has); an estimator record starts there when the value is longer, and a shorter value
+    was stored without its trailing zero bytes."""
+    return _length(raw[1] if len(raw) > 1 else 0)
 
 
 def estimator_part(value: str | bytes | None) -> str | None:
@@ -149,16 +183,25 @@ class PageState:
         return self.last_crawl_s > 0.0
 
     def encode(self, estimator: str | bytes | None = None) -> bytes:
-        """The stored value (version 2, module docstring): the page record, then
-        ``estimator`` (an estimator record) if given, else without its trailing zero bytes;
-        ``ValueError`` for fingerprints :func:`pack_seen` refuses."""
-        prior = math.nan if self.prior_change_rate_per_s is None else self.prior_change_rate_per_s
+        """The stored value (version 3, module docstring): the page record, then
+        ``estimator`` (an estimator record) if given, else without its trailing zero bytes
+        after the shape byte; ``ValueError`` for fingerprints :func:`pack_seen` refuses."""
+        prior = self.prior_change_rate_per_s
+        has_prior = prior is not None and not math.isnan(prior)
         with np.errstate(over="ignore"):
-            imp, pri = (float(x) for x in np.array([self.importance, prior], dtype=np.float32))
-        page = PAGE_HEAD.pack(PAGE_VERSION, imp, pri, self.last_crawl_s,
-                              *(min(_U16, max(0, int(n))) for n in self.signals),
-                              len(self.seen)) + pack_seen(self.seen)
-        return page + record_bytes(estimator) if estimator else page.rstrip(b"\0")
+            imp, pri = (float(x) for x in np.array(
+                [self.importance, prior if has_prior else 0.0], dtype=np.float32))
+        counts = [min(_U16, max(0, int(n))) for n in self.signals]
+        has_counts = any(counts)
+        seen = pack_seen(self.seen)
+        shape = (len(self.seen) | (SHAPE_PRIOR if has_prior else 0)
+                 | (SHAPE_COUNTS if has_counts else 0))
+        page = (PAGE_HEAD.pack(PAGE_VERSION, shape, imp, self.last_crawl_s)
+                + (PRIOR.pack(pri) if has_prior else b"")
+                + (COUNTS.pack(*counts) if has_counts else b"") + seen)
+        if estimator:
+            return page + record_bytes(estimator)
+        return page[:2] + page[2:].rstrip(b"\0")
 
     @classmethod
     def decode(cls, value: str | bytes) -> PageState:
@@ -166,16 +209,25 @@ class PageState:
         raw = record_bytes(value)
         if raw[:1] != bytes((PAGE_VERSION,)):
             raise ValueError(f"no page record (first byte not {PAGE_VERSION:#x}): {raw[:40]!r}")
-        size = page_length(raw)
-        if size > _HEAD + FP_BYTES * N_SEEN:
-            raise ValueError(f"no page record ({raw[_HEAD - 1]} fingerprints, at most "
-                             f"{N_SEEN}): {raw[:40]!r}")
+        try:
+            size = shape_length(raw[1] if len(raw) > 1 else 0)
+        except ValueError as e:
+            raise ValueError(f"{e}: {raw[:40]!r}") from None
         if len(raw) < size:  # stored without its trailing zero bytes
             raw = raw.ljust(size, b"\0")
-        v = PAGE_HEAD.unpack_from(raw)
-        n = N_SOURCES
-        prior = None if math.isnan(v[2]) else v[2]
-        return cls(v[1], prior, v[3], tuple(v[4 : 4 + n]), unpack_seen(raw[_HEAD:size]))
+        _, shape, imp, last = PAGE_HEAD.unpack_from(raw)
+        at = _HEAD
+        prior: float | None = None
+        if shape & SHAPE_PRIOR:
+            prior = PRIOR.unpack_from(raw, at)[0]
+            at += PRIOR.size
+            if prior is not None and math.isnan(prior):
+                prior = None
+        signals: tuple[int, ...] = (0,) * N_SOURCES
+        if shape & SHAPE_COUNTS:
+            signals = COUNTS.unpack_from(raw, at)
+            at += COUNTS.size
+        return cls(imp, prior, last, tuple(signals), unpack_seen(raw[at:size]))
 
     def after_crawl(self, fetched_at_s: float) -> PageState:
         return replace(self, last_crawl_s=fetched_at_s, signals=(0,) * N_SOURCES)

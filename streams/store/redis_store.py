@@ -120,12 +120,16 @@ from redis.exceptions import TimeoutError as RedisTimeoutError
 from streams.events.records import SOURCES
 from streams.store.host_prior import EST_ESCAPE, EST_VERSION, PRIOR_FIELDS, Sums
 from streams.store.page_record import (
+    COUNTS,
     FP_BYTES,
     N_SEEN,
     N_SOURCES,
     PAGE_HEAD,
     PAGE_HEAD_DTYPE,
+    PAGE_HEAD_FORMAT,
     PAGE_VERSION,
+    SHAPE_COUNTS,
+    SHAPE_PRIOR,
     PageState,
     estimator_part,
     ping_fingerprint,
@@ -278,13 +282,14 @@ def _pos(name: str) -> str:
 
 # The scripts live in streams/store/lua/ (each file's header: its KEYS, ARGV and replies); every
 # one starts with lib.lua's helpers; ``__N`` is the number of ping sources, ``__HFMT`` the
-# page record's head struct format, ``__HSIZE`` its bytes (the count byte of fingerprints
-# last), ``__PVER`` its version byte, ``__LPOS`` and ``__CPOS`` where its last crawl and
-# counts start, ``__FPB`` a fingerprint's bytes, ``__SEEN`` the most fingerprints kept.
-# (Redis's struct takes no repeat counts: "5H" is written "HHHHH")
-_SUBS = (("__HFMT", "<Bffd" + "H" * N_SOURCES + "B"), ("__HSIZE", str(PAGE_HEAD.size)),
+# page record's fixed head struct format, ``__HSIZE`` its bytes, ``__PVER`` its version
+# byte, ``__LPOS`` where its last crawl starts, ``__SPRI`` and ``__SCNT`` the shape byte's
+# bits of a stored prior and of stored counts, ``__CB`` the counts' bytes, ``__FPB`` a
+# fingerprint's bytes, ``__SEEN`` the most fingerprints kept.
+_SUBS = (("__HFMT", PAGE_HEAD_FORMAT), ("__HSIZE", str(PAGE_HEAD.size)),
          ("__FPB", str(FP_BYTES)), ("__SEEN", str(N_SEEN)), ("__PVER", str(PAGE_VERSION)),
-         ("__LPOS", _pos("last_crawl")), ("__CPOS", _pos("signals")),
+         ("__LPOS", _pos("last_crawl")), ("__SPRI", str(SHAPE_PRIOR)),
+         ("__SCNT", str(SHAPE_COUNTS)), ("__CB", str(COUNTS.size)),
          ("__SPLITS", str(BUCKET_SPLITS)), ("__FILL", str(BUCKET_FILL)),
          ("__FIRST", str(BUCKET_FIRST)), ("__EVER", str(EST_VERSION)),
          ("__EESC", str(EST_ESCAPE)), ("__N", str(N_SOURCES)))

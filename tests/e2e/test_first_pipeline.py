@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import math
 import struct
 import time
 
@@ -57,14 +56,13 @@ def test_page_event_reaches_redis_through_a_worker(settings: Settings, start_wor
     deadline = time.monotonic() + 30
     while time.monotonic() < deadline and not r.hexists(key, "/a"):
         time.sleep(0.2)
-    # version 2, importance, prior (none), last crawl (0: never), signals per source, the
-    # count of ping fingerprints that follow (streams/store/page_record.py's docstring); the
-    # trailing zero bytes (last crawl, counts, count) are not stored
+    # version 3, the shape byte (0: no fingerprint, no prior, no counts), importance, last
+    # crawl (0: never) (streams/store/page_record.py's docstring); the trailing zero bytes
+    # (the last crawl) are not stored
     assert r.hkeys(key) == [b"/a"]
     raw = r.hget(key, "/a")
-    assert len(raw) == 9
-    v = struct.unpack("<Bffd5HB", raw.ljust(28, b"\0"))
-    assert v[:2] == (0xA2, 2.5) and math.isnan(v[2]) and v[3:] == (0.0, *[0] * 5, 0)
+    assert len(raw) == 6
+    assert struct.unpack("<BBfd", raw.ljust(14, b"\0")) == (0xA3, 0, 2.5, 0.0)
     assert PageState.decode(raw) == PageState(importance=2.5)
 
 

@@ -204,8 +204,9 @@ async def test_the_ping_dedup_in_lua_is_the_memory_stores_on_48_bit_fingerprints
     """``apply_pings.lua``'s dedup against the memory store's on binary pages whose kept
     fingerprints are the ping's (a duplicate), equal to it in every byte but one (the low 16
     bits always equal: what a 16-bit digest took for a duplicate), its bytes across two kept
-    ones, or random, 0 to 8 of them: same codes, same stored bytes (the count byte, the
-    oldest of 8 evicted), and a duplicate exactly when the 48-bit value is kept."""
+    ones, or random, 0 to 8 of them, with signal counts stored or not: same codes, same
+    stored bytes (the shape byte, the counts inserted, the oldest of 8 evicted), and a
+    duplicate exactly when the 48-bit value is kept."""
     rng = np.random.default_rng(41)
     redis = Store.from_url(redis_url, f"td{uuid.uuid4().hex[:8]}")
     memory = MemoryStore()
@@ -228,7 +229,9 @@ async def test_the_ping_dedup_in_lua_is_the_memory_stores_on_48_bit_fingerprints
                 j, fb = int(rng.integers(1, FP_BYTES)), fp.to_bytes(FP_BYTES, "little")
                 seen[k] = int.from_bytes(rng.bytes(FP_BYTES - j) + fb[:j], "little") or 1
                 seen[k + 1] = int.from_bytes(fb[j:] + rng.bytes(j), "little") or 1
-            page = PageState(1.0, None, 1000.0 * (i % 2), (0, 1, 0, 0, 0), tuple(seen))
+            # counts stored, or none (an applied ping inserts them)
+            signals = (0, 1, 0, 0, 0) if i % 5 < 3 else (0,) * 5
+            page = PageState(1.0, None, 1000.0 * (i % 2), signals, tuple(seen))
             rest = None if i % 3 else b"\x82" + rng.bytes(40)
             value = page.encode(rest)
             await redis.redis.hset(redis.key(host, "pages"), url, value)

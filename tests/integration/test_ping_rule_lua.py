@@ -17,9 +17,11 @@ from models.decision.pings import VERDICTS, ping_verdict
 from streams.events.records import SOURCES
 from streams.store import OutcomeOp, PageOp, PingBatch
 from streams.store.page_record import (
+    COUNTS,
     FP_BYTES,
     N_SEEN,
     PAGE_HEAD,
+    SHAPE_COUNTS,
     PageState,
     ping_fingerprint,
     record_bytes,
@@ -144,7 +146,8 @@ async def test_dedup_lives_in_the_page_record(redis_url: str) -> None:
         assert await ping("indexnow", "a", 2000.0) == "duplicate"  # N_SEEN - 1 pings since
         assert await ping("cdn", "d", 2001.0) == "applied"
         assert await ping("indexnow", "a", 2002.0) == "applied"  # N_SEEN since: forgotten
-        # a flood of distinct pings: still one record of at most 28 + 8 x 6 bytes, no other key
+        # a flood of distinct pings: still one record of at most 14 + 10 + 8 x 6 bytes (no
+        # prior), no other key
         for b in range(3):
             (res,) = await store.apply_pings([PingBatch(host, "pings", 0, [
                 (100 + b * 100 + i, url, "sitemap", None, 3000.0 + b * 100 + i, f"x{b}.{i}")
@@ -153,7 +156,8 @@ async def test_dedup_lives_in_the_page_record(redis_url: str) -> None:
         state = await store.get_page(host, url)
         assert state is not None and state.signals[SOURCES.index("websub")] == 1
         raw = record_bytes(await store.get_page_raw(host, url) or "")
-        assert len(raw) <= PAGE_HEAD.size + N_SEEN * FP_BYTES and raw[PAGE_HEAD.size - 1] == N_SEEN
+        assert raw[1] == N_SEEN | SHAPE_COUNTS
+        assert len(raw) <= PAGE_HEAD.size + COUNTS.size + N_SEEN * FP_BYTES
         assert len(state.seen) == N_SEEN and state.encode() == raw
         keys = sorted(await store.redis.keys(f"{store.prefix}:*"))
         assert keys == sorted([store.key(host, "pages"), store.key(host, "offsets")])
@@ -165,15 +169,19 @@ async def test_dedup_lives_in_the_page_record(redis_url: str) -> None:
 async def test_a_value_that_is_no_page_record_is_refused_by_every_script(
         redis_url: str) -> None:
     """A stored value whose first byte is not the page record's version (text such as
-    ``imp|prior|last|counts``, another version byte) is no page: the ping, outcome and
-    page scripts give an error naming it and leave it as it is, and Python's
-    ``PageState.decode`` raises ``ValueError``."""
+    ``imp|prior|last|counts``, another version byte), or whose shape byte has bit 6 or 7
+    set or counts over 8 fingerprints, is no page: the ping, outcome and page scripts give
+    an error naming it and leave it as it is, and Python's ``PageState.decode`` raises
+    ``ValueError``."""
     store = Store.from_url(redis_url, f"pt{uuid.uuid4().hex[:8]}")
     host = "t.test"
     good = PageState(2.5, 1e-4, 1000.25, (1, 0, 2, 0, 0)).encode()
     try:
         await store.load_scripts()
-        for i, bad in enumerate([b"2.5|0.0001|1000.25|1,0,2,0,0", b"\xa0" + good[1:]]):
+        shaped = [good[:1] + bytes([s]) + good[2:] for s in (
+            good[1] | 0x40, good[1] | 0x80, (good[1] & 0xF0) | (N_SEEN + 1), 0x0F)]
+        for i, bad in enumerate([b"2.5|0.0001|1000.25|1,0,2,0,0", b"\xa0" + good[1:],
+                                 *shaped]):
             url = f"http://t.test/p{i}"
             await store.redis.hset(store.key(host, "pages"), url, bad)
             calls = [
@@ -203,13 +211,15 @@ async def test_a_ping_writes_the_record_the_page_model_gives(redis_url: str) -> 
     none, the ping's fingerprint already kept (a duplicate), its six bytes only across two
     kept fingerprints (not one), or a kept fingerprint equal to it in all but its highest
     byte (a narrower digest's duplicate: not one); a record keeping 0, some or all 8
-    fingerprints (a new one evicts the oldest), its count byte updated."""
+    fingerprints (a new one evicts the oldest), its shape byte updated; a record without
+    counts (all zero) gets them inserted by an applied ping, and keeps none otherwise."""
     rng = np.random.default_rng(23)
     store = Store.from_url(redis_url, f"ps{uuid.uuid4().hex[:8]}")
     try:
         await store.load_scripts()
         codes: set[str] = set()
         kept: set[int] = set()  # fingerprints kept before a ping that was no duplicate
+        shapes: set[tuple[bool, bool, str]] = set()  # prior, counts stored before; code
         for i, (last, received, changed, t_delay) in enumerate(_cases(400, seed=29)):
             host, url = f"s{i}.test", f"http://s{i}.test/p"
             source = SOURCES[int(rng.integers(0, len(SOURCES)))]
@@ -228,6 +238,8 @@ async def test_a_ping_writes_the_record_the_page_model_gives(redis_url: str) -> 
             elif pick == 2:  # equal in the low 40 bits only: not a duplicate
                 seen[int(rng.integers(0, n))] = (fp ^ int(rng.integers(1, 256)) << 40) or 1
             signals = tuple(int(x) for x in rng.choice([0, 1, 7, 65534, 65535], len(SOURCES)))
+            if rng.random() < 0.5:  # no signal since the crawl: no counts stored
+                signals = (0,) * len(SOURCES)
             prior = None if rng.random() < 0.5 else float(rng.uniform(1e-6, 1e-2))
             page = PageState(float(rng.uniform(0.1, 10)), prior, last, signals, tuple(seen))
             rest = None if rng.random() < 0.4 else bytes([0x82]) + rng.bytes(132)
@@ -237,6 +249,7 @@ async def test_a_ping_writes_the_record_the_page_model_gives(redis_url: str) -> 
                 t_delay_s=t_delay)
             code = str(res[0][0])
             codes.add(code)
+            shapes.add((prior is not None, any(signals), code))
             if fp in seen:
                 assert code == "duplicate"
                 want = page.encode(rest)
@@ -254,6 +267,8 @@ async def test_a_ping_writes_the_record_the_page_model_gives(redis_url: str) -> 
             assert record_bytes(await store.get_page_raw(host, url) or "") == want, i
         assert codes == {"duplicate", "applied", "before-crawl", "within-delay"}
         assert {0, 1, N_SEEN} <= kept
+        assert {(p, c, code) for p in (False, True) for c in (False, True)
+                for code in ("applied", "within-delay", "duplicate")} <= shapes
     finally:
         await store.delete_all()
         await store.close()

@@ -35,7 +35,8 @@ def test_vectorised_parameters_equal_page_params(quantile: float) -> None:
             prior_change_rate_per_s=rng.choice([None, 1e-5, 0.0, 2.5e-3]),
             last_crawl_s=1.7e9 + rng.random() * 1e5 if crawled else 0.0,
             signals=tuple(rng.choice([0, 0, 1, 3]) for _ in SOURCES),
-            # 0 to 8 ping fingerprints: values grouped by count byte and length
+            # 0 to 8 ping fingerprints, with and without prior and counts: values
+            # grouped by shape byte and length
             seen=tuple(rng.randrange(1, 1 << 48) for _ in range(rng.choice([0, 0, 1, 2, 8]))),
         )
         # an unreadable tail (not an estimator record) reads as none on both paths
@@ -84,18 +85,20 @@ def test_an_unreadable_record_reads_as_none_on_arrays() -> None:
 
 
 def test_a_value_that_is_no_page_record_falls_back() -> None:
-    """One value that is no page record (text, an empty value, another
-    first byte, a count of fingerprints over 8) sends the whole batch page by page, where
-    it is counted."""
+    """One value that is no page record (text, an empty value, another first byte, a shape
+    byte with a bit over bit 5 set or counting over 8 fingerprints) sends the whole batch
+    page by page, where it is counted."""
     good = PageState(2.0, None, 1.7e9, (1, 0, 0, 0, 0)).encode()
-    over = good.ljust(27, b"\0") + bytes([9]) + bytes(54)
-    for bad in ["2.0||1700000000.0|1,0,0,0,0", "", b"\xa0" + good[1:], over]:
+    over = good[:1] + bytes([0x29]) + good[2:] + bytes(54)
+    high = good[:1] + bytes([good[1] | 0x40]) + good[2:]
+    for bad in ["2.0||1700000000.0|1,0,0,0,0", "", b"\xa0" + good[1:], over, high]:
         assert page_params_many([good, bad], Settings()) is None
         with pytest.raises(ValueError, match="no page record"):
             PageState.decode(bad)
-    ok = page_params_many([good, good[:9]], Settings())
+    ok = page_params_many([good, good[:6]], Settings())
     assert ok is not None and np.isfinite(ok.max_value).all()
     assert list(ok.importance) == [2.0, 2.0] and list(ok.last_crawl_s) == [1.7e9, 0.0]
+    assert page_params_many([], Settings()) is not None
 
 
 def test_page_params_are_the_formulas_of_paper_004() -> None:

@@ -20,7 +20,7 @@ if ARGV[7] == '1' and (cur or '') ~= ARGV[8] then return {'conflict', cur or '',
 redis.call('HSET', KEYS[2], ARGV[1], ARGV[2])
 if not cur then return {'unknown', '', 0} end
 -- the record read and written at its fields' offsets (as apply_pings.lua)
-local v0, size = padded(cur)
+local v0, size, shape = padded(cur)
 local last = struct.unpack('<d', v0, __LPOS)
 local code, v = 'stale', cur
 if ARGV[9] == '1' then
@@ -37,11 +37,15 @@ elseif tonumber(ARGV[5]) > last then
   local rest = nil
   if ARGV[6] ~= '' then rest = ARGV[6] end
   local rest_new = rest
-  -- the last crawl written, the counts zeroed, the rest kept unless a new record came
-  v = string.sub(v0, 1, __LPOS - 1) .. struct.pack('<d', tonumber(ARGV[5]))
-    .. string.rep('\0', __HSIZE - __CPOS) .. string.sub(v0, __HSIZE, size)
+  -- the last crawl written, the counts zeroed (so no longer stored), the rest kept unless a
+  -- new record came
+  local at, cb = counts_at(shape)
+  if cb > 0 then shape = shape - __SCNT end
+  v = string.sub(v0, 1, 1) .. string.char(shape) .. string.sub(v0, 3, __LPOS - 1)
+    .. struct.pack('<d', tonumber(ARGV[5])) .. string.sub(v0, __HSIZE + 1, at - 1)
+    .. string.sub(v0, at + cb, size)
   rest = rest or string.sub(v0, size + 1)
-  if rest == '' then v = (string.gsub(v, '%z+$', '')) else v = v .. rest end  -- as dump()
+  if rest == '' then v = trim(v) else v = v .. rest end  -- as dump()
   put(pkey, f, v, okey, url)
   if rest_new then swap_prior(KEYS[7], string.sub(v0, size + 1), rest_new) end
 end

@@ -7,8 +7,8 @@
 -- Returns code, page value per ping.  The rule is models.decision.pings' "live"
 -- (tests/integration/test_ping_rule_lua.py).  Duplicates: the page record keeps the
 -- fingerprints of its last __SEEN pings that were not duplicates (any source, newest
--- first, after its count byte); a ping with one of them is 'duplicate' (a re-sent ping, however late, while
--- fewer than __SEEN other pings of the page came in between).  A non-duplicate ping
+-- first, the shape byte counting them); a ping with one of them is 'duplicate' (a re-sent
+-- ping, however late, while fewer than __SEEN other pings of the page came in between).  A non-duplicate ping
 -- records its fingerprint whatever its verdict (as the old per-host set did).
 local stored = redis.call('HGET', KEYS[2], ARGV[1])
 local done = stored and tonumber(stored) or -1
@@ -29,9 +29,11 @@ for i = 5, #ARGV, 6 do
       -- the fields a ping reads and writes taken at their offsets and spliced in, the
       -- bytes dump(load(cur)) would write without unpacking the record (a quarter of
       -- Redis's time per ping, docs/benchmarks.md "Design decisions")
-      local v0, size = padded(cur)
+      local v0, size, shape = padded(cur)
       local n, fpb = tonumber(ARGV[i + 2]), struct.pack('<I__FPB', tonumber(ARGV[i + 5]))
-      local seen = string.sub(v0, __HSIZE + 1, size)
+      local at, cb = counts_at(shape)
+      local counts = string.sub(v0, at, at + cb - 1)
+      local seen = string.sub(v0, at + cb, size)
       local s = string.find(seen, fpb, 1, true)
       while s and (s - 1) % __FPB ~= 0 do  -- aligned only
         s = string.find(seen, fpb, s + 1, true)
@@ -42,23 +44,25 @@ for i = 5, #ARGV, 6 do
         local received = tonumber(ARGV[i + 4])
         local last = struct.unpack('<d', v0, __LPOS)
         local changed = tonumber(ARGV[i + 3])
-        local head = string.sub(v0, 1, __HSIZE - 1)
         if last > 0 and ((changed and changed < last) or received < last) then
           code = 'before-crawl'
         elseif last > 0 and received <= last + t_delay then
           code = 'within-delay'
         else
-          local at = __CPOS + 2 * (n - 1)
-          local c = struct.unpack('<H', v0, at)
-          head = string.sub(v0, 1, at - 1) .. struct.pack('<H', math.min(c + 1, 65535))
-            .. string.sub(v0, at + 2, __HSIZE - 1)
+          -- the counts inserted (all zero) when not stored, then source n's one more
+          if cb == 0 then counts, shape = string.rep('\0', __CB), shape + __SCNT end
+          local k = 2 * n - 1
+          local c = struct.unpack('<H', counts, k)
+          counts = string.sub(counts, 1, k - 1) .. struct.pack('<H', math.min(c + 1, 65535))
+            .. string.sub(counts, k + 2)
           code = 'applied'
         end
         -- the new fingerprint first, the oldest dropped when __SEEN are kept
         local keep = math.min(#seen / __FPB, __SEEN - 1)
-        v = head .. string.char(keep + 1) .. fpb .. string.sub(seen, 1, __FPB * keep)
+        v = string.sub(v0, 1, 1) .. string.char(shape - shape % 16 + keep + 1)
+          .. string.sub(v0, 3, at - 1) .. counts .. fpb .. string.sub(seen, 1, __FPB * keep)
           .. string.sub(v0, size + 1)
-        if #cur <= size then v = (string.gsub(v, '%z+$', '')) end  -- as dump()
+        if #cur <= size then v = trim(v) end  -- as dump()
         put(pkey, f, v, okey, url)
       end
     end

@@ -1,53 +1,91 @@
--- The page record (streams/store/page_record.py's docstring): a head of __HSIZE bytes whose
--- last byte counts the fingerprints after it, __FPB bytes each.  load() gives a table
--- {imp, prior (nil = none), last, c = counts[__N], fp = fingerprints (0..__SEEN, newest
--- first), rest = the estimator record after the page's bytes ('' = none)}; dump() packs it
--- with its rest, or without its trailing zero bytes when it has none.  A value whose first
--- byte is not __PVER, or whose count byte is over __SEEN, is no page record: padded() and
--- load() raise an error naming it.
--- the page record's length in a value: the head and its fingerprints (a count byte trimmed
--- away is 0)
+-- The page record (streams/store/page_record.py's docstring): a head of __HSIZE bytes
+-- (version, shape, importance, last crawl), then a prior (float32) if the shape byte has
+-- __SPRI, the __N signal counts (uint16) if it has __SCNT, and (shape mod 16) fingerprints,
+-- __FPB bytes each.  load() gives a table {imp, prior (nil = none), last, c = counts[__N],
+-- fp = fingerprints (0..__SEEN, newest first), rest = the estimator record after the page's
+-- bytes ('' = none)}; dump() packs it with its rest, or without its trailing zero bytes when
+-- it has none, storing the prior only if there is one and the counts only if one is not
+-- zero.  A value whose first byte is not __PVER, or whose shape byte has another bit set or
+-- counts over __SEEN fingerprints, is no page record: padded() and load() raise an error
+-- naming it.
+-- the shape byte's parts: fingerprints, prior stored, counts stored
+local function shape_parts(s)
+  return s % 16, math.floor(s / __SPRI) % 2 == 1, math.floor(s / __SCNT) % 2 == 1
+end
+-- where the counts would start (1-based) and their bytes (0: not stored)
+local function counts_at(s)
+  local _, p, c = shape_parts(s)
+  local at = __HSIZE + 1
+  if p then at = at + 4 end
+  if c then return at, __CB end
+  return at, 0
+end
+-- the page record's length in a value (a shape byte trimmed away is 0)
 local function page_size(v)
-  return __HSIZE + __FPB * (string.byte(v, __HSIZE) or 0)
+  local s = string.byte(v, 2) or 0
+  local n = s % 16
+  local at, cb = counts_at(s)
+  return at - 1 + cb + __FPB * n
+end
+-- a page record without an estimator record after it: its trailing zero bytes after the
+-- shape byte dropped
+local function trim(p)
+  return string.sub(p, 1, 2) .. (string.gsub(string.sub(p, 3), '%z+$', ''))
 end
 -- the value padded to its page record's length (stored without its trailing zero bytes
--- when no estimator record follows) and that length
+-- when no estimator record follows), that length and the shape byte
 local function padded(v)
   if string.byte(v, 1) ~= __PVER then
     error('no page record (first byte not __PVER): ' .. string.format('%q', string.sub(v, 1, 40)))
   end
-  local size = page_size(v)
-  if size > __HSIZE + __FPB * __SEEN then
-    error('no page record (count byte over __SEEN): ' .. string.format('%q', string.sub(v, 1, 40)))
+  local s = string.byte(v, 2) or 0
+  if s >= 2 * __SCNT or s % 16 > __SEEN then
+    error('no page record (shape byte ' .. s .. '): ' .. string.format('%q', string.sub(v, 1, 40)))
   end
+  local size = page_size(v)
   if #v < size then v = v .. string.rep('\0', size - #v) end
-  return v, size
+  return v, size, s
 end
 local function load(v)
   local t = {c = {}, fp = {}, rest = ''}
-  local size
-  v, size = padded(v)
-  local r = {struct.unpack('__HFMT', v)}
-  t.imp, t.last = r[2], r[4]
-  if r[3] == r[3] then t.prior = r[3] end  -- NaN: none
-  for i = 1, __N do t.c[i] = r[4 + i] end
-  for i = 1, r[5 + __N] do
-    t.fp[i] = struct.unpack('<I__FPB', v, __HSIZE + 1 + __FPB * (i - 1))
+  local size, s
+  v, size, s = padded(v)
+  local n, p, c = shape_parts(s)
+  local _, _, imp, last = struct.unpack('__HFMT', v)
+  t.imp, t.last = imp, last
+  local at = __HSIZE + 1
+  if p then
+    local x = struct.unpack('<f', v, at)
+    if x == x then t.prior = x end  -- NaN: none
+    at = at + 4
+  end
+  for i = 1, __N do
+    if c then t.c[i] = struct.unpack('<H', v, at); at = at + 2 else t.c[i] = 0 end
+  end
+  for i = 1, n do
+    t.fp[i] = struct.unpack('<I__FPB', v, at)
+    at = at + __FPB
   end
   t.rest = string.sub(v, size + 1)
   return t
 end
 local function dump(t)
-  local a = {__PVER, t.imp, t.prior or 0, t.last}
-  for i = 1, __N do a[4 + i] = math.min(t.c[i], 65535) end
-  a[5 + __N] = #t.fp
-  local parts = {struct.pack('__HFMT', unpack(a))}
-  for i = 1, #t.fp do parts[i + 1] = struct.pack('<I__FPB', t.fp[i]) end
+  local s, parts = #t.fp, {}
+  local prior = t.prior and t.prior == t.prior
+  local counts = false
+  for i = 1, __N do
+    if t.c[i] ~= 0 then counts = true end
+  end
+  if prior then s = s + __SPRI end
+  if counts then s = s + __SCNT end
+  parts[1] = struct.pack('__HFMT', __PVER, s, t.imp, t.last)
+  if prior then parts[#parts + 1] = struct.pack('<f', t.prior) end
+  if counts then
+    for i = 1, __N do parts[#parts + 1] = struct.pack('<H', math.min(t.c[i], 65535)) end
+  end
+  for i = 1, #t.fp do parts[#parts + 1] = struct.pack('<I__FPB', t.fp[i]) end
   local p = table.concat(parts)
-  -- no prior: the quiet NaN 0x7fc00000 written as bytes (what Python's struct writes for
-  -- math.nan; 0/0 in C has the sign bit set on x86 and not on ARM)
-  if not t.prior then p = string.sub(p, 1, 5) .. '\0\0\192\127' .. string.sub(p, 10) end
-  if t.rest == '' then return (string.gsub(p, '%z+$', '')) end
+  if t.rest == '' then return trim(p) end
   return p .. t.rest
 end
 local function applied(okey, field, offset)
