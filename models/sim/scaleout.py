@@ -75,11 +75,11 @@ class Measured:
     #: 10^6 pages): a page whose estimator record holds a quadratic summary, signals of
     #: all three source groups and over 255 of one group in one interval, on hosts of 1 to
     #: 199 pages (``bench_rebuild.py --history evicted --sources three --host-spread
-    #: --signal-scale 300 --fingerprints 8``: 241.3 B, with the page record keeping all
-    #: eight 48-bit ping fingerprints and the host prior's 8 B per estimator record), the
-    #: most a crawled page took there (194.4 B with one fingerprint kept; 106 B on
-    #: ``bench_e2e.py``'s pages crawled twice and pinged)
-    redis_bytes_per_page: float = 241.3
+    #: --signal-scale 300 --fingerprints 8``: 231.0 B, with the page record keeping all
+    #: eight 48-bit ping fingerprints, no prior and one page in two a signal count, and the
+    #: host prior's 8 B per estimator record), the most a crawled page took there (184.5 B
+    #: with one fingerprint kept; 86 B on ``bench_e2e.py``'s pages crawled twice and pinged)
+    redis_bytes_per_page: float = 231.0
     #: seconds to rebuild a shard, per 10^6 estimated pages (``bench_rebuild.py``: 4.02 s
     #: in process; the slowest shard's load end to end 4.22-5.25 s)
     rebuild_s_per_mpage: float = 4.1
