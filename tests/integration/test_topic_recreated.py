@@ -95,8 +95,13 @@ def test_events_of_a_recreated_topic_are_applied(settings: Settings, start_worke
     asyncio.run(_produce(settings, [f"https://{HOST}/after"]))
     assert f"https://{HOST}/after" in _wait_for(r, key, [f"https://{HOST}/after"])
     assert "is a new log" not in worker.log()
-    anchor = r.hget(f"{settings.key_prefix}:{{logs}}",
-                    new_fields[0].removesuffix("~1"))
+    # (the anchor is written a moment after the batch's pages, as above)
+    logs_key, field = f"{settings.key_prefix}:{{logs}}", new_fields[0].removesuffix("~1")
+    deadline = time.monotonic() + 15.0
+    anchor = r.hget(logs_key, field)
+    while not (anchor or "").startswith(f"1|{n_new}|") and time.monotonic() < deadline:
+        time.sleep(0.2)
+        anchor = r.hget(logs_key, field)
     assert anchor is not None and anchor.startswith(f"1|{n_new}|")
 
 
