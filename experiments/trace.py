@@ -18,7 +18,9 @@ recrawl       Algorithm 1 with everything learned online from its own crawls and
               starts; each rate is its posterior mean under its host's empirical-Bayes
               Gamma prior once 20 of the host's pages are crawled (default,
               ``--prior host``; :mod:`models.estimators.host_prior`; ``--prior global``:
-              the default prior's estimate throughout), hedged (:class:`models.sim.trace.Hedge`:
+              the default prior's estimate throughout), forgetting (an interval's
+              weight halves every ``--half-life-days``, default 180, of crawl time),
+              hedged (:class:`models.sim.trace.Hedge`:
               crawls go to a floor while the learned rates predict the crawls' findings
               no better than the floor's own predictor: round robin, or Greedy on
               Nutch-style adaptive intervals where those predict better than one rate
@@ -69,6 +71,7 @@ from models.sim import (
 )
 from models.sim.policies import Policy, value_params
 from models.sim.trace import (
+    HALF_LIFE_DAYS,
     Hedge,
     OnlineRates,
     Trace,
@@ -136,7 +139,7 @@ def _policy(kind: str, trace: Trace, R: float, learn_days: float, ev: Any,
             g: np.random.Generator, *, use_pings: bool,
             synthesised: tuple[float, float, float] | None = None,
             hedge_share: float = HEDGE_SHARE, prior: str = "host",
-            half_life_days: float = math.inf) -> Policy:
+            half_life_days: float = HALF_LIFE_DAYS) -> Policy:
     m, T = trace.m, trace.horizon
     peer_kw: dict[str, Any] = {"initial_interval": m / R, "min_interval": 1.0 / R,
                                "max_interval": T, "rng": g, "use_pings": use_pings}
@@ -206,7 +209,7 @@ def _trace_job(job: Job) -> list[Row]:
     pol = _policy(job["policy"], trace, R, D, ev, rng(job["seed"], job["rep"], 2),
                   use_pings=use_pings, synthesised=job["pings"],
                   hedge_share=job.get("hedge", HEDGE_SHARE), prior=job.get("prior", "host"),
-                  half_life_days=job.get("half_life_days", math.inf))
+                  half_life_days=job.get("half_life_days", HALF_LIFE_DAYS))
     w = trace_world(trace, recall=recall, false_per_day=false)
     res = run(w, ev, pol, Budget(R, batch=job.get("batch") or step_crawls(trace.m)))
     return [{"budget": R, "policy": job["policy"], "rep": job["rep"],
@@ -220,7 +223,7 @@ def trace_rows(trace: Trace, budgets: Sequence[float], *, pings: tuple[float, fl
                progress: bool = False, policies: Sequence[str] | None = None,
                hedge: float = HEDGE_SHARE, batch: int | None = None,
                unhedged: bool = False, prior: str = "host",
-               half_life_days: float = math.inf) -> list[Row]:
+               half_life_days: float = HALF_LIFE_DAYS) -> list[Row]:
     """Accuracy rows ``{budget, policy, rep, accuracy, crawls, seconds}`` of a trace."""
     if not 0 <= learn_days < trace.horizon:
         raise ValueError(f"--learn-days must be in [0, {trace.horizon:.4g}) (the window's "
@@ -312,9 +315,9 @@ def _parser() -> argparse.ArgumentParser:
                    help="recrawl's rate prior: 'host' (default), the site's empirical-Bayes "
                         "Gamma (models.estimators.host_prior); 'global', the estimator's "
                         "default prior for every page")
-    p.add_argument("--half-life-days", type=float, default=math.inf,
+    p.add_argument("--half-life-days", type=float, default=HALF_LIFE_DAYS,
                    help="recrawl's estimator forgets: an interval's weight halves every that "
-                        "many days (default: never)")
+                        f"many days (default {HALF_LIFE_DAYS:g}; inf: never)")
     p.add_argument("--reps", type=int, default=1, help="repetitions (ping draws, orders)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--jobs", type=int, default=2, help="worker processes (max 2)")

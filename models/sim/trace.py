@@ -35,10 +35,16 @@ import numpy.typing as npt
 from models.decision.pings import PingRule, ping_ok
 from models.sim.events import Events
 from models.sim.policies import Algorithm1, set_origins
-from models.sim.trace_learn import Hedge, OnlineRates, complete_history_intervals
+from models.sim.trace_learn import (
+    HALF_LIFE_DAYS,
+    Hedge,
+    OnlineRates,
+    complete_history_intervals,
+)
 from models.sim.world import World
 
 __all__ = [
+    "HALF_LIFE_DAYS",
     "Hedge",
     "OnlineRates",
     "Trace",

@@ -20,11 +20,14 @@ if TYPE_CHECKING:
     from models.estimators.host_prior import GammaPrior
     from models.sim.trace import Trace
 
-__all__ = ["Hedge", "OnlineRates", "complete_history_intervals"]
+__all__ = ["HALF_LIFE_DAYS", "Hedge", "OnlineRates", "complete_history_intervals"]
 
 FloatArray = npt.NDArray[np.float64]
 IntArray = npt.NDArray[np.int64]
 DAY_S = 86400.0
+#: the replay learner's default forgetting: an interval's weight halves every 180 days of
+#: crawl time (chosen on the five trace tables of docs/results.md "Real change histories")
+HALF_LIFE_DAYS = 180.0
 
 
 def complete_history_intervals(changes: FloatArray, start: float, stop: float,
@@ -74,12 +77,12 @@ class OnlineRates:
     the host's prior moved are stale in the ranking: :meth:`take_moved` gives the policy the
     pages to re-read (those of the hosts whose prior moved).  ``half_life_days``: the
     estimator's forgetting (an interval's weight halves every that many days of crawl time;
-    the host prior reads the same weights).
+    the host prior reads the same weights; default :data:`HALF_LIFE_DAYS`, ``inf``: never).
     """
 
     def __init__(self, m: int, *, use_pings: bool, variant: str | None = None,
                  prior: str = "host", host: IntArray | None = None,
-                 min_pages: int = MIN_PAGES, half_life_days: float = math.inf) -> None:
+                 min_pages: int = MIN_PAGES, half_life_days: float = HALF_LIFE_DAYS) -> None:
         from models.estimators import SignalEstimator, batch_init
         from models.estimators.host_prior import GammaPrior
 

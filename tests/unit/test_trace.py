@@ -308,3 +308,22 @@ def test_recorded_pings_are_read_onto_the_traces_clock(tmp_path: Path) -> None:
                  "--json", str(tmp_path / "t.json"), "--out", str(out), "--no-progress",
                  "--jobs", "1"]) == 0
     assert json.loads((tmp_path / "t.json").read_text())["pages"] == 2
+
+
+def test_the_replays_learner_forgets_a_busy_past_by_default() -> None:
+    """A page that changed every day for 400 days and then not for 400: by default the
+    learner rates it by its recent quiet more than by its all-window average (0.5/day);
+    without forgetting it keeps close to the average."""
+    days = 800
+    m = 3
+    page = np.repeat(np.arange(m), 400)
+    time_s = T0_S + np.tile(np.arange(1, 401) - 0.5, m) * DAY_S
+    tr = trace_from_arrays(np.ones(m), page, time_s, start_s=T0_S, stop_s=T0_S + days * DAY_S)
+    none = np.zeros(0, dtype=np.int64), np.zeros(0)
+    default, never = OnlineRates(m, use_pings=False), OnlineRates(
+        m, use_pings=False, half_life_days=math.inf)
+    for lr in (default, never):
+        lr.learn_complete(tr, float(days), 1.0 / DAY_S, *none)
+    avg = 400 / days
+    assert never.params()[0] == pytest.approx(np.full(m, avg), rel=0.1)
+    assert (default.params()[0] < avg / 4).all(), default.params()[0]
