@@ -133,6 +133,11 @@ class Settings(BaseSettings):
     outage_report_s: float = Field(default=10.0, gt=0.0, le=3600.0)
     """A running worker that cannot reach Redis or Kafka retries; it logs one line naming
     the address and how long it has failed every this many seconds."""
+    stop_timeout_s: float = Field(default=30.0, gt=0.0, le=3600.0)
+    """A worker asked to stop (SIGTERM, SIGINT) that has not stopped after this many
+    seconds (Kafka unreachable: its consumer's stop waits for the broker) logs so and exits
+    at once with status 1; the events it had not committed are read again by the worker that
+    takes its partitions, and applying them again changes nothing."""
     topic_prefix: str = "recrawl"
     """Topics are ``<topic_prefix>.pages`` etc.; tests use a unique prefix per test."""
     partitions: int = Field(default=4, ge=1, le=1024)

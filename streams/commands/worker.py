@@ -4,15 +4,22 @@ Every setting is a flag here (``recrawl worker --help`` lists them with their en
 names and defaults).  Before Faust starts, Kafka and Redis are checked within
 ``connect_timeout_s``: a worker that cannot reach either exits with one line naming the
 address (status 3) instead of starting and retrying; once started, an outage is retried
-and reported every ``outage_report_s``.
+and reported every ``outage_report_s`` (aiokafka's own error lines too: one per kind per
+``outage_report_s``, :mod:`streams.telemetry.logs`).  A stop signal starts a graceful stop
+(offsets committed, orders flushed) that may take at most ``stop_timeout_s``: with Kafka
+gone, the consumer's stop would wait for it, so after that the process exits with status 1.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import ctypes
 import logging
+import os
+import threading
+from typing import Any
 
 from streams.commands._settings import add_settings_args, settings_from_args
 
@@ -74,6 +81,41 @@ def run(args: argparse.Namespace) -> int:
     settings.data_dir.mkdir(parents=True, exist_ok=True)
     fix_malloc_thresholds(settings.malloc_mmap_threshold)
     app = create_app(settings)
-    worker = faust.Worker(app, loglevel=settings.log_level)
+    worker = _worker_class(faust.Worker)(app, loglevel=settings.log_level,
+                                         stop_timeout_s=settings.stop_timeout_s)
     worker.execute_from_commandline()
     return 0
+
+
+def _give_up(timeout_s: float) -> None:
+    """The stop took longer than ``stop_timeout_s``: say so and exit now (a SIGKILL's
+    effect, which the worker is built to survive: nothing applied is lost, nothing not
+    committed is skipped)."""
+    log.error("the worker did not stop within %.0f s of the signal (stop_timeout_s; is Kafka "
+              "reachable?): exiting now with status 1; the events not committed are read "
+              "again by the worker that takes the partitions", timeout_s)
+    for handler in logging.getLogger().handlers:
+        with contextlib.suppress(Exception):  # exiting anyway
+            handler.flush()
+    os._exit(1)
+
+
+def _worker_class(base: type) -> type:
+    """``faust.Worker`` whose first stop signal also arms a timer (a thread: it fires even
+    if the event loop is stuck) that ends the process after ``stop_timeout_s``."""
+
+    class Worker(base):  # type: ignore[misc]
+        def __init__(self, *args: Any, stop_timeout_s: float, **kwargs: Any) -> None:
+            super().__init__(*args, **kwargs)
+            self.stop_timeout_s = stop_timeout_s
+            self._deadline: threading.Timer | None = None
+
+        def _schedule_shutdown(self, signal: Any) -> None:
+            if self._deadline is None:
+                self._deadline = threading.Timer(self.stop_timeout_s, _give_up,
+                                                 args=(self.stop_timeout_s,))
+                self._deadline.daemon = True
+                self._deadline.start()
+            super()._schedule_shutdown(signal)
+
+    return Worker

@@ -335,6 +335,7 @@ def create_app(settings: Settings) -> faust.App:
     from streams.scheduler import Scheduler
     from streams.scheduler.confirm import kafka_order_log
     from streams.store.redis_store import Store
+    from streams.telemetry.logs import quiet_library_logs
     from streams.telemetry.metrics import GC_PAUSES, Metrics
     from streams.worker.agents import register_agents
     from streams.worker.web import register_views
@@ -345,6 +346,7 @@ def create_app(settings: Settings) -> faust.App:
         gc.set_threshold(settings.gc_gen0_threshold, g1, g2)
 
     app = faust.App(settings.app_id, **app_options(settings))
+    quiet_library_logs(settings.outage_report_s)  # (faust imported aiokafka's modules)
     if settings.batch_consumer:  # before the consumer exists (created on first use)
         from streams.worker.consumer import BatchConsumer
 

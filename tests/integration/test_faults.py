@@ -395,3 +395,41 @@ def test_sigterm_stops_with_offsets_committed_and_a_peer_takes_over_a_killed_wor
     out = os.environ.get("RECRAWL_GRACEFUL_JSON")
     if out:
         Path(out).write_text(json.dumps({"stop_s": stop_s, "takeover_s": takeover_s}))
+
+
+# -- a stop while Kafka is gone ----------------------------------------------------------
+@pytest.mark.timeout(240)
+def test_with_kafka_gone_the_log_stays_short_and_a_stop_ends_within_its_timeout(
+    stack: PrivateStack, workers: Workers, tmp_path: Path
+) -> None:
+    s = new_settings(stack, tmp_path)
+    pages, hosts = catalogue()
+    produce_json(s, "pages", pages)
+    produce_json(s, "hosts", hosts)
+    env = {**STREAM_ENV, "RECRAWL_OUTAGE_REPORT_S": "5", "RECRAWL_STOP_TIMEOUT_S": "10"}
+    w = workers.start(s, env)
+    traffic = Traffic(s)
+    traffic.start()
+    try:
+        wait_for(lambda: len(traffic.outcomes) > 30, 60, "a steady stream of orders")
+    finally:
+        traffic.stop()
+    stack.stop_kafka()
+    try:
+        time.sleep(15)  # orders keep being issued into the producer's buffer meanwhile
+        t0 = time.monotonic()
+        os.killpg(w.proc.pid, signal.SIGTERM)
+        w.proc.wait(timeout=60)
+        stop_s = time.monotonic() - t0
+    finally:
+        stack.start_kafka()
+    log = w.log()
+    refused = log.count("Unable connect to node")
+    print(f"\nKafka gone for {15 + stop_s:.0f} s: {refused} 'Unable connect' lines, "
+          f"{log.count(chr(10))} log lines; SIGTERM to exit {stop_s:.1f} s "
+          f"(code {w.proc.returncode})")
+    # one line of each kind per outage_report_s (5 s), not thousands a second
+    assert 0 < refused <= 2 * (15 + stop_s) / 5 + 4, log[-3000:]
+    assert stop_s < 10 + 15, log[-3000:]
+    if w.proc.returncode != 0:  # cut short: said so
+        assert w.proc.returncode == 1 and "did not stop within 10 s" in log, log[-3000:]
