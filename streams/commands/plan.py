@@ -1,5 +1,6 @@
-"""``recrawl plan --budget 10 100 1000``: what each budget buys under the current estimates
-(:mod:`streams.worker.plan`); ``--png PATH`` plots it, ``--json PATH`` writes it."""
+"""``recrawl plan --budget 10 100 1000``: what each budget buys, from the current estimates
+(:mod:`streams.worker.plan`: Algorithm 1 simulated in worlds drawn from their posterior, next
+to the continuous optimum); ``--png PATH`` plots it, ``--json PATH`` writes it."""
 
 from __future__ import annotations
 
@@ -21,7 +22,8 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     p = sub.add_parser(
         "plan",
         help="expected accuracy per crawl budget from the current estimates in Redis "
-        "(continuous optimum, eq. 4/5 of paper 004)",
+        "(Algorithm 1 simulated with the host limits in worlds drawn from the estimates' "
+        "posterior; the continuous optimum of paper 004 next to it)",
     )
     p.add_argument("--budget", type=float, nargs="+", metavar="R",
                    help="budgets in orders per second (default: "
@@ -75,14 +77,15 @@ def print_table(out: dict[str, Any]) -> None:
         console.print("no pages in Redis: nothing to plan (is the catalogue loaded, "
                       "and RECRAWL_KEY_PREFIX right?)")
         return
-    t = Table(title="recrawl plan: expected accuracy by budget (continuous optimum)")
-    for name in ("budget (orders/s)", "accuracy", "threshold Lambda", "pages crawled",
-                 "mean interval (s)"):
+    t = Table(title="recrawl plan: expected accuracy by budget")
+    for name in ("budget (orders/s)", "accuracy", "optimum", "threshold Lambda",
+                 "pages crawled", "mean interval (s)"):
         t.add_column(name, justify="right")
     t.add_column("", no_wrap=True)
     for r in out["rows"]:
         t.add_row(
-            f"{r['budget_per_s']:g}", _f(r["accuracy"], ".3f"), _f(r["multiplier"], ".4g"),
+            f"{r['budget_per_s']:g}", _f(r["accuracy"], ".3f"),
+            _f(r["optimum_accuracy"], ".3f"), _f(r["multiplier"], ".4g"),
             f"{r['pages_crawled']} / {out['pages']}", _f(r["mean_interval_s"], ".4g"),
             "<- current" + (" (paused)" if out["paused"] else "") if r["current"] else "",
             style="bold" if r["current"] else None,
@@ -91,9 +94,13 @@ def print_table(out: dict[str, Any]) -> None:
     console.print(f"Current budget {out['budget_per_s']:g} orders/s, from "
                   f"{out['budget_source']}.", highlight=False)
     console.print(f"{out['pages']} pages ({out['pages_estimated']} with estimates, the rest "
-                  f"from priors; {out['pages_unusable']} unusable left out). "
-                  f"Source: {out['source']}. Host limits and the longest-interval floor "
-                  "are not modelled.", highlight=False)
+                  f"from priors; {out['pages_unusable']} unusable left out; "
+                  f"{out['pages_simulated']} simulated). accuracy: Algorithm 1 on the "
+                  "worker's engine with its host limits and t_delay, ranking by the point "
+                  f"estimates, in {out['draws']} worlds drawn from their posterior (mean); "
+                  "optimum: the continuous optimum on the point estimates (eq. 4/5 of "
+                  "paper 004), an upper bound. Not modelled: the longest-interval floor, "
+                  "ping delays, fetch lags.", highlight=False)
 
 
 def _f(x: float | None, fmt: str) -> str:
@@ -109,7 +116,9 @@ def plot(out: dict[str, Any], path: Path) -> None:
     rows = [r for r in out["rows"] if r["accuracy"] is not None]
     fig, ax = plt.subplots(figsize=(6.4, 4.0))
     ax.plot([r["budget_per_s"] for r in rows], [r["accuracy"] for r in rows], "o-",
-            label="continuous optimum (eq. 4/5, paper 004)")
+            label="Algorithm 1 simulated, posterior worlds")
+    ax.plot([r["budget_per_s"] for r in rows], [r["optimum_accuracy"] for r in rows], "s--",
+            color="grey", label="continuous optimum on the estimates (eq. 4/5, paper 004)")
     cur = out["current"]
     if cur is not None and cur["accuracy"] is not None:
         ax.plot([cur["budget_per_s"]], [cur["accuracy"]], "r*", markersize=14,

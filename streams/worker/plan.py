@@ -1,25 +1,29 @@
-"""The budget planner: expected accuracy as a function of the crawl budget, from the
-current estimates in Redis (``recrawl plan``, ``GET /plan``).
+"""The budget planner: expected accuracy as a function of the crawl budget, from what the
+worker knows (``recrawl plan``, ``GET /plan``): its estimates in Redis, its host limits and
+its settings.
 
 Every page's crawl-value parameters ``(alpha, beta, gamma, mu)`` are the worker's own
 (:func:`streams.estimates.params.page_params`: the estimator record once the page has an observed
 interval, its prior before), read from the same keys the scheduler rebuilds a shard from
-(``P:shard:{p}:hosts``, then each host's ``pages`` hashes).  For each budget
-``R`` the planner solves the optimal continuous policy with signals (eq. 4 and Theorem 1 of
-Busa-Fekete et al., paper 004: thresholds ``iota_i`` with ``V_i(iota_i) = Lambda`` and
-``sum_i f(iota_i) = R``; :func:`models.policies.optimal_thresholds`) and reports its
-request-weighted accuracy ``sum_i mu_i w_i(iota_i)/psi_i(iota_i) / sum_i mu_i`` (the
-``o(iota)`` of the proof of Theorem 1), the multiplier ``Lambda`` (the threshold the
-worker's would settle at) and how many pages the optimum crawls at all.  Pages without
-signals (``gamma = 0``) reduce to eq. 5 (the optimum of ``sum G(xi_i)``, Sec. 5.1's Greedy
-value).  Algorithm 1, what the worker runs, tracks this optimum closely (Sec. 6.4 of
-paper 004), so the curve is what a budget buys at best under the current estimates.
+(``P:shard:{p}:hosts``, then each host's ``pages`` hashes), with each host's crawl rate
+(``recrawl.hosts``; else ``settings.default_host_crawls_per_s``).
 
-Not modelled: per-host limits (they can only lower the accuracy), the longest-interval
-floor (``max_interval_s``) and orders lost to failed fetches.  The operating point is the
-control budget (``P:control`` ``budget_per_s``, set through ``recrawl.control``); before
-any control event, the ``budget_per_s`` the live workers publish in ``P:sched:shards``,
-else ``settings.budget_per_s``.
+For each budget ``R`` the accuracy is simulated (:func:`models.plan.simulate_budget`):
+Algorithm 1 on the worker's engine ranks pages with these point estimates, under the host
+limits and the worker's ping rule (``t_delay_s``), in :data:`DRAWS` worlds drawn from the
+estimates' posterior (:func:`models.plan.posterior_world`: each page's ``(alpha, kappa)``
+drawn from the catalogue's estimates weighted by the page's own likelihood of its crawl
+observations, its signal rates its own), and the draws' mean is reported.  A point estimate
+from a few crawls is taken at face value by the continuous optimum (eq. 4 and Theorem 1 of
+Busa-Fekete et al., paper 004; :func:`models.policies.optimal_thresholds`), which is kept
+next to it as ``optimum_accuracy`` (an upper bound under the estimates) and gives the
+multiplier ``Lambda`` (the threshold the worker's would settle at).
+
+Not modelled: the longest-interval floor (``max_interval_s``), ping delays and orders lost
+to failed fetches.  The operating point is the control budget (``P:control``
+``budget_per_s``, set through ``recrawl.control``); before any control event, the
+``budget_per_s`` the live workers publish in ``P:sched:shards``, else
+``settings.budget_per_s``.
 """
 
 from __future__ import annotations
@@ -31,24 +35,38 @@ from typing import Any
 
 import numpy as np
 
+from models.plan import (
+    PageLikelihood,
+    fit_prior,
+    posterior_world,
+    sample_pages,
+    simulate_budget,
+    world_of,
+)
 from models.policies import optimal_thresholds
 from streams.estimates.params import page_params_many
+from streams.estimates.record import N_GROUPS, gamma_from_totals, unpack_records
 from streams.scheduler import Control
 from streams.settings import Settings
 from streams.store import StateStore
-from streams.store.page_record import PageState
+from streams.store.page_record import PageState, page_length, record_bytes
 
 #: a shard entry younger than this is a live worker's (as the scheduler's resplit reads them)
 LIVE_S = 3.0
 
-__all__ = ["MAX_PLAN_BUDGETS", "PLAN_CACHE_S", "PlanInputs", "SingleFlight", "load_inputs",
-           "plan", "plan_from_store", "steady_threshold"]
+__all__ = ["DRAWS", "MAX_PLAN_BUDGETS", "MAX_SIM_PAGES", "PLAN_CACHE_S", "PlanInputs",
+           "SingleFlight", "likelihood_of", "load_inputs", "plan", "plan_from_store",
+           "steady_threshold"]
 
-#: the most budgets one ``GET /plan`` may ask for (each is a solve over every page: ~0.6 s
-#: of CPU at 5x10^4 pages)
+#: the most budgets one ``GET /plan`` may ask for (each is :data:`DRAWS` simulations of at
+#: most :data:`MAX_SIM_PAGES` pages and a solve over every page)
 MAX_PLAN_BUDGETS = 20
 #: how long ``GET /plan`` answers a plan again from its cache
 PLAN_CACHE_S = 30.0
+#: posterior worlds simulated per budget (their mean is the row's accuracy)
+DRAWS = 2
+#: pages simulated per world (a uniform sample of larger catalogues: models.plan)
+MAX_SIM_PAGES = 1000
 
 
 @dataclass(frozen=True)
@@ -59,6 +77,10 @@ class PlanInputs:
     alpha_per_s: np.ndarray
     beta_s: np.ndarray
     gamma_per_s: np.ndarray
+    host: np.ndarray  # each page's host (index into host_rate_per_s)
+    host_rate_per_s: np.ndarray
+    likelihood: PageLikelihood
+    t_delay_s: float
     estimated: int  # pages whose parameters come from their estimator
     unusable: int  # pages left out (no finite parameters), as the scheduler does
     budget_per_s: float  # the current operating point (module docstring)
@@ -72,7 +94,8 @@ class PlanInputs:
 
 async def load_inputs(store: StateStore, settings: Settings, *, chunk: int = 50) -> PlanInputs:
     """Every page's parameters, read the way the scheduler rebuilds its shards (on arrays:
-    :func:`streams.estimates.params.page_params_many`)."""
+    :func:`streams.estimates.params.page_params_many`), its host and its estimator's
+    observations (:func:`likelihood_of`)."""
     raw_control = await store.get_control()
     control = Control.from_redis(raw_control, settings)
     shards = await store.get_shards()
@@ -89,16 +112,29 @@ async def load_inputs(store: StateStore, settings: Settings, *, chunk: int = 50)
     hosts: set[str] = set()
     for p in sorted(partitions):
         hosts.update(await store.shard_hosts(p))
-    cols: list[list[np.ndarray]] = [[], [], [], []]
+    cols: list[list[np.ndarray]] = [[], [], [], [], []]
+    liks: list[PageLikelihood] = []
+    rates: list[float] = []
     estimated = unusable = 0
     ordered = sorted(hosts)
     for i in range(0, len(ordered), chunk):
         dumps = await store.dump_hosts(ordered[i : i + chunk])
-        values = [v for d in dumps for v in d.pages.values()]
+        values: list[str | bytes] = []
+        host_of: list[int] = []
+        for d in dumps:
+            rate = d.info.rate_per_s
+            rates.append(rate if rate is not None and rate > 0 else
+                         settings.default_host_crawls_per_s)
+            values.extend(d.pages.values())
+            host_of.extend([len(rates) - 1] * len(d.pages))
+        hidx = np.asarray(host_of, dtype=np.int64)
         many = page_params_many(values, settings) if values else None
         if many is None:  # some value is no page record: those pages are left out
-            many = page_params_many([v for v in values if _readable(v)], settings)
-            unusable += sum(not _readable(v) for v in values)
+            readable = np.array([_readable(v) for v in values], dtype=bool)
+            values = [v for v, r in zip(values, readable, strict=True) if r]
+            hidx = hidx[readable]
+            many = page_params_many(values, settings) if values else None
+            unusable += int((~readable).sum())
         if many is None:
             continue
         row = (many.importance, many.alpha, many.beta, many.gamma)
@@ -107,10 +143,64 @@ async def load_inputs(store: StateStore, settings: Settings, *, chunk: int = 50)
                   & ~np.isnan(row[2]) & (np.minimum.reduce(row) >= 0.0))
         unusable += int((~ok).sum())
         estimated += int(many.estimated[ok].sum())
-        for c, x in zip(cols, row, strict=True):
+        for c, x in zip(cols, (*row, hidx), strict=True):
             c.append(x[ok])
-    mu, a, b, g = (np.concatenate(c) if c else np.zeros(0) for c in cols)
-    return PlanInputs(mu, a, b, g, estimated, unusable, budget, source, control.paused)
+        liks.append(likelihood_of([v for v, k in zip(values, ok, strict=True) if k]))
+    mu, a, b, g = (np.concatenate(c) if c else np.zeros(0) for c in cols[:4])
+    host = np.concatenate(cols[4]) if cols[4] else np.zeros(0, dtype=np.int64)
+    return PlanInputs(mu, a, b, g, host, np.asarray(rates, dtype=np.float64),
+                      _concat(liks), settings.t_delay_s, estimated, unusable, budget, source,
+                      control.paused)
+
+
+def likelihood_of(values: Sequence[str | bytes]) -> PageLikelihood:
+    """The estimator observations of stored page values (their estimator records' full
+    layout, :func:`streams.estimates.record.unpack_records`); a page without a readable
+    record is not usable."""
+    n = len(values)
+    raws = []
+    for v in values:
+        raw = record_bytes(v)
+        raws.append(raw[page_length(raw):])
+    groups = unpack_records(raws)
+    k = max([ring for _, ring, _ in groups] + [0])
+    d = 1 + N_GROUPS
+    lin, theta, gamma = np.zeros((n, d)), np.zeros((n, d)), np.zeros((n, N_GROUPS))
+    totals = np.zeros((n, d))
+    ring, quad, rep = np.zeros((n, k, d + 1)), np.zeros((n, d, d)), np.zeros((n, 2))
+    usable = np.zeros(n, dtype=bool)
+    iu = np.triu_indices(d)
+    for rows, length, arr in groups:
+        usable[rows] = arr["n_intervals"] > 0
+        lin[rows] = arr["lin"]
+        theta[rows, 0], theta[rows, 1:] = arr["alpha"], arr["kappa"]
+        totals[rows] = arr["totals"]
+        gamma[rows] = gamma_from_totals(totals[rows])
+        if length:
+            r = arr["ring"]
+            ring[rows, :length, 0] = r["tau"]
+            ring[rows, :length, 1:d] = r["n"]
+            ring[rows, :length, d] = r["w"] if "w" in (r.dtype.names or ()) else 1.0
+        q = np.zeros((rows.size, d, d))
+        q[:, iu[0], iu[1]] = arr["quad_a"]
+        q[:, iu[1], iu[0]] = arr["quad_a"]
+        quad[rows] = q
+        rep[rows] = arr["rep"]
+    usable &= (np.isfinite(theta).all(axis=1) & (theta >= 0.0).all(axis=1)
+               & np.isfinite(gamma).all(axis=1))
+    return PageLikelihood(lin, ring, quad, rep, totals, theta, gamma, usable)
+
+
+def _concat(liks: Sequence[PageLikelihood]) -> PageLikelihood:
+    if not liks:
+        return likelihood_of([])
+    k = max(x.ring.shape[1] for x in liks)
+    rings = [np.pad(x.ring, ((0, 0), (0, k - x.ring.shape[1]), (0, 0))) for x in liks]
+    return PageLikelihood(
+        np.concatenate([x.lin for x in liks]), np.concatenate(rings),
+        np.concatenate([x.quad_a for x in liks]), np.concatenate([x.rep for x in liks]),
+        np.concatenate([x.totals for x in liks]), np.concatenate([x.theta for x in liks]),
+        np.concatenate([x.gamma for x in liks]), np.concatenate([x.usable for x in liks]))
 
 
 def _readable(value: str | bytes) -> bool:
@@ -121,51 +211,88 @@ def _readable(value: str | bytes) -> bool:
         return False
 
 
-def plan(inputs: PlanInputs, budgets_per_s: Sequence[float]) -> dict[str, Any]:
-    """The optimum at each budget and at the operating point (module docstring).
+def plan(inputs: PlanInputs, budgets_per_s: Sequence[float], *, draws: int = DRAWS,
+         max_pages: int = MAX_SIM_PAGES, seed: int = 0) -> dict[str, Any]:
+    """The simulated accuracy at each budget and at the operating point (module docstring).
 
     Returns a JSON-able dict: ``rows`` (one per budget, ascending, the operating point
     among them with ``"current": true``), ``current`` (its row or None while the budget is
-    0), page counts and ``source`` (the equations used).
+    0), page counts and ``source`` (the method).
     """
     budgets = sorted({float(b) for b in budgets_per_s})
     for b in budgets:
         if not (b > 0 and math.isfinite(b)):
             raise ValueError(f"budget must be positive and finite, got {b!r}")
     cur = inputs.budget_per_s
+    sim = _Simulation.of(inputs, draws, max_pages, seed) if inputs.pages else None
     rows = []
     for b in sorted(set(budgets) | ({cur} if cur > 0 else set())):
-        rows.append({**_row(inputs, b), "current": b == cur,
+        rows.append({**_row(inputs, b, sim, seed), "current": b == cur,
                      "requested": b in budgets})
     return {
         "pages": inputs.pages,
         "pages_estimated": inputs.estimated,
         "pages_unusable": inputs.unusable,
+        "pages_simulated": min(inputs.pages, max_pages),
+        "draws": draws,
         "budget_per_s": cur,
         "budget_source": inputs.budget_source,
         "paused": inputs.paused,
         "rows": rows,
         "current": next((r for r in rows if r["current"]), None),
-        "source": "continuous optimum, eq. 4 and Theorem 1 of Busa-Fekete et al. (paper 004; "
-                  "eq. 5 for pages without signals), models.policies.optimal_thresholds",
+        "source": f"Algorithm 1 on the worker's engine with its host limits and t_delay, "
+                  f"acting on the point estimates in {draws} worlds drawn from their "
+                  "posterior (models.plan); optimum_accuracy and multiplier: continuous "
+                  "optimum, eq. 4 and Theorem 1 of Busa-Fekete et al. (paper 004), "
+                  "models.policies.optimal_thresholds",
     }
 
 
-def _row(inputs: PlanInputs, budget_per_s: float) -> dict[str, Any]:
-    if inputs.pages == 0 or not (inputs.mu > 0).any():
-        return {"budget_per_s": budget_per_s, "accuracy": None, "multiplier": None,
-                "pages_crawled": 0, "mean_interval_s": None}
+@dataclass(frozen=True)
+class _Simulation:
+    """The pages simulated (a sample of at most ``max_pages``), their share of the
+    catalogue and the posterior worlds drawn for them (module docstring)."""
+
+    rows: np.ndarray
+    share: float
+    worlds: list[tuple[np.ndarray, np.ndarray, np.ndarray]]
+
+    @classmethod
+    def of(cls, inputs: PlanInputs, draws: int, max_pages: int, seed: int) -> _Simulation:
+        rng = np.random.default_rng(seed)
+        rows = sample_pages(inputs.pages, max_pages, rng)
+        point = world_of(inputs.alpha_per_s[rows], inputs.beta_s[rows],
+                         inputs.gamma_per_s[rows])
+        lik = inputs.likelihood.take(rows)
+        if not lik.usable.any():  # nothing observed yet: the estimates are all there is
+            return cls(rows, rows.size / inputs.pages, [point] * draws)
+        prior = fit_prior(lik, rng)
+        return cls(rows, rows.size / inputs.pages,
+                   [posterior_world(lik, prior, point, rng) for _ in range(draws)])
+
+
+def _row(inputs: PlanInputs, budget_per_s: float, sim: _Simulation | None, seed: int
+         ) -> dict[str, Any]:
+    if sim is None or not (inputs.mu > 0).any():
+        return {"budget_per_s": budget_per_s, "accuracy": None, "optimum_accuracy": None,
+                "multiplier": None, "pages_crawled": 0, "mean_interval_s": None}
     sol = optimal_thresholds(inputs.mu, inputs.alpha_per_s, inputs.beta_s,
                              inputs.gamma_per_s, budget_per_s)
-    crawled = sol.rates > 0
-    n = int(crawled.sum())
+    r = sim.rows
+    sims = [simulate_budget(inputs.mu[r], inputs.alpha_per_s[r], inputs.beta_s[r],
+                            inputs.gamma_per_s[r], budget_per_s=budget_per_s,
+                            host=inputs.host[r], host_rate_per_s=inputs.host_rate_per_s,
+                            t_delay_s=inputs.t_delay_s, world=w, share=sim.share,
+                            seed=seed + k) for k, w in enumerate(sim.worlds)]
+    intervals = [s.mean_interval_s for s in sims if s.mean_interval_s is not None]
     return {
         "budget_per_s": budget_per_s,
-        "accuracy": sol.accuracy,
+        "accuracy": float(np.mean([s.accuracy for s in sims])),
+        "optimum_accuracy": sol.accuracy,
         "multiplier": sol.multiplier,
-        "pages_crawled": n,
-        # mean over the crawled pages of 1/f(iota_i) (the expected crawl interval psi)
-        "mean_interval_s": float(np.mean(1.0 / sol.rates[crawled])) if n else None,
+        "pages_crawled": round(float(np.mean([s.pages_crawled for s in sims]))),
+        # the simulated crawl interval of the pages crawled
+        "mean_interval_s": float(np.mean(intervals)) if intervals else None,
     }
 
 

@@ -1,6 +1,8 @@
-"""The budget planner (streams/worker/plan.py) against the real Redis, checked against independent
-computations: eq. 5 of paper 004 solved here with plain root finding (pages without
-signals), and a renewal simulation of the threshold policy (pages with signals)."""
+"""The budget planner (streams/worker/plan.py) against the real Redis: its continuous optimum
+(``optimum_accuracy``, ``multiplier``) checked against independent computations (eq. 5 of
+paper 004 solved here with plain root finding for pages without signals, a renewal
+simulation of the threshold policy for pages with signals), its simulated accuracy against
+that optimum."""
 
 from __future__ import annotations
 
@@ -69,9 +71,11 @@ async def put_pages(store: Store, settings: Settings,
 
 
 async def test_plan_of_prior_only_pages_is_eq5(redis_url: str) -> None:
-    """Pages with priors only (no estimator record: gamma = 0) give eq. 5's optimum; the
-    control budget in Redis is the marked operating point; pages never crawled and crawled
-    ones with signal counts count alike (the optimum does not depend on the state)."""
+    """Pages with priors only (no estimator record: gamma = 0) give eq. 5's optimum, and
+    Algorithm 1 simulated on them (nothing observed: the world is the priors) gets close to
+    it and no more; the control budget in Redis is the marked operating point; pages never
+    crawled and crawled ones with signal counts count alike (neither depends on the
+    state)."""
     st = settings_for(redis_url, default_change_rate_per_s=1 / 7200)
     store = Store.from_url(redis_url, st.key_prefix)
     rng = random.Random(3)
@@ -105,8 +109,10 @@ async def test_plan_of_prior_only_pages_is_eq5(redis_url: str) -> None:
     assert accs == sorted(accs) and 0 < accs[0] < accs[-1] < 1
     for r in out["rows"]:
         acc, lam = eq5_by_hand(mu, delta, r["budget_per_s"])
-        assert r["accuracy"] == pytest.approx(acc, rel=1e-9), r
+        assert r["optimum_accuracy"] == pytest.approx(acc, rel=1e-9), r
         assert r["multiplier"] == pytest.approx(lam, rel=1e-7), r
+        # 40 pages, six round-robin periods: a few points of Monte Carlo error
+        assert acc - 0.08 < r["accuracy"] < acc + 0.03, r
     # a small budget leaves the least valuable pages out of the optimum
     assert out["rows"][0]["pages_crawled"] < 40 == out["rows"][-1]["pages_crawled"]
 
@@ -196,12 +202,15 @@ async def test_plan_with_estimated_signal_parameters_matches_a_simulation(
         rates.append(r)
     simulated = float(np.dot(inputs.mu, fresh) / inputs.mu.sum())
     # 20k cycles per page: the standard error of each fresh fraction is below 0.004
-    assert row["accuracy"] == pytest.approx(simulated, abs=0.01)
+    assert row["optimum_accuracy"] == pytest.approx(simulated, abs=0.01)
     assert sum(rates) == pytest.approx(budget, rel=0.02)
     # the optimum may leave a page out (an infinite threshold); at least three are crawled
     crawled = int(np.isfinite(sol.thresholds).sum())
-    assert row["pages_crawled"] == crawled >= 3
+    assert crawled >= 3 and row["pages_crawled"] >= 3
     assert row["multiplier"] == pytest.approx(sol.multiplier)
+    # 60 intervals per page: the posterior worlds keep the pages near their own estimates,
+    # so Algorithm 1 simulated gets close to the optimum
+    assert row["accuracy"] == pytest.approx(row["optimum_accuracy"], abs=0.08)
 
 
 async def test_empty_catalogue_and_bad_budget(redis_url: str) -> None:

@@ -52,7 +52,7 @@ def test_plan_endpoint_and_command_agree_with_eq5(settings: Settings, start_work
     assert web["budget_source"].startswith("the live workers")
     for row in web["rows"]:
         acc, lam = eq5_by_hand(mu, delta, row["budget_per_s"])
-        assert row["accuracy"] == pytest.approx(acc, rel=1e-9)
+        assert row["optimum_accuracy"] == pytest.approx(acc, rel=1e-9)
         assert row["multiplier"] == pytest.approx(lam, rel=1e-7)
 
     out_json, png = tmp_path / "plan.json", tmp_path / "plan.png"
