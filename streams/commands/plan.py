@@ -129,7 +129,7 @@ def plot(out: dict[str, Any], path: Path) -> None:
     ax.set_ylabel("expected accuracy")
     ax.set_title(f"recrawl plan: {out['pages']} pages, current estimates")
     ax.grid(True, which="both", alpha=0.3)
-    ax.legend(loc="lower right")
+    ax.legend(loc="upper left", fontsize="small")
     fig.tight_layout()
     path.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(path, dpi=100)
