@@ -252,6 +252,35 @@ async def case_outcomes_keep_the_hosts_prior_sums(make: Make) -> None:
     assert h.rejects == []
 
 
+
+async def case_an_empty_hosts_first_contributions_follow_the_pages_time_scale(
+        make: Make) -> None:
+    """Pages of a new host crawled every 35 s, six intervals of ten changed: each page's
+    first contribution to its host's prior (computed while the host had no page counted)
+    is near its own estimate (about ln(10/4)/35 s), not at the daily-scale start rate."""
+    from streams.estimates.estimation import estimates_of
+    from streams.store.page_record import estimator_part
+
+    h = make(host_prior_min_pages=50)
+    urls = [f"https://fast.org/{i}" for i in range(3)]
+    await h.feed("pages", [js(url=u) for u in urls])
+    t0 = time.time() - 1000.0
+    await h.feed("outcomes", [js(url=u, fetched_at=t0, changed=None) for u in urls])
+    pattern = (True, False, True, True, False, True, False, True, False, True)
+    for k, changed in enumerate(pattern, start=1):
+        await h.feed("outcomes", [js(url=u, fetched_at=t0 + 35.0 * k, changed=changed)
+                                  for u in urls])
+    mle = math.log(10 / 4) / 35.0
+    for u in urls:
+        v = await h.store.get_page_raw("fast.org", u)
+        est = estimates_of(estimator_part(v))
+        assert est is not None and est.n_intervals == 10
+        # the host is not in use (50 pages needed): the mean is stored negated
+        contrib = -_host_mean(v)
+        assert 0.5 < contrib / est.alpha_per_s < 2.0
+        assert 0.4 < contrib / mle < 2.5
+    assert h.rejects == []
+
 def _host_mean(value: str) -> float:
     """The stored (signed) host mean of a page value's estimator record."""
     from streams.estimates.record import EstimatorRecord
@@ -270,4 +299,5 @@ CASES: list[Callable[[Make], Awaitable[None]]] = [
     case_outcome_clears_only_its_own_order_and_resets_signals,
     case_hosts_and_control_are_validated_and_stored,
     case_outcomes_keep_the_hosts_prior_sums,
+    case_an_empty_hosts_first_contributions_follow_the_pages_time_scale,
 ]

@@ -289,7 +289,7 @@ async def test_host_prior_sums_are_the_incremental_em_of_the_stored_records(
         ref.theta[:, 0], ref.theta[:, 1:] = a, kap
         post = host_contributions(grid_log_likelihood(ref), np.repeat(shape, m),
                                   np.repeat(rate, m), np.repeat(fitted, m),
-                                  (np.ones(m), np.full(m, 1.0 / est.estimator.init().theta[0])))
+                                  (np.ones(m), 1.0 / a))
         add_contributions(*sums, np.zeros(m, dtype=np.int64), c_count, c_mean, c_log, post)
         c_mean, c_log, c_count = post.mean_per_s, post.mean_log, np.ones(m)
         stored = await _sums(store, h)
