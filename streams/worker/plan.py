@@ -299,12 +299,20 @@ def _row(inputs: PlanInputs, budget_per_s: float, sim: _Simulation | None, seed:
 async def plan_from_store(
     store: StateStore, settings: Settings, budgets_per_s: Sequence[float]
 ) -> dict[str, Any]:
-    """:func:`load_inputs` then :func:`plan` in a thread (the solver is CPU work: a worker
-    calling this keeps its event loop free)."""
+    """:func:`load_inputs` then :func:`plan` in a child process (the simulation is tens of
+    seconds of Python at 5x10^4 pages: in a thread it would hold the GIL against the
+    worker's event loop; ``spawn``, as the worker runs threads a fork would copy mid-way)."""
     import asyncio
+    import multiprocessing
+    from concurrent.futures import ProcessPoolExecutor
 
     inputs = await load_inputs(store, settings)
-    return await asyncio.to_thread(plan, inputs, budgets_per_s)
+    budgets = [float(b) for b in budgets_per_s]
+    pool = ProcessPoolExecutor(1, mp_context=multiprocessing.get_context("spawn"))
+    try:
+        return await asyncio.get_running_loop().run_in_executor(pool, plan, inputs, budgets)
+    finally:  # never wait here: a cancelled request leaves the child to finish on its own
+        pool.shutdown(wait=False, cancel_futures=True)
 
 
 class SingleFlight:
