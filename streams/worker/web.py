@@ -12,8 +12,8 @@
                           and Kafka and Redis answer, else 503; the body lists each check
                           (Kubernetes probe conventions; ``?verbose`` is accepted)
 * ``GET /plan/?budget=10&budget=100``  expected accuracy per budget from the current
-  estimates (:mod:`streams.worker.plan`, the same as ``recrawl plan``); at most
-  :data:`~streams.worker.plan.MAX_PLAN_BUDGETS` budgets, one computation at a time (503
+  estimates (:mod:`streams.worker.plan`, the same as ``recrawl plan``, in a child process);
+  at most :data:`~streams.worker.plan.MAX_PLAN_BUDGETS` budgets, one computation at a time (503
   while another runs), answers cached for 30 s
 * ``GET /dashboard/``     one self-contained HTML page that polls ``/stats/`` (no outside
                           fetches: inline JS and CSS, allowed by hash in its
