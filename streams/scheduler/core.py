@@ -340,6 +340,7 @@ class Scheduler:
                 "in_flight": len(s.in_flight), "ts": redis_now, "worker": self.worker_id,
                 "ready": s.ready, "web": self.web_url,
                 "budget_per_s": self.control.budget_per_s,  # the R it splits (recrawl plan)
+                "t_delay_s": self.control.t_delay_s,  # its ping rule's (recrawl plan)
                 "worker_emitted_per_s": emitted_per_s,
             }
             s.emitted = 0

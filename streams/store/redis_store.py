@@ -41,7 +41,7 @@ same code runs on one Redis node and on a Redis Cluster, :mod:`streams.store.red
     P:sched:shards      HASH  partition -> JSON {weight, log_threshold, share_per_s, ts
                               (Redis's clock), worker, ready, web (the worker's HTTP
                               address), budget_per_s (the budget the worker runs with),
-                              worker_emitted_per_s}
+                              t_delay_s (its ping rule's), worker_emitted_per_s}
     P:truth             STRING JSON {accuracy, fresh_now, t_s, measuring, source}: the live
                               accuracy measured by a test web's truth (``recrawl demo``
                               writes it every second with a 10 s expiry); ``/stats`` and

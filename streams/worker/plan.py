@@ -23,13 +23,15 @@ Not modelled: the longest-interval floor (``max_interval_s``), ping delays and o
 to failed fetches.  The operating point is the control budget (``P:control``
 ``budget_per_s``, set through ``recrawl.control``); before any control event, the
 ``budget_per_s`` the live workers publish in ``P:sched:shards``, else
-``settings.budget_per_s``.
+``settings.budget_per_s``.  The ping rule's ``t_delay_s``: the control's if set, else the
+one in the newest ``P:sched:shards`` entry (a stopped worker's entry stays, so a plan after
+a run simulates that run's rule), else ``settings.t_delay_s``.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -108,6 +110,7 @@ async def load_inputs(store: StateStore, settings: Settings, *, chunk: int = 50)
         source = "the live workers (their RECRAWL_BUDGET_PER_S)"
     else:
         budget, source = settings.budget_per_s, "settings (RECRAWL_BUDGET_PER_S)"
+    t_delay_s = _t_delay(raw_control, control, shards.values(), settings)
     partitions = set(range(settings.partitions)) | set(shards)
     hosts: set[str] = set()
     for p in sorted(partitions):
@@ -149,8 +152,22 @@ async def load_inputs(store: StateStore, settings: Settings, *, chunk: int = 50)
     mu, a, b, g = (np.concatenate(c) if c else np.zeros(0) for c in cols[:4])
     host = np.concatenate(cols[4]) if cols[4] else np.zeros(0, dtype=np.int64)
     return PlanInputs(mu, a, b, g, host, np.asarray(rates, dtype=np.float64),
-                      _concat(liks), settings.t_delay_s, estimated, unusable, budget, source,
+                      _concat(liks), t_delay_s, estimated, unusable, budget, source,
                       control.paused)
+
+
+def _t_delay(raw_control: dict[str, str], control: Control,
+             entries: Iterable[dict[str, Any]], settings: Settings) -> float:
+    """The ping rule's ``t_delay_s`` the workers run with: the control's when set there,
+    else the one the newest shard entry published (the worker's setting; kept after the
+    worker stops, so a plan after a run uses that run's), else ``settings.t_delay_s``."""
+    if "t_delay_s" in raw_control:
+        return control.t_delay_s
+    published = [e for e in entries if isinstance(e.get("t_delay_s"), (int, float))]
+    if published:
+        newest = max(published, key=lambda e: float(e.get("ts", 0)))
+        return float(newest["t_delay_s"])
+    return settings.t_delay_s
 
 
 def likelihood_of(values: Sequence[str | bytes]) -> PageLikelihood:

@@ -226,3 +226,23 @@ async def test_empty_catalogue_and_bad_budget(redis_url: str) -> None:
     assert out["budget_source"].startswith("settings")
     with pytest.raises(ValueError, match="budget"):
         plan(inputs, [0.0])
+
+
+async def test_t_delay_is_the_workers_after_they_stopped_and_the_controls_first(
+        redis_url: str) -> None:
+    """The ping rule's t_delay the plan simulates: settings without any worker entry; the
+    newest shard entry's (a stopped worker's too: its entry stays) over the settings; the
+    control's over both."""
+    st = settings_for(redis_url, t_delay_s=60.0)
+    store = Store.from_url(redis_url, st.key_prefix)
+    try:
+        assert (await load_inputs(store, st)).t_delay_s == 60.0
+        now = await store.server_time()
+        await store.put_shards({0: {"ts": now - 600, "t_delay_s": 7.0, "ready": True},
+                                1: {"ts": now - 300, "t_delay_s": 2.0, "ready": True}})
+        assert (await load_inputs(store, st)).t_delay_s == 2.0
+        await store.redis.hset(store.control_key, "t_delay_s", "30")
+        assert (await load_inputs(store, st)).t_delay_s == 30.0
+    finally:
+        await store.redis.delete(*await store.redis.keys(f"{st.key_prefix}:*"))
+        await store.close()
