@@ -38,7 +38,9 @@ hindsight     Greedy given each page's average rate over the scored window (its 
 (:func:`models.sim.trace.trace_events`); ``--ping-log FILE`` reads recorded ones (change
 log lines ``{"url", "time"}``, one per ping).  ``--learn-days D``: the first ``D`` days are
 not scored; ``recrawl`` gets, at ``D``, the estimates of their complete change history (as
-an import of the history would give it), the peers run through them as they would have,
+an import of the history would give it; its hedge rescores the learned rates on the crawls
+so far as the imported ones would have predicted them, :meth:`models.sim.trace.Hedge.rescore`),
+the peers run through them as they would have,
 and ``recrawl-cold`` (table only) is ``recrawl`` without that history.  ``--json`` writes
 ``{"pages", "changes", "days", "budgets", "accuracy": {policy: [one per budget]}}``;
 ``--out`` gets ``trace.md`` (the table) and ``trace.png``.  ``--batch K`` groups ``K``
@@ -174,14 +176,20 @@ def _policy(kind: str, trace: Trace, R: float, learn_days: float, ev: Any,
     if kind in ("recrawl", "recrawl-cold", "recrawl-unhedged"):
         learner = OnlineRates(m, use_pings=use_pings, prior=prior, host=trace.host,
                               half_life_days=half_life_days)
+        importing = kind == "recrawl" and learn_days > 0
         hedge = None if kind == "recrawl-unhedged" or not hedge_share else Hedge(
-            m, max_share=hedge_share)
+            m, max_share=hedge_share, record=importing)
         warm = None
-        if kind == "recrawl" and learn_days > 0:
+        if importing:
             def learn(pol: VectorAlgorithm1) -> None:
-                assert pol.learner is not None
-                pol.learner.learn_complete(trace, learn_days, EPS_DAYS, ev.ping_page,
-                                           ev.ping_arrival)
+                learner = pol.learner
+                assert learner is not None
+                learner.learn_complete(trace, learn_days, EPS_DAYS, ev.ping_page,
+                                       ev.ping_arrival)
+                if pol.hedge is not None:
+                    # the hedge judges the imported rates by how they would have predicted
+                    # the crawls of the imported days
+                    pol.hedge.rescore(lambda p, s: learner.complete_rates(trace, p, s))
             warm = (learn_days, learn)
         return VectorAlgorithm1(kind, trace.mu, learner=learner, warm=warm, hedge=hedge)
     raise ValueError(f"unknown policy {kind!r}")

@@ -348,7 +348,7 @@ class VectorAlgorithm1(Algorithm1):
             set_origins(self.index, pages, np.full(pages.size, t))
             return
         if self.hedge is not None:
-            self.hedge.observe(pages, self._believed_rate(pages), tau, changed)
+            self.hedge.observe(pages, self._believed_rate(pages), tau, changed, t)
         self.learner.update(pages, tau, changed, self.n_pings[pages], np.full(pages.size, t))
         self.n_pings[pages] = 0.0
         # the pages of hosts whose prior moved rank under its new value (with the crawled)

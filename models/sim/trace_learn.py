@@ -9,6 +9,7 @@ policy of :class:`models.sim.trace.VectorAlgorithm1` that learn.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -289,6 +290,57 @@ class OnlineRates:
         if self.prior == "host":
             self.fit_hosts()
 
+    def complete_rates(self, trace: Trace, pages: IntArray, at: FloatArray) -> FloatArray:
+        """The change rate per day each ``pages[j]`` would have been given by an import of
+        its complete history of ``(0, at[j]]`` (:meth:`learn_complete`), under its host's
+        prior as fitted now (the estimator's default Gamma where the host's is not in use).
+
+        A complete history's likelihood is Poisson's, ``lambda^n exp(-lambda E)`` (paper 003
+        Sec. 4.2: the complete-data case), so under a ``Gamma(a, b)`` prior the posterior
+        mean is the conjugate ``(a + n) / (b + E)``; with the estimator's forgetting each
+        interval is weighted as :func:`models.estimators.batch_update` weights it, halving
+        every half-life after its end: ``n`` sums ``2^-((at - c) / h)`` over the changes
+        ``c``, ``E`` the gaps between them (from 0) each weighted at its closing change,
+        plus the time since the last change at full weight.  On the estimator's own
+        import this is the rate :meth:`params` gives (a test checks it).  Only the host's
+        prior is read as of now, not as of ``at[j]``: one shape and one rate per host.
+        """
+        pages = np.asarray(pages, dtype=np.int64)
+        at = np.asarray(at, dtype=np.float64)
+        hl = self.est.half_life_s / DAY_S
+        ct = trace.change_time
+        pc = trace.page_of_change()
+        keep = ct > 0.0  # as complete_history_intervals: changes in (0, at]
+        ct, pc = ct[keep], pc[keep]
+        first = np.searchsorted(pc, np.arange(trace.m + 1))
+        rank = np.arange(ct.size) - first[pc]
+        prev = np.where(rank > 0, ct[np.maximum(np.arange(ct.size) - 1, 0)], 0.0)
+        gap = ct - prev
+        decay = np.exp2(-gap / hl)
+        count = np.zeros(ct.size)  # discounted changes up to and with each change
+        expo = np.zeros(ct.size)  # discounted exposure up to each change
+        for r in range(int(rank.max()) + 1 if rank.size else 0):
+            k = np.flatnonzero(rank == r)
+            before_c = count[k - 1] if r else np.zeros(k.size)
+            before_e = expo[k - 1] if r else np.zeros(k.size)
+            count[k] = before_c * decay[k] + 1.0
+            expo[k] = before_e * decay[k] + gap[k]
+        # the page's last change at or before at[j] (its global index), if any
+        scale = float(trace.horizon) + 2.0
+        j = np.searchsorted(pc * scale + ct, pages * scale + at, side="right") - 1
+        has = (j >= first[pages]) & (j >= 0)
+        jj = np.maximum(j, 0)
+        since = np.where(has, at - ct[jj] if ct.size else at, at)
+        w = np.exp2(-since / hl)
+        n = np.where(has, count[jj] * w if ct.size else 0.0, 0.0)
+        e = np.where(has, expo[jj] * w if ct.size else 0.0, 0.0) + since
+        hp = self.host[pages]
+        use = self._usable(hp) if self.prior == "host" else np.zeros(pages.size, dtype=bool)
+        a = np.where(use, self.h_shape[hp], self.default_prior.shape)
+        b = np.where(use, self.h_rate[hp], self.default_prior.rate_s) / DAY_S
+        out: FloatArray = (a + n) / (b + e)
+        return out
+
     def fit_hosts(self) -> None:
         """Fit every host's prior to all its observed pages at once (batch EM,
         :func:`models.estimators.host_prior.fit_host_prior`) and store the pages'
@@ -356,7 +408,7 @@ class Hedge:
     SPAN = 2.0 ** 20
 
     def __init__(self, m: int, *, max_share: float = 0.5, good_skill: float = 0.1,
-                 half_life: float = 2000.0, warmup: int = 200) -> None:
+                 half_life: float = 2000.0, warmup: int = 200, record: bool = False) -> None:
         if not 0.0 <= max_share <= 1.0:
             raise ValueError(f"max_share must be in [0, 1], got {max_share!r}")
         if good_skill <= 0 or half_life <= 0:
@@ -372,6 +424,10 @@ class Hedge:
         self.interval = np.ones(m)
         self.n = 0
         self._debt = 0.0
+        #: with ``record``: each batch of crawls scored, ``(pages, tau, changed, end, n)``
+        #: (``n``: the crawls scored once it was), for :meth:`rescore`
+        self.crawls: list[tuple[IntArray, FloatArray, npt.NDArray[np.bool_], float, int]] | None
+        self.crawls = [] if record else None
 
     @staticmethod
     def _log_loss(p: FloatArray, y: npt.NDArray[np.bool_]) -> FloatArray:
@@ -380,9 +436,10 @@ class Hedge:
         return out
 
     def observe(self, pages: IntArray, rate: FloatArray, tau: FloatArray,
-                changed: npt.NDArray[np.bool_]) -> None:
+                changed: npt.NDArray[np.bool_], end: float = math.nan) -> None:
         """Score the predictions of one batch of crawls of ``pages`` (``rate``: the learned
-        rates believed before them), then step the pages' adaptive intervals."""
+        rates believed before them; ``end``: the crawls' time, kept for :meth:`rescore`
+        while recording), then step the pages' adaptive intervals."""
         from models.sim.peers import nutch_interval
 
         if not tau.size:
@@ -402,6 +459,34 @@ class Hedge:
         self.scaled_time_sum = k * self.scaled_time_sum + float((tau / iv).sum())
         self.interval[pages] = np.clip(nutch_interval(iv, changed), 1.0 / self.SPAN, self.SPAN)
         self.n += int(tau.size)
+        if self.crawls is not None:
+            self.crawls.append((np.array(pages, dtype=np.int64), np.array(tau, dtype=np.float64),
+                                np.array(changed, dtype=bool), float(end), self.n))
+
+    def rescore(self, rate_at: Callable[[IntArray, FloatArray], FloatArray]) -> None:
+        """Replace the learned rates' loss by what other learned rates would have scored on
+        the same crawls, and stop recording.
+
+        ``rate_at(pages, starts)`` gives each crawl's rate as the new learner would have
+        believed it at the crawl's start (before its outcome, as every prediction here is
+        scored: prequentially, Dawid, "Present position and potential developments: some
+        personal views. Statistical theory: the prequential approach", JRSS A 147(2),
+        1984).  An import of a complete history changes the learned rates, not the crawls,
+        nor the site's or the adaptive intervals' predictions; rescored, the hedge weighs
+        the imported rates by how they would have predicted the crawls of the imported
+        period, each crawl with its discount as scored.
+        """
+        log, self.crawls = self.crawls, None
+        if not log:
+            return
+        pages = np.concatenate([c[0] for c in log])
+        tau = np.concatenate([c[1] for c in log])
+        changed = np.concatenate([c[2] for c in log])
+        end = np.concatenate([np.full(c[0].size, c[3]) for c in log])
+        n_after = np.concatenate([np.full(c[0].size, c[4], dtype=np.float64) for c in log])
+        rate = np.asarray(rate_at(pages, end - tau), dtype=np.float64)
+        weight = self.keep ** (self.n - n_after)
+        self.loss = float((weight * self._log_loss(-np.expm1(-rate * tau), changed)).sum())
 
     @property
     def adaptive(self) -> bool:

@@ -27,6 +27,7 @@ from models.sim.trace import (
     DAY_S,
     Hedge,
     OnlineRates,
+    Trace,
     VectorAlgorithm1,
     average_rates,
     complete_history_intervals,
@@ -327,3 +328,93 @@ def test_the_replays_learner_forgets_a_busy_past_by_default() -> None:
     avg = 400 / days
     assert never.params()[0] == pytest.approx(np.full(m, avg), rel=0.1)
     assert (default.params()[0] < avg / 4).all(), default.params()[0]
+
+
+def _poisson_trace(seed: int, m: int, days: float, log_median: float = -1.0) -> Trace:
+    rng = np.random.default_rng(seed)
+    rates = np.exp(rng.normal(log_median, 1.5, m))  # per day, widely spread
+    n = rng.poisson(rates * days)
+    page = np.repeat(np.arange(m), n)
+    return trace_from_arrays(np.ones(m), page, T0_S + rng.uniform(0, days * DAY_S, page.size),
+                             start_s=T0_S, stop_s=T0_S + days * DAY_S)
+
+
+@pytest.mark.parametrize("half_life_days", [math.inf, 180.0, 10.0])
+def test_complete_rates_are_the_rates_an_import_of_the_history_gives(
+        half_life_days: float) -> None:
+    tr = _poisson_trace(3, 120, 60.0)
+    upto = 40.0
+    learner = OnlineRates(tr.m, use_pings=False, half_life_days=half_life_days)
+    learner.learn_complete(tr, upto, 1.0 / DAY_S, np.zeros(0, np.int64), np.zeros(0))
+    pages = np.arange(tr.m)
+    got = learner.complete_rates(tr, pages, np.full(tr.m, upto))
+    np.testing.assert_allclose(got, learner.params()[0], rtol=0.02)
+    # before a page's first change only the time since 0 counts; later changes never do
+    early = learner.complete_rates(tr, pages, np.full(tr.m, 1e-3))
+    quiet = np.array([tr.changes_of(i).size == 0 or tr.changes_of(i)[0] > 1e-3
+                      for i in range(tr.m)])
+    assert quiet.any()
+    np.testing.assert_allclose(early[quiet], early[quiet][0])
+
+
+def test_the_hedge_rescores_the_learned_rates_on_the_crawls_it_recorded() -> None:
+    rng = np.random.default_rng(4)
+    hedge, plain = Hedge(40, record=True, half_life=50.0), Hedge(40, half_life=50.0)
+    starts: list[np.ndarray] = []
+    batches = []
+    for b in range(30):
+        pages = rng.choice(40, 5, replace=False)
+        tau = rng.uniform(0.5, 3.0, 5)
+        changed = rng.uniform(size=5) < 0.4
+        end = 10.0 + b
+        batches.append((pages, tau, changed, end))
+        for h in (hedge, plain):
+            h.observe(pages, np.full(5, 0.01), tau, changed, end)
+    assert hedge.loss == plain.loss and plain.crawls is None
+
+    def rate_at(pages: np.ndarray, start: np.ndarray) -> np.ndarray:
+        starts.append(start)
+        return np.full(pages.size, 0.3)
+
+    hedge.rescore(rate_at)
+    want = 0.0
+    for k, (_, tau, changed, _) in enumerate(batches):
+        p = -np.expm1(-0.3 * tau)
+        ll = -np.where(changed, np.log(p), np.log1p(-p)).sum()
+        want += ll * hedge.keep ** (5 * (len(batches) - 1 - k))
+    assert hedge.loss == pytest.approx(want, rel=1e-9)
+    np.testing.assert_allclose(starts[0], np.concatenate([e - t for _, t, _, e in batches]))
+    assert hedge.crawls is None and hedge.loss0 == plain.loss0 and hedge.loss_a == plain.loss_a
+    assert hedge.loss < plain.loss  # 0.3 / day predicts a 40% change share better
+
+
+def test_an_import_is_judged_by_how_it_would_have_predicted_the_imported_days() -> None:
+    """Pages with stable, widely spread rates crawled at a budget too small to learn them
+    from the crawls (each page every 50 days): the imported complete history predicts the
+    crawls of the imported days better than the cold learner did, so after the import the
+    hedge trusts the learned rates more."""
+    from experiments.trace import _policy
+
+    tr = _poisson_trace(5, 100, 300.0, log_median=-3.0)
+    ev, w = trace_events(tr), trace_world(tr)
+    skills: dict[str, tuple[float, float]] = {}
+    for kind in ("recrawl", "recrawl-cold"):
+        pol = _policy(kind, tr, 2.0, 200.0, ev, np.random.default_rng(0), use_pings=False)
+        assert isinstance(pol, VectorAlgorithm1) and pol.hedge is not None
+        hedge = pol.hedge
+
+        class Stop(Exception):
+            pass
+
+        def observe(*a: object, _o: object = hedge.observe, _h: Hedge = hedge,
+                    _k: str = kind) -> None:
+            _o(*a)  # type: ignore[operator]
+            if a[4] >= 200.0 and _k not in skills:  # type: ignore[operator]
+                skills[_k] = (_h.skill, _h.loss)
+                raise Stop
+
+        hedge.observe = observe  # type: ignore[method-assign]
+        with pytest.raises(Stop):
+            run(w, ev, pol, Budget(2.0))
+    assert skills["recrawl"][1] < 0.8 * skills["recrawl-cold"][1]
+    assert skills["recrawl"][0] > 0.0 > skills["recrawl-cold"][0]
