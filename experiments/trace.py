@@ -39,7 +39,9 @@ hindsight     Greedy given each page's average rate over the scored window (its 
 log lines ``{"url", "time"}``, one per ping).  ``--learn-days D``: the first ``D`` days are
 not scored; ``recrawl`` gets, at ``D``, the estimates of their complete change history (as
 an import of the history would give it; its hedge rescores the learned rates on the crawls
-so far as the imported ones would have predicted them, :meth:`models.sim.trace.Hedge.rescore`),
+so far as the imported ones would have predicted them, :meth:`models.sim.trace.Hedge.rescore`,
+and its floor takes the intervals of Nutch's rule replayed over the history,
+:func:`models.sim.trace.nutch_replay`, if they would have predicted those crawls better),
 the peers run through them as they would have,
 and ``recrawl-cold`` (table only) is ``recrawl`` without that history.  ``--json`` writes
 ``{"pages", "changes", "days", "budgets", "accuracy": {policy: [one per budget]}}``;
@@ -79,6 +81,7 @@ from models.sim.trace import (
     Trace,
     VectorAlgorithm1,
     average_rates,
+    nutch_replay,
     trace_events,
     trace_world,
 )
@@ -187,9 +190,15 @@ def _policy(kind: str, trace: Trace, R: float, learn_days: float, ev: Any,
                 learner.learn_complete(trace, learn_days, EPS_DAYS, ev.ping_page,
                                        ev.ping_arrival)
                 if pol.hedge is not None:
-                    # the hedge judges the imported rates by how they would have predicted
+                    # the hedge judges the imported rates, and the intervals Nutch's rule
+                    # reaches over the imported history, by how they would have predicted
                     # the crawls of the imported days
-                    pol.hedge.rescore(lambda p, s: learner.complete_rates(trace, p, s))
+                    def replay(p: np.ndarray, s: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+                        now, then = nutch_replay(trace, learn_days, m / R, 1.0 / R, T,
+                                                 at=(p, s))
+                        return now / (m / R), then / (m / R)
+
+                    pol.hedge.rescore(lambda p, s: learner.complete_rates(trace, p, s), replay)
             warm = (learn_days, learn)
         return VectorAlgorithm1(kind, trace.mu, learner=learner, warm=warm, hedge=hedge)
     raise ValueError(f"unknown policy {kind!r}")

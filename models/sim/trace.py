@@ -40,6 +40,7 @@ from models.sim.trace_learn import (
     Hedge,
     OnlineRates,
     complete_history_intervals,
+    nutch_replay,
 )
 from models.sim.world import World
 
@@ -51,6 +52,7 @@ __all__ = [
     "VectorAlgorithm1",
     "average_rates",
     "complete_history_intervals",
+    "nutch_replay",
     "trace_events",
     "trace_from_arrays",
     "trace_world",

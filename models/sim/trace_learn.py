@@ -2,8 +2,7 @@
 estimates of paper 004, batched, under a per-host empirical-Bayes prior) and
 :class:`Hedge` (the share of the crawls given to a floor that trusts no rate model, round
 robin or adaptive intervals, while the learned rates predict no better than it), the parts
-of the ``recrawl``
-policy of :class:`models.sim.trace.VectorAlgorithm1` that learn.
+of the ``recrawl`` policy of :class:`models.sim.trace.VectorAlgorithm1` that learn.
 """
 
 from __future__ import annotations
@@ -21,7 +20,8 @@ if TYPE_CHECKING:
     from models.estimators.host_prior import GammaPrior
     from models.sim.trace import Trace
 
-__all__ = ["HALF_LIFE_DAYS", "Hedge", "OnlineRates", "complete_history_intervals"]
+__all__ = ["HALF_LIFE_DAYS", "Hedge", "OnlineRates", "complete_history_intervals",
+           "nutch_replay"]
 
 FloatArray = npt.NDArray[np.float64]
 IntArray = npt.NDArray[np.int64]
@@ -56,6 +56,48 @@ def complete_history_intervals(changes: FloatArray, start: float, stop: float,
     if stop > prev:
         out.append((stop - prev, False))
     return out
+
+
+def nutch_replay(trace: Trace, upto: float, initial: float, min_interval: float,
+                 max_interval: float, *, at: tuple[IntArray, FloatArray] | None = None
+                 ) -> tuple[FloatArray, FloatArray]:
+    """Each page's fetch interval after Apache Nutch's ``AdaptiveFetchSchedule`` rule
+    (:func:`models.sim.peers.nutch_interval`: times 1.4 after a fetch that found no change,
+    times 0.8 after one that found one, clamped to ``[min_interval, max_interval]``) crawled
+    it on its own schedule over ``(0, upto]`` of a complete history: from ``initial``, the
+    next fetch one interval after the last, each finding a change where the history has one
+    since the previous fetch.  (Nutch's ``sync_delta`` is left out, as in the hedge's
+    intervals.)  Returns the intervals at ``upto`` and, for each ``(page, time)`` of ``at``,
+    the page's interval then (after its last fetch at or before the time)."""
+    from models.sim.peers import nutch_interval
+
+    scale = float(trace.horizon) + 2.0
+    key = trace.page_of_change() * scale + trace.change_time
+    iv, t = np.full(trace.m, float(initial)), np.zeros(trace.m)
+    steps: list[tuple[IntArray, FloatArray, FloatArray]] = []
+    while True:
+        act = np.flatnonzero(t + iv <= upto)
+        if not act.size:
+            break
+        nxt, base = t[act] + iv[act], act * scale
+        found = (np.searchsorted(key, base + nxt, side="right")
+                 > np.searchsorted(key, base + t[act], side="right"))
+        iv[act] = np.clip(nutch_interval(iv[act], found), min_interval, max_interval)
+        t[act] = nxt
+        if at is not None:
+            steps.append((act, nxt, iv[act].copy()))
+    then = np.zeros(0)
+    if at is not None:
+        qp, qt = np.asarray(at[0], dtype=np.int64), np.asarray(at[1], dtype=np.float64)
+        then = np.full(qp.size, float(initial))
+        if steps:
+            sp, st, siv = (np.concatenate([x[i] for x in steps]) for i in range(3))
+            order = np.argsort(sp * scale + st, kind="stable")
+            sp, siv, sk = sp[order], siv[order], (sp * scale + st)[order]
+            j = np.searchsorted(sk, qp * scale + qt, side="right") - 1
+            ok = (j >= 0) & (sp[np.maximum(j, 0)] == qp)
+            then[ok] = siv[j[ok]]
+    return iv, then
 
 
 class OnlineRates:
@@ -305,13 +347,10 @@ class OnlineRates:
         import this is the rate :meth:`params` gives (a test checks it).  Only the host's
         prior is read as of now, not as of ``at[j]``: one shape and one rate per host.
         """
-        pages = np.asarray(pages, dtype=np.int64)
-        at = np.asarray(at, dtype=np.float64)
+        pages, at = np.asarray(pages, dtype=np.int64), np.asarray(at, dtype=np.float64)
         hl = self.est.half_life_s / DAY_S
-        ct = trace.change_time
-        pc = trace.page_of_change()
-        keep = ct > 0.0  # as complete_history_intervals: changes in (0, at]
-        ct, pc = ct[keep], pc[keep]
+        keep = trace.change_time > 0.0  # as complete_history_intervals: changes in (0, at]
+        ct, pc = trace.change_time[keep], trace.page_of_change()[keep]
         first = np.searchsorted(pc, np.arange(trace.m + 1))
         rank = np.arange(ct.size) - first[pc]
         prev = np.where(rank > 0, ct[np.maximum(np.arange(ct.size) - 1, 0)], 0.0)
@@ -463,7 +502,9 @@ class Hedge:
             self.crawls.append((np.array(pages, dtype=np.int64), np.array(tau, dtype=np.float64),
                                 np.array(changed, dtype=bool), float(end), self.n))
 
-    def rescore(self, rate_at: Callable[[IntArray, FloatArray], FloatArray]) -> None:
+    def rescore(self, rate_at: Callable[[IntArray, FloatArray], FloatArray],
+                interval_at: Callable[[IntArray, FloatArray], tuple[FloatArray, FloatArray]]
+                | None = None) -> bool:
         """Replace the learned rates' loss by what other learned rates would have scored on
         the same crawls, and stop recording.
 
@@ -471,22 +512,46 @@ class Hedge:
         believed it at the crawl's start (before its outcome, as every prediction here is
         scored: prequentially, Dawid, "Present position and potential developments: some
         personal views. Statistical theory: the prequential approach", JRSS A 147(2),
-        1984).  An import of a complete history changes the learned rates, not the crawls,
-        nor the site's or the adaptive intervals' predictions; rescored, the hedge weighs
-        the imported rates by how they would have predicted the crawls of the imported
-        period, each crawl with its discount as scored.
+        1984).  An import of a complete history changes the learned rates, not the crawls:
+        rescored, the hedge weighs the imported rates by how they would have predicted the
+        crawls of the imported period, each crawl with its discount as scored.
+
+        ``interval_at(pages, starts)``: other adaptive intervals, ``(now, then)``: every
+        page's interval now and each crawl's at its start, in the units of ``interval``
+        (e.g. :func:`nutch_replay` of an imported history).  They replace the pages'
+        intervals, and the adaptive predictor's loss and clock, if the adaptive predictor
+        would have scored lower with them on the same crawls (returns whether they did).
         """
         log, self.crawls = self.crawls, None
         if not log:
-            return
-        pages = np.concatenate([c[0] for c in log])
-        tau = np.concatenate([c[1] for c in log])
-        changed = np.concatenate([c[2] for c in log])
-        end = np.concatenate([np.full(c[0].size, c[3]) for c in log])
-        n_after = np.concatenate([np.full(c[0].size, c[4], dtype=np.float64) for c in log])
+            return False
+        pages, tau, changed = (np.concatenate([c[i] for c in log]) for i in range(3))
+        sizes = [c[0].size for c in log]
+        end = np.repeat([c[3] for c in log], sizes)
+        n_after = np.repeat(np.array([c[4] for c in log], dtype=np.float64), sizes)
         rate = np.asarray(rate_at(pages, end - tau), dtype=np.float64)
         weight = self.keep ** (self.n - n_after)
         self.loss = float((weight * self._log_loss(-np.expm1(-rate * tau), changed)).sum())
+        if interval_at is None:
+            return False
+        now, then = interval_at(pages, end - tau)
+        iv = np.clip(then, 1.0 / self.SPAN, self.SPAN)
+        # the adaptive predictor as observe() scores it, batch by batch, on the new clock
+        loss_a, changed_sum, scaled, lo = 0.0, 0.0, 0.0, 0
+        for c in log:
+            hi = lo + c[0].size
+            k = self.keep ** (hi - lo)
+            rate_c = changed_sum / scaled if scaled > 0 else 0.0
+            p = -np.expm1(-rate_c * tau[lo:hi] / iv[lo:hi])
+            loss_a = k * loss_a + float(self._log_loss(p, changed[lo:hi]).sum())
+            changed_sum = k * changed_sum + float(changed[lo:hi].sum())
+            scaled = k * scaled + float((tau[lo:hi] / iv[lo:hi]).sum())
+            lo = hi
+        if not loss_a < self.loss_a:
+            return False
+        self.loss_a, self.scaled_time_sum = loss_a, scaled
+        self.interval[:] = np.clip(now, 1.0 / self.SPAN, self.SPAN)
+        return True
 
     @property
     def adaptive(self) -> bool:

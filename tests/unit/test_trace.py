@@ -31,6 +31,7 @@ from models.sim.trace import (
     VectorAlgorithm1,
     average_rates,
     complete_history_intervals,
+    nutch_replay,
     trace_events,
     trace_from_arrays,
     trace_world,
@@ -418,3 +419,59 @@ def test_an_import_is_judged_by_how_it_would_have_predicted_the_imported_days() 
             run(w, ev, pol, Budget(2.0))
     assert skills["recrawl"][1] < 0.8 * skills["recrawl-cold"][1]
     assert skills["recrawl"][0] > 0.0 > skills["recrawl-cold"][0]
+
+
+def test_nutch_replay_steps_each_pages_interval_over_the_complete_history() -> None:
+    # page 0 changes every half day, page 1 never, page 2 once at day 5
+    days = 30.0
+    page = np.array([*[0] * 59, 2, 1])
+    time_s = T0_S + np.array([*(0.5 * np.arange(1, 60)), 5.0, days]) * DAY_S
+    tr = trace_from_arrays(np.ones(3), page, time_s, start_s=T0_S, stop_s=T0_S + days * DAY_S)
+    queries = (np.array([0, 0, 1, 2, 2]), np.array([0.1, 2.0, 19.9, 4.0, 9.0]))
+    got, then = nutch_replay(tr, 20.0, 2.0, 0.25, 8.0, at=queries)
+
+    def by_hand(changes: list[float], until: float) -> float:
+        t, iv = 0.0, 2.0
+        while t + iv <= until:
+            found = any(t < c <= t + iv for c in changes)
+            t, iv = t + iv, min(max(iv * (0.8 if found else 1.4), 0.25), 8.0)
+        return iv
+
+    busy = list(0.5 * np.arange(1, 60))
+    np.testing.assert_allclose(got, [by_hand(busy, 20.0), by_hand([], 20.0),
+                                     by_hand([5.0], 20.0)])
+    assert got[0] < 2.0 < got[2] < got[1]  # the busy page shortens, the quiet ones stretch
+    np.testing.assert_allclose(then, [2.0, by_hand(busy, 2.0), by_hand([], 19.9),
+                                      by_hand([5.0], 4.0), by_hand([5.0], 9.0)])
+
+
+def test_the_hedge_takes_other_intervals_only_if_they_would_have_predicted_better() -> None:
+    rng = np.random.default_rng(2)
+    busy = np.arange(40) < 20  # pages 0-19 change at every crawl, 20-39 never
+    batches = []
+    for b in range(60):
+        pages = rng.choice(40, 8, replace=False)
+        batches.append((pages, rng.uniform(0.5, 2.0, 8), busy[pages], 5.0 + b))
+
+    def fed(record: bool) -> Hedge:
+        h = Hedge(40, record=record, warmup=0)
+        for pages, tau, changed, end in batches:
+            h.observe(pages, np.full(8, 0.5), tau, changed, end)
+        return h
+
+    plain = fed(False)
+    right = np.where(busy, 0.01, 100.0)  # short intervals for the busy pages
+    for intervals, taken in ((right, True), (right[::-1].copy(), False)):
+        h = fed(True)
+
+        def interval_at(p: np.ndarray, s: np.ndarray,
+                        _iv: np.ndarray = intervals) -> tuple[np.ndarray, np.ndarray]:
+            return _iv, _iv[p]
+
+        assert h.rescore(lambda p, s: np.full(p.size, 0.5), interval_at) is taken
+        if taken:
+            assert h.loss_a < plain.loss_a
+            np.testing.assert_allclose(h.interval, intervals)
+        else:
+            assert h.loss_a == plain.loss_a
+            np.testing.assert_allclose(h.interval, plain.interval)
