@@ -252,6 +252,7 @@ def plan(inputs: PlanInputs, budgets_per_s: Sequence[float], *, draws: int = DRA
         "pages_unusable": inputs.unusable,
         "pages_simulated": min(inputs.pages, max_pages),
         "draws": draws,
+        "t_delay_s": inputs.t_delay_s,
         "budget_per_s": cur,
         "budget_source": inputs.budget_source,
         "paused": inputs.paused,

@@ -242,7 +242,8 @@ async def test_t_delay_is_the_workers_after_they_stopped_and_the_controls_first(
                                 1: {"ts": now - 300, "t_delay_s": 2.0, "ready": True}})
         assert (await load_inputs(store, st)).t_delay_s == 2.0
         await store.redis.hset(store.control_key, "t_delay_s", "30")
-        assert (await load_inputs(store, st)).t_delay_s == 30.0
+        inputs = await load_inputs(store, st)
+        assert inputs.t_delay_s == 30.0 and plan(inputs, [1.0])["t_delay_s"] == 30.0
     finally:
         await store.redis.delete(*await store.redis.keys(f"{st.key_prefix}:*"))
         await store.close()
