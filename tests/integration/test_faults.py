@@ -329,6 +329,24 @@ def test_a_broker_restart_during_a_burst_of_orders_loses_none(
 
 
 # -- graceful stop ------------------------------------------------------------------------
+def worker_after_traffic(stack: PrivateStack, workers: Workers, tmp_path: Path,
+                         env: dict[str, str], outcomes: int) -> tuple[Settings, Worker]:
+    """A worker on the fault world's catalogue that has answered ``outcomes`` orders (the
+    traffic stopped then)."""
+    s = new_settings(stack, tmp_path)
+    pages, hosts = catalogue()
+    produce_json(s, "pages", pages)
+    produce_json(s, "hosts", hosts)
+    w = workers.start(s, env)
+    traffic = Traffic(s)
+    traffic.start()
+    try:
+        wait_for(lambda: len(traffic.outcomes) > outcomes, 60, "a steady stream of orders")
+    finally:
+        traffic.stop()
+    return s, w
+
+
 def shards(s: Settings) -> dict[int, dict[str, object]]:
     r = connect_redis_sync(s.redis_url, decode_responses=True)
     return {int(p): json.loads(v) for p, v in r.hgetall(f"{s.key_prefix}:sched:shards").items()}
@@ -338,17 +356,7 @@ def shards(s: Settings) -> dict[int, dict[str, object]]:
 def test_sigterm_stops_with_offsets_committed_and_a_peer_takes_over_a_killed_worker(
     stack: PrivateStack, workers: Workers, tmp_path: Path
 ) -> None:
-    s = new_settings(stack, tmp_path)
-    pages, hosts = catalogue()
-    produce_json(s, "pages", pages)
-    produce_json(s, "hosts", hosts)
-    w1 = workers.start(s, STREAM_ENV)
-    traffic = Traffic(s)
-    traffic.start()
-    try:
-        wait_for(lambda: len(traffic.outcomes) > 60, 60, "a steady stream of orders")
-    finally:
-        traffic.stop()
+    s, w1 = worker_after_traffic(stack, workers, tmp_path, STREAM_ENV, outcomes=60)
     _committed, ends = committed_and_ends(s)
     want = {f"{tp.topic}:{tp.partition}": end - 1 for tp, end in ends.items()
             if end and tp.topic in (s.topic("pings"), s.topic("outcomes"))}
@@ -402,18 +410,8 @@ def test_sigterm_stops_with_offsets_committed_and_a_peer_takes_over_a_killed_wor
 def test_with_kafka_gone_the_log_stays_short_and_a_stop_ends_within_its_timeout(
     stack: PrivateStack, workers: Workers, tmp_path: Path
 ) -> None:
-    s = new_settings(stack, tmp_path)
-    pages, hosts = catalogue()
-    produce_json(s, "pages", pages)
-    produce_json(s, "hosts", hosts)
     env = {**STREAM_ENV, "RECRAWL_OUTAGE_REPORT_S": "5", "RECRAWL_STOP_TIMEOUT_S": "10"}
-    w = workers.start(s, env)
-    traffic = Traffic(s)
-    traffic.start()
-    try:
-        wait_for(lambda: len(traffic.outcomes) > 30, 60, "a steady stream of orders")
-    finally:
-        traffic.stop()
+    _s, w = worker_after_traffic(stack, workers, tmp_path, env, outcomes=30)
     stack.stop_kafka()
     try:
         time.sleep(15)  # orders keep being issued into the producer's buffer meanwhile
