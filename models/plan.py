@@ -34,6 +34,7 @@ from dataclasses import dataclass
 import numpy as np
 import numpy.typing as npt
 
+from models.conversions import change_params
 from models.estimators import _numeric as nm
 from models.sim.engine import Budget, accuracy, run
 from models.sim.events import simulate_events
@@ -41,7 +42,7 @@ from models.sim.live import EngineAlgorithm1
 from models.sim.world import World
 
 __all__ = ["ALPHA_SCALES", "KAPPA_SCALES", "PageLikelihood", "Prior", "SimulatedBudget",
-           "fit_prior", "posterior_world", "sample_pages", "simulate_budget", "world_of"]
+           "fit_prior", "posterior_world", "sample_pages", "simulate_budget"]
 
 FloatArray = npt.NDArray[np.float64]
 IntArray = npt.NDArray[np.int64]
@@ -58,20 +59,6 @@ class SimulatedBudget:
     pages_simulated: int
 
 
-def world_of(alpha: FloatArray, beta: FloatArray, gamma: FloatArray
-             ) -> tuple[FloatArray, FloatArray, FloatArray]:
-    """``(Delta, lambda, nu)`` of pooled parameters (paper 004 Sec. 3: precision ``1 -
-    e^{-alpha beta}``, signalled change rate ``gamma`` times it, false signals the rest)."""
-    with np.errstate(invalid="ignore", over="ignore"):
-        precision = np.where(gamma > 0.0, -np.expm1(-alpha * np.nan_to_num(beta, posinf=1e300)),
-                             0.0)
-    signalled = gamma * precision
-    delta = alpha + signalled
-    safe = np.where(delta > 0.0, delta, 1.0)
-    lam = np.where(delta > 0.0, np.clip(signalled / safe, 0.0, 1.0), 0.0)
-    return delta, lam, np.maximum(gamma - signalled, 0.0)
-
-
 def simulate_budget(
     mu: FloatArray, alpha: FloatArray, beta: FloatArray, gamma: FloatArray, *,
     budget_per_s: float, host: IntArray, host_rate_per_s: FloatArray,
@@ -79,7 +66,8 @@ def simulate_budget(
     share: float = 1.0, cycles: float = 6.0, seed: int = 0,
 ) -> SimulatedBudget:
     """Algorithm 1 acting on ``(mu, alpha, beta, gamma)`` in ``world`` (``(Delta, lambda,
-    nu)`` per page; default :func:`world_of` the same parameters) at ``budget_per_s``, page
+    nu)`` per page; default :func:`models.conversions.change_params` of the same
+    parameters) at ``budget_per_s``, page
     ``i`` on host ``host[i]``, limited to ``host_rate_per_s[host[i]]`` crawls per second.
     ``share``: the pages given are this share of the catalogue (:func:`sample_pages`): the
     budget and the host rates are scaled by it and ``pages_crawled`` divided by it."""
@@ -88,7 +76,7 @@ def simulate_budget(
     if not (0.0 < share <= 1.0):
         raise ValueError(f"share must be in (0, 1], got {share!r}")
     n = int(mu.size)
-    delta, lam, nu = world_of(alpha, beta, gamma) if world is None else world
+    delta, lam, nu = change_params(alpha, beta, gamma) if world is None else world
     rng = np.random.default_rng(seed)
     budget = budget_per_s * share
     hosts, local = np.unique(host, return_inverse=True)

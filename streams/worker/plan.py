@@ -37,13 +37,13 @@ from typing import Any
 
 import numpy as np
 
+from models.conversions import change_params
 from models.plan import (
     PageLikelihood,
     fit_prior,
     posterior_world,
     sample_pages,
     simulate_budget,
-    world_of,
 )
 from models.policies import optimal_thresholds
 from streams.estimates.params import page_params_many
@@ -279,8 +279,9 @@ class _Simulation:
     def of(cls, inputs: PlanInputs, draws: int, max_pages: int, seed: int) -> _Simulation:
         rng = np.random.default_rng(seed)
         rows = sample_pages(inputs.pages, max_pages, rng)
-        point = world_of(inputs.alpha_per_s[rows], inputs.beta_s[rows],
-                         inputs.gamma_per_s[rows])
+        cp = change_params(inputs.alpha_per_s[rows], inputs.beta_s[rows],
+                           inputs.gamma_per_s[rows])
+        point = (cp.change_rate, cp.recall, cp.false_signal_rate)
         lik = inputs.likelihood.take(rows)
         if not lik.usable.any():  # nothing observed yet: the estimates are all there is
             return cls(rows, rows.size / inputs.pages, [point] * draws)

@@ -12,10 +12,8 @@ from models.plan import (
     fit_prior,
     posterior_world,
     simulate_budget,
-    world_of,
 )
 from models.policies import optimal_thresholds
-from models.values import signal_params
 from streams.worker.plan import PlanInputs, plan
 
 TAU = 10.0  # the observed crawl interval (s)
@@ -48,18 +46,6 @@ def inputs_of(mu: np.ndarray, est: np.ndarray, lik: PageLikelihood, budget: floa
     m = mu.size
     return PlanInputs(mu, est, np.zeros(m), np.zeros(m), np.zeros(m, dtype=np.int64),
                       np.array([host_rate]), lik, 0.0, m, 0, budget, "settings", False)
-
-
-def test_world_of_inverts_signal_params() -> None:
-    rng = np.random.default_rng(1)
-    delta = rng.uniform(0.01, 1.0, 50)
-    lam = rng.uniform(0.0, 1.0, 50)
-    nu = rng.uniform(0.0, 0.5, 50)
-    sp = signal_params(delta, lam, nu)
-    d, l_, n = world_of(sp.alpha, sp.beta, sp.gamma)
-    assert d == pytest.approx(delta, rel=1e-9)
-    assert l_ == pytest.approx(lam, rel=1e-9, abs=1e-12)
-    assert n == pytest.approx(nu, rel=1e-9, abs=1e-12)
 
 
 def test_simulation_tracks_the_optimum_and_feels_host_limits() -> None:
