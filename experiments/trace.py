@@ -254,10 +254,13 @@ def trace_rows(trace: Trace, budgets: Sequence[float], *, pings: tuple[float, fl
         *(["recrawl-unhedged"] if unhedged else [])]
     with tempfile.TemporaryDirectory(prefix="recrawl-trace-") as tmp:
         path = str(_save(trace, Path(tmp), recorded))
+        # without synthesised pings a repetition redraws only the peers' random first
+        # order and crawl times: recrawl and hindsight would repeat the same run
         job_list = [{"path": path, "budget": float(R), "policy": k, "rep": r, "seed": seed,
                      "pings": pings, "learn_days": float(learn_days), "hedge": hedge,
                      "batch": batch, "prior": prior, "half_life_days": half_life_days}
-                    for R in budgets for r in range(reps) for k in kinds]
+                    for R in budgets for r in range(reps) for k in kinds
+                    if r == 0 or pings is not None or k in PEERS]
         return run_jobs(_trace_job, job_list, processes=jobs, progress=progress,
                         label="trace")
 
@@ -272,9 +275,27 @@ def summarise(raw: Sequence[Row], budgets: Sequence[float]) -> dict[str, list[fl
     return out
 
 
-def table(acc: dict[str, list[float]], budgets: Sequence[float]) -> str:
-    """Accuracy per policy and budget (percent), the best peer, hindsight's room over it
-    (points) and the share of that room each policy captures."""
+def stderr(raw: Sequence[Row], budgets: Sequence[float]) -> dict[str, list[float]]:
+    """Standard error of each policy's mean accuracy over the repetitions (0 with one)."""
+    out: dict[str, list[float]] = {}
+    for k in sorted({r["policy"] for r in raw}):
+        out[k] = []
+        for R in budgets:
+            a = np.array([r["accuracy"] for r in raw
+                          if r["policy"] == k and r["budget"] == float(R)])
+            out[k].append(float(a.std(ddof=1) / np.sqrt(a.size)) if a.size > 1 else 0.0)
+    return out
+
+
+def _cell(mean: float, se: float) -> str:
+    return f"{100 * mean:.2f}" + (f" ± {100 * se:.2f}" if 100 * se >= 0.005 else "")
+
+
+def table(acc: dict[str, list[float]], budgets: Sequence[float],
+          se: dict[str, list[float]] | None = None) -> str:
+    """Accuracy per policy and budget (percent; ``± stderr`` where ``se`` has one above
+    0.005 points), the best peer, hindsight's room over it (points) and the share of that
+    room each policy captures."""
     kinds = [k for k in (*POLICIES, "recrawl-cold", "recrawl-unhedged") if k in acc]
     learners = [k for k in kinds if k not in PEERS and k != "hindsight"]
     head = ["R/day", *kinds, "best peer", "room", *[f"{k} share" for k in learners]]
@@ -283,7 +304,8 @@ def table(acc: dict[str, list[float]], budgets: Sequence[float]) -> str:
         best_k = max(PEERS, key=lambda k: acc[k][j])
         best = acc[best_k][j]
         room = acc["hindsight"][j] - best
-        cells = [f"{R:g}", *[f"{100 * acc[k][j]:.2f}" for k in kinds],
+        cells = [f"{R:g}", *[_cell(acc[k][j], se[k][j] if se is not None else 0.0)
+                              for k in kinds],
                  f"{best_k} {100 * best:.2f}", f"{100 * room:+.2f}"]
         for k in learners:
             cells.append(f"{(acc[k][j] - best) / room:+.0%}" if room > 1e-9 else "-")
@@ -335,7 +357,10 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--half-life-days", type=float, default=HALF_LIFE_DAYS,
                    help="recrawl's estimator forgets: an interval's weight halves every that "
                         f"many days (default {HALF_LIFE_DAYS:g}; inf: never)")
-    p.add_argument("--reps", type=int, default=1, help="repetitions (ping draws, orders)")
+    p.add_argument("--reps", type=int, default=1,
+                   help="repetitions: the peers' random first order and crawl times, and "
+                        "--pings' draws (without --pings recrawl and hindsight are "
+                        "deterministic and run once); the table gives mean ± stderr")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--jobs", type=int, default=2, help="worker processes (max 2)")
     p.add_argument("--json", type=Path, default=None)
@@ -383,8 +408,11 @@ def main(argv: Sequence[str]) -> int:
     text = (f"# trace: {args.changes.name}\n\n{what}; recrawl prior {args.prior}, half-life "
             f"{args.half_life_days:g} days; "
             f"{args.reps} rep(s), seed {args.seed}, "
-            f"{time.perf_counter() - t0:.0f} s\n\n" + table(acc, args.budget)
-            + "\nroom = hindsight - best peer (points); share = (policy - best peer) / room.\n")
+            f"{time.perf_counter() - t0:.0f} s\n\n"
+            + table(acc, args.budget, stderr(raw, args.budget))
+            + "\nroom = hindsight - best peer (points); share = (policy - best peer) / room"
+            + ("; ± the standard error over the repetitions" if args.reps > 1 else "")
+            + ".\n")
     args.out.mkdir(parents=True, exist_ok=True)
     (args.out / "trace.md").write_text(text)
     _plot(acc, args.budget, args.out / "trace.png", f"{args.changes.name}: {what}")

@@ -10,7 +10,16 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from experiments.trace import HEDGE_SHARE, POLICIES, main, step_crawls, trace_rows
+from experiments.trace import (
+    HEDGE_SHARE,
+    POLICIES,
+    main,
+    stderr,
+    step_crawls,
+    summarise,
+    table,
+    trace_rows,
+)
 from models.estimators import CrawlInterval, SignalEstimator
 from models.sim import (
     Budget,
@@ -171,6 +180,42 @@ def test_the_command_writes_the_agreed_json_table_and_plot(tmp_path: Path) -> No
     with pytest.raises(SystemExit, match="learn-days"):
         main(["trace", "--changes", str(path), "--budget", "4", "--learn-days", "99",
               "--out", str(out), "--no-progress", "--jobs", "1"])
+
+
+def test_the_table_gives_each_mean_with_its_standard_error_over_repetitions() -> None:
+    accs = {"recrawl": [0.50, 0.50], "nutch": [0.40, 0.44], "stormcrawler": [0.30, 0.30],
+            "uniform": [0.45, 0.41], "hindsight": [0.60, 0.60]}
+    raw = [{"policy": k, "budget": 5.0, "accuracy": a} for k, v in accs.items() for a in v]
+    acc, se = summarise(raw, [5]), stderr(raw, [5])
+    assert acc["uniform"] == [pytest.approx(0.43)] and acc["nutch"] == [pytest.approx(0.42)]
+    # two repetitions 0.04 apart: sample sd 0.04/sqrt(2), over sqrt(2) -> 0.02
+    assert se["nutch"] == [pytest.approx(0.02)] and se["recrawl"] == [0.0]
+    row = table(acc, [5], se).splitlines()[2]
+    assert "| 50.00 |" in row and "42.00 ± 2.00" in row and "43.00 ± 2.00" in row
+    assert "uniform 43.00" in row  # the best peer by its mean
+    assert "±" not in table(acc, [5]).splitlines()[2]
+
+
+def test_repetitions_rerun_only_what_they_redraw() -> None:
+    rng = np.random.default_rng(8)
+    m = 24
+    p = np.repeat(np.arange(m), rng.poisson(np.linspace(0.5, 30, m)))
+    tr = trace_from_arrays(np.ones(m), p, T0_S + rng.uniform(0, 20 * DAY_S, p.size))
+    kinds = ["recrawl", "hindsight", "uniform"]
+
+    def acc(rows: list, k: str) -> list[float]:
+        return [r["accuracy"] for r in rows if r["policy"] == k]
+
+    # without pings another seed changes the peers' draws, not recrawl or hindsight ...
+    a = trace_rows(tr, [6], policies=kinds, seed=0)
+    b = trace_rows(tr, [6], policies=kinds, seed=7)
+    assert acc(a, "recrawl") == acc(b, "recrawl") and acc(a, "hindsight") == acc(b, "hindsight")
+    assert acc(a, "uniform") != acc(b, "uniform")
+    # ... so repetitions run them once; with synthesised pings every policy repeats
+    counts = [len(acc(trace_rows(tr, [6], policies=kinds, reps=3), k)) for k in kinds]
+    assert counts == [1, 1, 3]
+    pinged = trace_rows(tr, [6], policies=kinds, reps=3, pings=(0.5, 0.1, 0.1))
+    assert [len(acc(pinged, k)) for k in kinds] == [3, 3, 3]
 
 
 def test_warm_start_replaces_the_estimates_at_the_learn_day() -> None:
