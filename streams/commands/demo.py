@@ -41,6 +41,16 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
                    help="SIGKILL the last worker this many seconds in, then start it again")
     p.add_argument("--restart-after", type=float, default=10.0, metavar="SECONDS",
                    help="seconds between the kill and the restart (default 10)")
+    p.add_argument(
+        "--history", type=float, default=600.0, metavar="SECONDS",
+        help="warm start: import this many seconds of the test web's past (a change log) "
+        "into the worker before the run (default 600)",
+    )  # fmt: skip
+    p.add_argument("--history-format", choices=("changes", "cdx"), default="changes",
+                   help="the past as a change log (complete, default) or as an earlier "
+                   "crawler's CDX captures (round robin at the budget)")
+    p.add_argument("--cold", action="store_true",
+                   help="no history: the worker starts from its priors (same as --history 0)")
     p.add_argument("--json", help="write the summary here")
     p.set_defaults(func=run)
 
@@ -55,7 +65,11 @@ def run(args: argparse.Namespace) -> int:
         poll_interval_s=args.poll_interval, give_rates=args.true_rates, live=not args.quiet,
         t_delay_s=args.t_delay, sim_runs=args.sim_runs, workers=args.workers,
         kill_at_s=args.kill_at, restart_after_s=args.restart_after,
+        history_s=0.0 if args.cold else args.history, history_format=args.history_format,
     )  # fmt: skip
+    if not cfg.history_s >= 0 or cfg.history_s == float("inf"):
+        print("recrawl demo: --history must be a number of seconds >= 0")
+        return 2
     if cfg.workers < 1:
         print("recrawl demo: --workers must be at least 1")
         return 2

@@ -45,7 +45,8 @@ from typing import Any
 from streams.commands._settings import CLIENT_SETTINGS, add_settings_args, settings_from_args
 from streams.histories import FORMATS, Capture, Change, HistoryError, Page, ReadReport
 
-__all__ = ["ImportPlan", "file_digest", "read_pages", "register", "run"]
+__all__ = ["ImportPlan", "ImportResult", "file_digest", "import_file", "read_pages", "register",
+           "run"]
 
 #: outcomes sent between two progress writes (and awaited together)
 BATCH = 2000
@@ -162,6 +163,33 @@ def _refuse(plan: ImportPlan, url: str, reason: str) -> None:
         plan.first_refused.append((url, reason))
 
 
+@dataclass
+class ImportResult:
+    """What one import did: its exit status (``recrawl import``'s), the pages and records
+    read, the outcomes sent in this run, whether it sent all of them (``finished``) and
+    whether the worker applied them within the wait (``applied``)."""
+
+    code: int
+    pages: int = 0
+    records: int = 0
+    sent: int = 0
+    finished: bool = False
+    applied: bool = False
+
+
+async def import_file(settings: Any, path: Path, fmt: str | None = None, *,
+                      wait_s: float = 300.0, strict: bool = False) -> ImportResult:
+    """``recrawl import PATH`` from code (the same steps and output), against the worker
+    that ``settings`` address: returns once the worker's consumer group has committed every
+    outcome sent (``applied``) or ``wait_s`` has passed."""
+    from streams.histories import guess_format
+
+    fmt = fmt or guess_format(path)
+    args = argparse.Namespace(file=path, format=fmt, strict=strict, limit=None, again=False,
+                              start=None, wait_s=wait_s)
+    return await _import(settings, args, path, fmt)
+
+
 def run(args: argparse.Namespace) -> int:
     from streams.histories import guess_format
 
@@ -178,7 +206,7 @@ def run(args: argparse.Namespace) -> int:
         print(f"recrawl import: {exc}", file=sys.stderr)
         return 2
     settings = settings_from_args(args)
-    return asyncio.run(_import(settings, args, path, fmt))
+    return asyncio.run(_import(settings, args, path, fmt)).code
 
 
 def _progress_bar() -> Any:
@@ -194,7 +222,8 @@ def _progress_bar() -> Any:
                     TimeElapsedColumn(), transient=False)
 
 
-async def _import(settings: Any, args: argparse.Namespace, path: Path, fmt: str) -> int:
+async def _import(settings: Any, args: argparse.Namespace, path: Path, fmt: str
+                  ) -> ImportResult:
     from streams.reach import check_redis, started_producer
     from streams.store.redis_conn import connect
 
@@ -210,7 +239,7 @@ async def _import(settings: Any, args: argparse.Namespace, path: Path, fmt: str)
         if record.get("done") == "1":
             print(f"{path}: already imported ({record.get('sent', '0')} outcomes sent); "
                   "nothing to send (--again sends it all again)")
-            return 0
+            return ImportResult(0, finished=True, applied=True)
         start_s = 0.0
         if fmt == "kolobov":
             start_s = (args.start if args.start is not None
@@ -225,7 +254,7 @@ async def _import(settings: Any, args: argparse.Namespace, path: Path, fmt: str)
             except HistoryError as exc:
                 bar.stop()
                 print(f"recrawl import: {exc} (--strict: nothing sent)", file=sys.stderr)
-                return 1
+                return ImportResult(1)
             bar.update(task, total=plan.records, completed=plan.records)
         if math.isnan(start_s):  # the collection ends now: its last crawl is this run's time
             start_s = float(math.floor(time.time() - max(plan.last_s, 0.0)))
@@ -241,7 +270,7 @@ async def _import(settings: Any, args: argparse.Namespace, path: Path, fmt: str)
                           f"not consume the page events within {args.wait_s:g} s: is `recrawl "
                           "worker` running with these settings? Run the import again to "
                           "continue.", file=sys.stderr)
-                    return 1
+                    return ImportResult(1, records=plan.records)
                 await redis.hset(key, "pages", "1")
             done_before = int(record.get("sent", "0"))
             sent, finished, sent_to, counts = await _send_outcomes(
@@ -258,7 +287,9 @@ async def _import(settings: Any, args: argparse.Namespace, path: Path, fmt: str)
                     for p, (o, n) in sent_to.items())))
     finally:
         await redis.aclose()
-    return _summary(path, plan, counts, done_before, sent, finished, applied, settings)
+    code = _summary(path, plan, counts, done_before, sent, finished, applied, settings)
+    return ImportResult(code, sum(1 for p in plan.pages.values() if p is not None),
+                        plan.records, sent, finished, applied)
 
 
 async def _send_pages(producer: Any, settings: Any, plan: ImportPlan) -> dict[int, int]:

@@ -2,7 +2,11 @@
 
 Starts (or reuses) Kafka and Redis, a ``recrawl worker`` subprocess, and in this process:
 the test web (:mod:`streams.testweb`), the IndexNow receiver and the sitemap poller (the
-real producers, fed by the test web's announcements), and the reference fetcher.  Loads
+real producers, fed by the test web's announcements), and the reference fetcher.  Unless
+``history_s`` is 0 (``--cold``), writes the test web's past (``history_s`` seconds of each
+page's changes before the start) into the run's folder as a history file and imports it
+into the worker with ``recrawl import``'s code (warm start, :func:`.inputs.import_history`)
+before anything else reaches it.  Loads
 the world's pages, host limits and the budget into the input topics, runs for
 ``duration_s`` with a live view, then reports the live accuracy (measured by the test
 web after ``warmup_s``) next to the accuracy the models expect for the same world and
@@ -28,7 +32,7 @@ from typing import Any
 
 from streams.demo.config import DEMO_POLICY, DemoConfig, demo_settings, host_limit_of
 from streams.demo.expected import continuous_optimum, simulate_run
-from streams.demo.inputs import initial_crawl, load_inputs
+from streams.demo.inputs import import_history, initial_crawl, load_inputs
 from streams.demo.live import LiveNumbers, run_loop
 from streams.demo.summary import jsonable, print_summary
 from streams.demo.workers import WorkerProcess, settings_env, worker_log, worker_settings
@@ -42,6 +46,7 @@ __all__ = [
     "continuous_optimum",
     "demo_settings",
     "host_limit_of",
+    "import_history",
     "initial_crawl",
     "jsonable",
     "load_inputs",

@@ -53,6 +53,13 @@ class DemoConfig:
     #: again ``restart_after_s`` later
     kill_at_s: float | None = None
     restart_after_s: float = 10.0
+    #: Warm start: seconds of the test web's past (:func:`streams.testweb.world.past_changes`)
+    #: written as a history file in the run's folder and imported into the worker
+    #: (``recrawl import``) before the initial crawl; 0: a cold start (``--cold``)
+    history_s: float = 600.0
+    #: the history file's form: ``changes`` (a change log, complete) or ``cdx`` (an earlier
+    #: crawler's captures, round robin at the budget: incomplete)
+    history_format: str = "changes"
 
     @property
     def warmup(self) -> float:
@@ -80,6 +87,9 @@ def demo_settings(
         update={**extra,
             "topic_prefix": tag, "app_id": tag, "key_prefix": tag,
             "web_enabled": True, "web_port": web_port or free_port(),
+            # no order before the demo publishes its budget (after the catalogue and any
+            # import: a live crawl of a page would make its older imported outcomes stale)
+            "budget_per_s": 0.0,
             # absolute, under the home like the logs: the same for every current folder
             "data_dir": Path(default_home()) / "demo" / tag / "worker",
         }

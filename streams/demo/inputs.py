@@ -7,6 +7,8 @@ Part of :mod:`streams.demo` (split by concern), which re-exports every name.
 from __future__ import annotations
 
 import json
+import time
+from pathlib import Path
 from typing import Any
 
 from aiokafka import AIOKafkaProducer
@@ -17,13 +19,13 @@ from streams.settings import Settings
 from streams.store.redis_conn import AsyncRedis
 from streams.testweb.server import TestWeb
 
-__all__ = ["initial_crawl", "load_inputs"]
+__all__ = ["import_history", "initial_crawl", "load_inputs"]
 
 
 async def load_inputs(
-    settings: Settings, web: TestWeb, cfg: DemoConfig
+    settings: Settings, web: TestWeb, cfg: DemoConfig, *, budget: bool = True
 ) -> None:
-    """Publish the catalogue (pages), host limits and the budget."""
+    """Publish the catalogue (pages), host limits and (``budget``) the budget."""
     world = web.world
     host_limit = host_limit_of(cfg, world)
     producer = AIOKafkaProducer(bootstrap_servers=settings.kafka_bootstrap, acks="all")
@@ -44,7 +46,7 @@ async def load_inputs(
                 settings.topic("pages"), json.dumps(page).encode(), key=p.host.encode()
             )
         ctl = {"budget_per_s": cfg.budget_per_s}
-        for part in range(settings.partitions):
+        for part in range(settings.partitions if budget else 0):
             # one control message per partition: every shard hears the budget
             await producer.send(
                 settings.topic("control"), json.dumps(ctl).encode(), key=b"control",
@@ -79,3 +81,40 @@ async def initial_crawl(
     finally:
         await producer.stop()
     return fetched
+
+
+async def import_history(settings: Settings, web: TestWeb, cfg: DemoConfig, folder: Path
+                         ) -> tuple[dict[str, Any], list[tuple[int, float, bool | None]]]:
+    """The warm start: write the test web's past (``cfg.history_s`` seconds before now,
+    :func:`streams.testweb.world.past_changes` as the web was given it) into ``folder`` as a
+    history file, and import it into the running worker with ``recrawl import``'s code
+    (:func:`streams.commands.importing.import_file`: page events, then the crawl outcomes,
+    through Kafka), returning once the worker has applied every outcome.  The worker must
+    not order (budget 0) meanwhile: a page's live crawl would make its older imported
+    outcomes stale.  Returns what the summary reports and the crawls sent, as ``(page,
+    unix time, changed)`` in time order, for the simulator's mirror of the worker."""
+    from streams.commands.importing import import_file
+    from streams.testweb.history import history_crawls, history_name, write_history
+
+    if web.past is None:
+        raise ValueError("the test web has no past to import (TestWeb(past=...))")
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / history_name(cfg.history_format)
+    anchor = time.time()
+    write_history(path, web.world, web.urls(), web.past, anchor, cfg.history_s,
+                  fmt=cfg.history_format, crawls_per_s=cfg.budget_per_s)
+    crawls = history_crawls(path, web.urls())
+    started = time.monotonic()
+    result = await import_file(settings, path, cfg.history_format, wait_s=300.0)
+    took = time.monotonic() - started
+    if result.code != 0 or not result.applied:
+        raise RuntimeError(f"the demo's history import failed (exit {result.code}, applied "
+                           f"{result.applied}); see the output above")
+    if result.sent != len(crawls):
+        raise RuntimeError(f"the import sent {result.sent} outcomes, the history holds "
+                           f"{len(crawls)} crawls")
+    info = {"history_s": cfg.history_s, "format": cfg.history_format, "file": str(path),
+            "pages": result.pages, "records": result.records, "outcomes": result.sent,
+            "intervals": sum(1 for c in crawls if c[2] is not None),
+            "changes": int(sum(len(c) for c in web.past)), "import_s": took}
+    return info, crawls

@@ -10,12 +10,13 @@ import asyncio
 import contextlib
 import time
 from dataclasses import asdict, dataclass, field
+from pathlib import Path
 from typing import Any
 
 import aiohttp
 
 from streams.demo.config import DEMO_POLICY, DemoConfig
-from streams.demo.inputs import initial_crawl, load_inputs
+from streams.demo.inputs import import_history, initial_crawl, load_inputs
 from streams.edges.indexnow import IndexNowReceiver, KeyRegistry, start_receiver
 from streams.edges.pings import Ping, PingProducer
 from streams.edges.sitemaps import MAX_BYTES, SitemapPoller
@@ -26,7 +27,7 @@ from streams.store.redis_conn import connect as connect_redis
 from streams.store.redis_store import put_truth
 from streams.testweb.expected import RunRecord
 from streams.testweb.server import TestWeb
-from streams.testweb.world import World
+from streams.testweb.world import World, past_changes
 
 __all__ = ["LiveNumbers", "run_loop"]
 
@@ -148,7 +149,19 @@ async def run_loop(
             dedup_window_s=0.0,
         )  # fmt: skip
         runner, rport = await start_receiver(receiver)
-        web = TestWeb(world, indexnow_endpoint=f"http://127.0.0.1:{rport}/indexnow")
+        from infra.proc import free_port
+
+        warm = cfg.history_s > 0
+        web = TestWeb(world, indexnow_endpoint=f"http://127.0.0.1:{rport}/indexnow",
+                      port=free_port(),
+                      past=past_changes(world, cfg.history_s) if warm else None)
+        history: dict[str, Any] | None = None
+        if warm:
+            # before the test web starts: no ping reaches the worker while it applies the
+            # history (a live ping would count in an imported interval)
+            await load_inputs(settings, web, cfg, budget=False)
+            history, record.history = await import_history(
+                settings, web, cfg, Path(settings.data_dir).parent)
         await web.start()
         page_of.update({u: i for i, u in enumerate(web.urls())})
         producer.on_send = on_ping
@@ -160,6 +173,8 @@ async def run_loop(
                 await poller.poll(u)
             polling = poller.run(web.sitemap_urls(), cfg.poll_interval_s, stop)
             tasks.append(asyncio.create_task(polling))
+            # the catalogue (again after an import: a history without importance, a CDX,
+            # declares its pages at importance 1), the host limits and the budget
             await load_inputs(settings, web, cfg)
             await asyncio.sleep(2.0)  # let the worker apply the catalogue
             record.initial_fetch = await initial_crawl(settings, web, http, rclient)
@@ -238,6 +253,7 @@ async def run_loop(
                 "duration_s": end - started,
                 "window_s": window_s,
                 "warmup_s": cfg.warmup,
+                "history": history,
                 "world": {
                     "pages": len(world.pages), "hosts": len(world.hosts), "seed": world.seed,
                     "time_unit_s": world.time_unit_s,

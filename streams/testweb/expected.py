@@ -25,6 +25,7 @@ live and simulated accuracy differ only by what the live pipeline decided.
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -83,6 +84,60 @@ class WorkerMirror:
         self.failures = 0
         for i in range(len(world.pages)):
             self._rekey(i, offset)
+
+    def warm_start(self, crawls: Sequence[tuple[int, float, bool | None]]) -> None:
+        """Start from an imported history: each page uncrawled, then the history's crawls
+        (``(page, unix time, changed)``, in time order, all before the run's own first
+        crawl of the page) as the worker's outcomes agent applies them (in chunks that hold
+        a page at most once, every page of a chunk under its host's prior sums as they were
+        before the chunk), then the run's first crawl of every page (``initial_copy``),
+        which, the first fetch the fetcher compares nothing with (``changed: null``),
+        observes nothing."""
+        first = [st.last_crawl_s for st in self.states]
+        n = len(SOURCES)
+        self.states = [PageState(st.importance, st.prior_change_rate_per_s, 0.0, (0,) * n)
+                       for st in self.states]  # fmt: skip
+        chunk: list[tuple[int, float, bool | None]] = []
+        for crawl in crawls:
+            page, t, _changed = crawl
+            if t >= first[page]:
+                raise ValueError(f"page {page}: an imported crawl at {t} is not before the "
+                                 f"run's first crawl ({first[page]})")
+            if any(c[0] == page for c in chunk):
+                self._apply_chunk(chunk)
+                chunk = []
+            chunk.append(crawl)
+        self._apply_chunk(chunk)
+        for i, t in enumerate(first):
+            self.states[i] = self.states[i].after_crawl(t)
+            self._rekey(i, self.offset)
+
+    def _apply_chunk(self, chunk: Sequence[tuple[int, float, bool | None]]) -> None:
+        obs: list[Observation] = []
+        pages: list[int] = []
+        for page, t, changed in chunk:
+            st = self.states[page]
+            if changed is not None and st.crawled and t > st.last_crawl_s:
+                h = self.hosts[page]
+                pages.append(page)
+                obs.append(Observation(self.records[page], t - st.last_crawl_s, st.signals,
+                                       changed, t, st.prior_change_rate_per_s,
+                                       self.prior_sums.get(h, (0.0, 0.0, 0.0))))
+        try:
+            new = self.estimation.observe(obs)
+        except Exception:  # the worker applies the chunk without its estimates too
+            self.failures += 1
+            new = []
+        for page, record in zip(pages, new, strict=False):
+            h = self.hosts[page]
+            after = swapped(self.prior_sums.get(h, (0.0, 0.0, 0.0)), self.records[page],
+                            record)
+            if after is not None:
+                self.prior_sums[h] = after
+            self.records[page] = record
+        for page, t, _changed in chunk:
+            if t > self.states[page].last_crawl_s:
+                self.states[page] = self.states[page].after_crawl(t)
 
     def _rekey(self, i: int, now_s: float) -> None:
         p = page_params(self.states[i], estimates_of(self.records[i]), self.settings)
@@ -160,13 +215,16 @@ def _host_index(world: World) -> np.ndarray:
 
 def _run(world: World, settings: Settings, ev: Events, orders: np.ndarray, *, kind: str,
          offset: float, initial: np.ndarray, t_delay: float, fetch_lag: Any, outcome_lag: Any,
-         loop: Loop, start: float, stop: float) -> float:  # fmt: skip
+         loop: Loop, start: float, stop: float,
+         history: Sequence[tuple[int, float, bool | None]] = ()) -> float:  # fmt: skip
     pol: Any
     if kind == "oracle":
         pol = oracle_policy(world, initial, t_delay)
     else:
         pol = WorkerMirror(world, settings, offset, initial, t_delay,
                            give_rates=loop.give_rates)
+        if history:
+            pol.warm_start(history)
     res = run_timed(ev, pol, orders, fetch_lag=fetch_lag, outcome_lag=outcome_lag,
                     last_crawl=initial, host=_host_index(world),
                     host_rate=loop.host_rate_per_s, host_burst=loop.host_burst,
@@ -177,9 +235,17 @@ def _run(world: World, settings: Settings, ev: Events, orders: np.ndarray, *, ki
 
 
 def fresh_draws(world: World, settings: Settings, loop: Loop, *, kind: str = "mirror",
-                runs: int = 4, seed: int = 0) -> tuple[float, float]:  # fmt: skip
+                runs: int = 4, seed: int = 0, history_s: float = 0.0,
+                history_format: str = "changes",
+                history_crawls_per_s: float | None = None) -> tuple[float, float]:  # fmt: skip
     """Mean and standard deviation of the accuracy over ``[warmup, duration]`` on ``runs``
-    fresh draws of the test web's processes, orders evenly spaced at ``budget_per_s``."""
+    fresh draws of the test web's processes, orders evenly spaced at ``budget_per_s``.
+
+    ``history_s > 0``: the mirror starts from an import of the draw's past
+    (:func:`streams.testweb.world.past_changes` over ``history_s``, written as
+    ``history_format`` by :func:`streams.testweb.history.write_history`, an earlier
+    crawler's CDX at ``history_crawls_per_s``, default the loop's budget, and read back as
+    the importer reads it); the oracle needs no history."""
     a = world.arrays()
     sitemap = np.array([p.channel == "sitemap" for p in world.pages])
     orders = np.arange(1, int(loop.duration_s * loop.budget_per_s) + 1) / loop.budget_per_s
@@ -191,12 +257,34 @@ def fresh_draws(world: World, settings: Settings, loop: Loop, *, kind: str = "mi
                             a["delay_s"], sitemap, loop.duration_s, rng,
                             poll_interval=loop.poll_interval_s,
                             flush_interval=loop.flush_interval_s, lag=loop.ping_lag_s)  # fmt: skip
+        history: list[tuple[int, float, bool | None]] = []
+        if history_s > 0 and kind != "oracle":
+            history = _drawn_history(world, history_s, seed + 1000 * r, history_format,
+                                     history_crawls_per_s or loop.budget_per_s)
         accs.append(_run(world, settings, ev, orders, kind=kind, offset=EPOCH, initial=initial,
                          t_delay=loop.t_delay_s, fetch_lag=loop.fetch_lag_s,
                          outcome_lag=loop.outcome_lag_s, loop=loop, start=loop.warmup_s,
-                         stop=loop.duration_s))  # fmt: skip
+                         stop=loop.duration_s, history=history))  # fmt: skip
     sd = float(np.std(accs, ddof=1)) if len(accs) > 1 else 0.0
     return float(np.mean(accs)), sd
+
+
+def _drawn_history(world: World, history_s: float, seed: int, fmt: str,
+                   crawls_per_s: float) -> list[tuple[int, float, bool | None]]:
+    """The crawls an import of a drawn past gives (through a written file, as the demo)."""
+    import tempfile
+    from pathlib import Path
+
+    from streams.testweb.history import history_crawls, history_name, write_history
+    from streams.testweb.world import past_changes
+
+    urls = [p.url(1) for p in world.pages]
+    past = past_changes(world, history_s, seed=seed)
+    with tempfile.TemporaryDirectory() as tmp:
+        path = Path(tmp) / history_name(fmt)
+        write_history(path, world, urls, past, EPOCH, history_s, fmt=fmt,
+                      crawls_per_s=crawls_per_s)
+        return history_crawls(path, urls)
 
 
 @dataclass
@@ -212,6 +300,9 @@ class RunRecord:
     pings: list[tuple[int, float, float | None]] = field(default_factory=list)
     #: (issued_at, fetched_at, reported_at) of every order fetched after ``t0``
     orders: list[tuple[float, float, float]] = field(default_factory=list)
+    #: (page, fetched_at, changed) of every crawl the worker imported before the run, in
+    #: time order (:func:`streams.testweb.history.history_crawls`; empty: a cold start)
+    history: list[tuple[int, float, bool | None]] = field(default_factory=list)
 
     def events(self) -> Events:
         t0 = self.t0
@@ -248,4 +339,4 @@ def replay(world: World, settings: Settings, rec: RunRecord, loop: Loop, *,
     return _run(world, settings, ev, orders, kind=kind, offset=rec.t0, initial=initial,
                 t_delay=loop.t_delay_s, fetch_lag=o[:, 1] - o[:, 0],
                 outcome_lag=o[:, 2] - o[:, 0], loop=loop, start=rec.window_start - rec.t0,
-                stop=rec.end - rec.t0)  # fmt: skip
+                stop=rec.end - rec.t0, history=rec.history)  # fmt: skip

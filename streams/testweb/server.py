@@ -33,10 +33,12 @@ import logging
 import random
 import time
 from collections import Counter, defaultdict
+from collections.abc import Sequence
 from typing import Any
 from xml.sax.saxutils import escape
 
 import aiohttp
+import numpy as np
 from aiohttp import web
 
 from streams.edges.timeparse import format_w3c_datetime, http_date, parse_http_date
@@ -91,8 +93,13 @@ class TestWeb:
         sitemap_chunk: int = 10,
         flush_interval_s: float = 0.2,
         simulate: bool = True,
+        past: Sequence[np.ndarray] | None = None,
     ) -> None:
         self.world = world
+        #: each page's changes before the start, in seconds relative to it (negative,
+        #: sorted; :func:`streams.testweb.world.past_changes`): a page starts at the version
+        #: they leave it at, its sitemap ``lastmod`` at the last of them
+        self.past = past
         self.bind = bind
         self.port = port
         self.indexnow_endpoint = indexnow_endpoint
@@ -164,6 +171,11 @@ class TestWeb:
         for p in self.world.pages:
             self.truth.add_page(p.url(self.port), p.importance, now)
         self._lastmod = [now] * len(self.world.pages)
+        for i, changes in enumerate(self.past or ()):
+            if len(changes):
+                page = self.truth.pages[self.url(i)]
+                page.version = len(changes)
+                page.last_change_at = self._lastmod[i] = now + float(changes[-1])
         self._session = aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=10))
         if self.simulate:
             for i in range(len(self.world.pages)):

@@ -17,9 +17,14 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["CHANNELS", "PageSpec", "World", "generate_world", "key_for_host"]
+__all__ = ["CHANNELS", "PAST_STREAM", "PageSpec", "World", "generate_world", "key_for_host",
+           "past_changes"]
 
 CHANNELS = ("indexnow", "sitemap")
+
+#: the random stream of a world's past (:func:`past_changes`), apart from the world's
+#: own draw and the test web's live processes
+PAST_STREAM = 1
 
 
 @dataclass(frozen=True, slots=True)
@@ -128,3 +133,20 @@ def generate_world(
             )
         )
     return World(seed=seed, time_unit_s=time_unit_s, pages=tuple(pages))
+
+
+def past_changes(world: World, history_s: float, seed: int | None = None) -> list[np.ndarray]:
+    """Each page's change times over the ``history_s`` seconds before the run's start, in
+    seconds relative to it (in ``[-history_s, 0)``, sorted): the page's live change process
+    (Poisson at ``change_rate_per_s``) run backwards from the start.  A Poisson process has
+    no memory, so the past and the live changes drawn from the start on are one process
+    over ``[-history_s, inf)``; the page's version at the start is the number of its past
+    changes.  Deterministic: the world's seed (or ``seed``) fixes it."""
+    if history_s < 0 or not np.isfinite(history_s):
+        raise ValueError(f"history_s must be finite and >= 0, not {history_s}")
+    rng = np.random.default_rng([world.seed if seed is None else seed, PAST_STREAM])
+    out = []
+    for p in world.pages:
+        n = rng.poisson(p.change_rate_per_s * history_s)
+        out.append(np.sort(rng.uniform(-history_s, 0.0, n)))
+    return out

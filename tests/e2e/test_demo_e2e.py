@@ -1,5 +1,7 @@
 """End to end: worker (the scheduler), fetcher, test web, producers; the live
-accuracy is within 3 points of the simulator's expectation for the same world.
+accuracy is within 3 points of the simulator's expectation for the same world, cold and
+warm-started from the test web's past; after the demo's import the worker's estimates are
+the simulator's mirror's of the same observations.
 
 The expectation is Algorithm 1 in ``models.sim`` given what the worker is given and learns
 (change rates and ping quality learned online with the worker's own estimator code, the
@@ -20,9 +22,9 @@ from streams.testweb.world import generate_world
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
 
-@pytest.mark.parametrize("partitions", [1, 2])
+@pytest.mark.parametrize(("partitions", "history_s"), [(1, 120.0), (2, 0.0)])
 def test_live_accuracy_matches_the_simulator(
-    settings: Settings, start_worker, partitions: int
+    settings: Settings, start_worker, partitions: int, history_s: float
 ) -> None:
     from infra.kafka import create_topics
     from infra.proc import free_port
@@ -31,6 +33,7 @@ def test_live_accuracy_matches_the_simulator(
     tag = f"p{partitions}"
     s = settings.model_copy(update={
         "web_enabled": True, "web_port": web_port, "t_delay_s": 2.0, "partitions": partitions,
+        "budget_per_s": 0.0,  # as the demo's: no order before its budget
         "topic_prefix": settings.topic_prefix + tag, "app_id": settings.app_id + tag,
         "key_prefix": settings.key_prefix + tag,
     })  # fmt: skip
@@ -38,7 +41,7 @@ def test_live_accuracy_matches_the_simulator(
     start_worker(s)
     cfg = DemoConfig(
         duration_s=60.0, warmup_s=20.0, budget_per_s=8.0, hosts=5, pages_per_host=20,
-        seed=11, time_unit_s=5.0, live=False, sim_runs=0,
+        seed=11, time_unit_s=5.0, live=False, sim_runs=0, history_s=history_s,
     )  # fmt: skip
     world = generate_world(
         cfg.seed, n_hosts=cfg.hosts, pages_per_host=cfg.pages_per_host,
@@ -49,6 +52,11 @@ def test_live_accuracy_matches_the_simulator(
     )
     sim = simulate_run(world, s, cfg, summary)
     live, expected = summary["accuracy"], sim["expected_accuracy"]
+    if history_s:
+        h = summary["history"]
+        assert h["pages"] == len(world.pages) and h["outcomes"] > h["changes"] > 0, h
+    else:
+        assert summary["history"] is None
     print(f"partitions {partitions}: live {live:.4f} expected {expected:.4f} "
           f"oracle {sim['expected_accuracy_oracle']:.4f}")
     assert summary["orders_per_s"] == pytest.approx(cfg.budget_per_s, rel=0.15)
@@ -56,3 +64,65 @@ def test_live_accuracy_matches_the_simulator(
     assert summary["pings_indexnow"] > 0 and summary["pings_sitemap"] > 0
     assert live is not None
     assert abs(live - expected) <= 0.03, (live, expected, sim)
+
+
+def test_the_worker_after_the_demos_import_has_the_mirrors_estimates(
+    settings: Settings, start_worker
+) -> None:
+    """The demo's import (:func:`streams.demo.inputs.import_history`, through Kafka into a
+    real worker) leaves each page with the estimator record the simulator's mirror computes
+    from the crawls it was told the import sent; those crawls are the file's, read back."""
+    import numpy as np
+
+    from streams.demo.inputs import import_history, load_inputs
+    from streams.estimates.estimation import full_estimates
+    from streams.estimates.params import page_params
+    from streams.events.records import host_of
+    from streams.store.page_record import PageState, estimator_part
+    from streams.store.redis_store import Store
+    from streams.testweb.expected import WorkerMirror
+    from streams.testweb.server import TestWeb
+    from streams.testweb.world import past_changes
+
+    s = settings.model_copy(update={"budget_per_s": 0.0, "t_delay_s": 2.0})
+    start_worker(s)
+    cfg = DemoConfig(hosts=4, pages_per_host=10, seed=5, time_unit_s=5.0, live=False,
+                     history_s=300.0)
+    world = generate_world(cfg.seed, n_hosts=cfg.hosts, pages_per_host=cfg.pages_per_host,
+                           time_unit_s=cfg.time_unit_s)
+    web = TestWeb(world, port=1, past=past_changes(world, cfg.history_s))
+
+    async def go() -> tuple[dict, list, list]:
+        await load_inputs(s, web, cfg, budget=False)
+        info, crawls = await import_history(s, web, cfg, s.data_dir.parent / "run")
+        store = Store.from_url(s.redis_url, s.key_prefix)
+        try:
+            values = await store.read_pages([(host_of(u), u) for u in web.urls()])
+        finally:
+            await store.close()
+        return info, crawls, values
+
+    info, crawls, values = asyncio.run(go())
+    assert info["outcomes"] == len(crawls) > info["changes"] > len(world.pages)
+    first = max(t for _, t, _ in crawls) + 1.0  # the run's first crawl, after the history
+    mirror = WorkerMirror(world, s, 0.0, np.full(len(world.pages), first), 2.0,
+                          give_rates=False)
+    mirror.warm_start(crawls)
+    assert mirror.failures == 0
+    for i, (url, value) in enumerate(zip(web.urls(), values, strict=True)):
+        assert value is not None, url
+        page = PageState.decode(value)
+        last = max(t for p, t, _ in crawls if p == i)
+        assert page.last_crawl_s == pytest.approx(last, abs=1e-3), url
+        got, want = full_estimates(estimator_part(value)), full_estimates(mirror.records[i])
+        assert got is not None and want is not None, url
+        n = sum(1 for p, _, c in crawls if p == i and c is not None)
+        assert got.n_intervals == want.n_intervals == n, url
+        # the page's own estimate: the same observations in the same order, the same code
+        assert got.change_rate_per_s == pytest.approx(want.change_rate_per_s, rel=1e-6), url
+        # what it orders by: under its host's prior, whose sums the worker and the mirror
+        # update in chunks that need not be the same
+        mine = page_params(page, estimator_part(value), s)
+        theirs = page_params(PageState(page.importance, None, page.last_crawl_s,
+                                       page.signals), mirror.records[i], s)
+        assert mine.change_rate_per_s == pytest.approx(theirs.change_rate_per_s, rel=0.05), url

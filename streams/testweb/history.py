@@ -1,0 +1,90 @@
+"""The test web's past as a history file, and the crawl observations an import of it gives.
+
+:func:`write_history` writes each page's past changes (:func:`streams.testweb.world.past_changes`,
+anchored at the run's start ``t0``) in one of two forms ``recrawl import`` reads:
+
+* ``changes`` - a change log (``history.jsonl``): every change, a complete history (a CMS's
+  revision log), with each page's importance;
+* ``cdx`` - a CDX index (``history.cdx``) of an earlier crawler's captures: round robin over
+  the pages at ``crawls_per_s`` across the history, each capture ``changed`` when a change
+  fell since the page's previous capture (an incomplete history; whole seconds, as CDX keeps
+  them).
+
+:func:`history_crawls` reads a written file back into the crawls the importer sends
+(:func:`~streams.histories.observations.crawls_of`, the change log's window from its
+earliest to its latest change), as ``(page, time_s, changed)`` in time order: what the
+simulator's mirror of the worker is fed before the run
+(:class:`streams.testweb.expected.WorkerMirror`), so that it starts from the observations
+the worker imported.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+from collections.abc import Sequence
+from pathlib import Path
+
+import numpy as np
+
+from streams.histories import Change, read_history
+from streams.histories.observations import Window, crawls_of, in_time_order
+from streams.histories.write import write_cdx, write_changes
+from streams.testweb.world import World
+
+__all__ = ["HISTORY_FORMATS", "history_crawls", "history_name", "write_history"]
+
+HISTORY_FORMATS = ("changes", "cdx")
+
+
+def history_name(fmt: str) -> str:
+    """The history file's name in the run's folder (its suffix tells the importer the
+    format)."""
+    if fmt not in HISTORY_FORMATS:
+        raise ValueError(f"history format must be one of {HISTORY_FORMATS}, not {fmt!r}")
+    return "history.jsonl" if fmt == "changes" else "history.cdx"
+
+
+def write_history(path: Path, world: World, urls: Sequence[str], past: Sequence[np.ndarray],
+                  t0: float, history_s: float, *, fmt: str = "changes",
+                  crawls_per_s: float = 10.0) -> None:
+    """Write the pages' ``past`` changes (seconds relative to ``t0``, the run's start) as a
+    change log or an earlier crawler's CDX (module docstring)."""
+    history_name(fmt)
+    if fmt == "changes":
+        write_changes(path, {u: (t0 + np.asarray(c)).tolist() for u, c in zip(urls, past,
+                                                                              strict=True)},
+                      importance={u: p.importance for u, p in zip(urls, world.pages,
+                                                                   strict=True)})
+        return
+    m = len(urls)
+    if crawls_per_s <= 0:
+        raise ValueError(f"crawls_per_s must be > 0, not {crawls_per_s}")
+    period = m / crawls_per_s
+    obs: dict[str, list[tuple[float, bool | None]]] = {}
+    for i, (url, ch) in enumerate(zip(urls, past, strict=True)):
+        start = t0 - history_s + i / crawls_per_s
+        k = max(0, math.ceil((t0 - start) / period))
+        times = sorted({float(round(start + j * period)) for j in range(k)})
+        times = [t for t in times if t < t0]
+        absolute = t0 + np.asarray(ch)
+        o: list[tuple[float, bool | None]] = [(times[0], None)] if times else []
+        for a, b in itertools.pairwise(times):
+            o.append((b, bool(((absolute > a) & (absolute <= b)).any())))
+        obs[url] = o
+    write_cdx(path, obs)
+
+
+def history_crawls(path: Path, urls: Sequence[str]) -> list[tuple[int, float, bool | None]]:
+    """The crawls an import of ``path`` sends, as ``(page, unix time, changed)`` in time
+    order (``page``: the index of its URL in ``urls``; a URL not there is an error)."""
+    first, last = math.inf, -math.inf
+    for rec in read_history(path, strict=True):
+        if type(rec) is Change:
+            first, last = min(first, rec.time_s), max(last, rec.time_s)
+    window = Window(first, last) if math.isfinite(first) else None
+    index = {u: i for i, u in enumerate(urls)}
+    out = [(index[c.url], c.time_s, c.changed)
+           for c in in_time_order(crawls_of(read_history(path, strict=True), window))]
+    out.sort(key=lambda x: x[1])
+    return out

@@ -1,0 +1,113 @@
+"""The test web's past (``past_changes``) and its history file (``write_history``,
+``history_crawls``): deterministic, and read back to what was drawn; the simulator's mirror
+warm-started from it holds each page's estimator of exactly those crawls."""
+
+from __future__ import annotations
+
+import itertools
+import math
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from streams.estimates.estimation import Estimation, Observation, full_estimates
+from streams.events.records import SOURCES
+from streams.histories.observations import ms
+from streams.settings import Settings
+from streams.testweb.expected import WorkerMirror
+from streams.testweb.history import history_crawls, history_name, write_history
+from streams.testweb.world import generate_world, past_changes
+
+T0 = 1.7e9
+
+
+def _world():  # type: ignore[no-untyped-def]
+    return generate_world(3, n_hosts=3, pages_per_host=4, time_unit_s=5.0)
+
+
+def _urls(world) -> list[str]:  # type: ignore[no-untyped-def]
+    return [p.url(8080) for p in world.pages]
+
+
+def test_the_past_is_deterministic_and_drawn_at_each_pages_rate() -> None:
+    world = _world()
+    a, b = past_changes(world, 600.0), past_changes(world, 600.0)
+    assert all(np.array_equal(x, y) for x, y in zip(a, b, strict=True))
+    other = past_changes(world, 600.0, seed=world.seed + 1)
+    assert not all(np.array_equal(x, y) for x, y in zip(a, other, strict=True))
+    for c in a:
+        assert np.all(np.diff(c) >= 0) and (c.size == 0 or (c[0] >= -600.0 and c[-1] < 0.0))
+    # the counts are Poisson at each page's rate: their sum within 4 sd of its mean
+    long = past_changes(world, 2e5)
+    mean = sum(p.change_rate_per_s for p in world.pages) * 2e5
+    assert abs(sum(c.size for c in long) - mean) < 4 * math.sqrt(mean)
+    with pytest.raises(ValueError):
+        past_changes(world, -1.0)
+
+
+def test_a_change_log_reads_back_to_every_change(tmp_path: Path) -> None:
+    world = _world()
+    urls = _urls(world)
+    past = past_changes(world, 300.0)
+    path = tmp_path / history_name("changes")
+    write_history(path, world, urls, past, T0, 300.0, fmt="changes")
+    crawls = history_crawls(path, urls)
+    assert [t for _, t, _ in crawls] == sorted(t for _, t, _ in crawls)
+    start = min(T0 + c[0] for c in past if c.size)
+    for i, c in enumerate(past):
+        mine = [(t, ch) for p, t, ch in crawls if p == i]
+        assert mine[0] == (ms(start), None)  # every page starts with the window
+        changed = [t for t, ch in mine if ch]
+        assert changed == [ms(T0 + x) for x in c if ms(T0 + x) > ms(start)]
+        assert all(t < T0 for t, _ in mine)
+
+
+def test_a_cdx_reads_back_to_round_robin_captures_and_their_changes(tmp_path: Path) -> None:
+    world = _world()
+    urls = _urls(world)
+    past = past_changes(world, 300.0)
+    path = tmp_path / history_name("cdx")
+    write_history(path, world, urls, past, T0, 300.0, fmt="cdx", crawls_per_s=0.5)
+    crawls = history_crawls(path, urls)
+    period = len(urls) / 0.5
+    for i, c in enumerate(past):
+        mine = [(t, ch) for p, t, ch in crawls if p == i]
+        times = [t for t, _ in mine]
+        assert mine[0][1] is None and len(times) == math.ceil((300.0 - i / 0.5) / period)
+        assert np.allclose(np.diff(times), period, atol=1.0) and times[-1] < T0
+        truth = [bool(((T0 + c > a) & (T0 + c <= b)).any()) for a, b in itertools.pairwise(times)]
+        assert [ch for _, ch in mine[1:]] == truth
+
+
+def test_the_warm_mirror_holds_the_estimator_of_exactly_the_imported_crawls(
+    tmp_path: Path,
+) -> None:
+    world = _world()
+    urls = _urls(world)
+    path = tmp_path / history_name("changes")
+    write_history(path, world, urls, past_changes(world, 300.0), T0, 300.0)
+    crawls = history_crawls(path, urls)
+    mirror = WorkerMirror(world, Settings(), T0, np.full(len(urls), 5.0), 2.0,
+                          give_rates=False)
+    mirror.warm_start(crawls)
+    est = Estimation()
+    n = len(SOURCES)
+    for i in range(len(urls)):
+        record, last = None, None
+        for p, t, changed in crawls:
+            if p != i:
+                continue
+            if last is not None and changed is not None:
+                (record,) = est.observe([Observation(record, t - last, (0,) * n, changed, t)])
+            last = t
+        want, got = full_estimates(record), full_estimates(mirror.records[i])
+        assert want is not None and got is not None
+        assert got.n_intervals == want.n_intervals > 0
+        assert got.change_rate_per_s == pytest.approx(want.change_rate_per_s, rel=1e-9)
+        # then the run's first crawl, which observes nothing
+        assert mirror.states[i].last_crawl_s == T0 + 5.0
+        assert mirror.states[i].signals == (0,) * n
+    late = WorkerMirror(world, Settings(), T0, np.full(len(urls), -1000.0), 2.0)
+    with pytest.raises(ValueError, match="not before"):
+        late.warm_start(crawls)
