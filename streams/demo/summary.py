@@ -48,6 +48,10 @@ def print_summary(summary: dict[str, Any]) -> None:
          f"{w['pages']} pages, {w['hosts']} hosts, {w['changes_per_s']:.1f} changes/s"),
         ("measured over", f"{summary['window_s']:.0f} s after {summary['warmup_s']:.0f} s warm-up"),
     ]  # fmt: skip
+    h = summary.get("history")
+    rows.append(("warm start (imported history)", "none (cold)" if not h else
+                 f"{h['history_s']:.0f} s of {h['format']}: {h['pages']} pages, "
+                 f"{h['intervals']} intervals ({h['changes']} changes) in {h['import_s']:.0f} s"))
     rows.append(("workers", str(summary.get("workers", 1))))
     for kill in summary.get("worker_kills", []):
         again = kill.get("ready_again_at_s")

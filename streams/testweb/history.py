@@ -16,12 +16,18 @@ earliest to its latest change), as ``(page, time_s, changed)`` in time order: wh
 simulator's mirror of the worker is fed before the run
 (:class:`streams.testweb.expected.WorkerMirror`), so that it starts from the observations
 the worker imported.
+
+``python -m streams.testweb.history --history 0 600 --formats changes cdx`` measures what a
+warm start buys in the simulator: the mirror's and the oracle's accuracy on fresh draws of
+the demo's default world (``recrawl demo``'s settings) for each history length and form.
 """
 
 from __future__ import annotations
 
+import argparse
 import itertools
 import math
+import sys
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -88,3 +94,39 @@ def history_crawls(path: Path, urls: Sequence[str]) -> list[tuple[int, float, bo
            for c in in_time_order(crawls_of(read_history(path, strict=True), window))]
     out.sort(key=lambda x: x[1])
     return out
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    from streams.demo.config import DemoConfig, host_limit_of
+    from streams.settings import load_settings
+    from streams.testweb.expected import Loop, fresh_draws
+    from streams.testweb.world import generate_world
+
+    p = argparse.ArgumentParser(prog="python -m streams.testweb.history",
+                                description="warm start in the simulator: mirror and oracle "
+                                "on fresh draws of the demo's world")
+    p.add_argument("--history", type=float, nargs="+", default=[0.0, 600.0])
+    p.add_argument("--formats", nargs="+", choices=HISTORY_FORMATS, default=["changes"])
+    p.add_argument("--runs", type=int, default=4)
+    p.add_argument("--seed", type=int, default=0)
+    a = p.parse_args(argv)
+    cfg = DemoConfig(seed=a.seed)
+    world = generate_world(cfg.seed, n_hosts=cfg.hosts, pages_per_host=cfg.pages_per_host,
+                           time_unit_s=cfg.time_unit_s, sitemap_share=cfg.sitemap_share)
+    settings = load_settings().model_copy(update={"t_delay_s": cfg.t_delay_s})
+    loop = Loop(budget_per_s=cfg.budget_per_s, duration_s=cfg.duration_s,
+                warmup_s=cfg.warmup, t_delay_s=cfg.t_delay_s,
+                poll_interval_s=cfg.poll_interval_s, host_rate_per_s=host_limit_of(cfg, world),
+                host_burst=settings.host_burst, host_max_in_flight=0, give_rates=False)
+    om, osd = fresh_draws(world, settings, loop, kind="oracle", runs=a.runs, seed=a.seed)
+    print(f"oracle: {om:.4f} (sd {osd:.4f})", flush=True)
+    for h in a.history:
+        for fmt in a.formats if h > 0 else ["-"]:
+            m, sd = fresh_draws(world, settings, loop, runs=a.runs, seed=a.seed, history_s=h,
+                                history_format=fmt if h > 0 else "changes")
+            print(f"mirror, history {h:g} s {fmt}: {m:.4f} (sd {sd:.4f})", flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
