@@ -113,31 +113,37 @@ class WorkerMirror:
             self._rekey(i, self.offset)
 
     def _apply_chunk(self, chunk: Sequence[tuple[int, float, bool | None]]) -> None:
+        self._observe([(page, t, changed) for page, t, changed in chunk if changed is not None])
+        for page, t, _changed in chunk:
+            if t > self.states[page].last_crawl_s:
+                self.states[page] = self.states[page].after_crawl(t)
+
+    def _observe(self, crawls: Sequence[tuple[int, float, bool]]) -> None:
+        """Each crawl's interval since its page's last crawl into the page's estimator, as
+        the worker's outcomes agent applies a batch (a page at most once; every page under
+        its host's prior sums as they were before the batch); a page never crawled, or a
+        crawl before its last, observes nothing."""
         obs: list[Observation] = []
         pages: list[int] = []
-        for page, t, changed in chunk:
+        for page, t, changed in crawls:
             st = self.states[page]
-            if changed is not None and st.crawled and t > st.last_crawl_s:
-                h = self.hosts[page]
+            if st.crawled and t >= st.last_crawl_s:
                 pages.append(page)
                 obs.append(Observation(self.records[page], t - st.last_crawl_s, st.signals,
                                        changed, t, st.prior_change_rate_per_s,
-                                       self.prior_sums.get(h, (0.0, 0.0, 0.0))))
+                                       self.prior_sums.get(self.hosts[page], (0.0, 0.0, 0.0))))
         try:
             new = self.estimation.observe(obs)
-        except Exception:  # the worker applies the chunk without its estimates too
+        except Exception:  # the worker applies the outcomes without their estimates too
             self.failures += 1
-            new = []
-        for page, record in zip(pages, new, strict=False):
+            return
+        for page, record in zip(pages, new, strict=True):
             h = self.hosts[page]
             after = swapped(self.prior_sums.get(h, (0.0, 0.0, 0.0)), self.records[page],
                             record)
             if after is not None:
                 self.prior_sums[h] = after
             self.records[page] = record
-        for page, t, _changed in chunk:
-            if t > self.states[page].last_crawl_s:
-                self.states[page] = self.states[page].after_crawl(t)
 
     def _rekey(self, i: int, now_s: float) -> None:
         p = page_params(self.states[i], estimates_of(self.records[i]), self.settings)
@@ -158,23 +164,9 @@ class WorkerMirror:
         self._rekey(page, received)
 
     def on_crawl(self, page: int, t: float, changed: bool, last_modified: float) -> None:
-        st = self.states[page]
         fetched = t + self.offset
-        if st.crawled and fetched >= st.last_crawl_s:
-            h = self.hosts[page]
-            sums = self.prior_sums.get(h, (0.0, 0.0, 0.0))
-            obs = Observation(self.records[page], fetched - st.last_crawl_s, st.signals,
-                              changed, fetched, st.prior_change_rate_per_s, sums)  # fmt: skip
-            try:
-                new = self.estimation.observe([obs])[0]
-            except Exception:  # the worker applies the outcome without its estimate too
-                self.failures += 1
-            else:
-                after = swapped(sums, self.records[page], new)
-                if after is not None:
-                    self.prior_sums[h] = after
-                self.records[page] = new
-        self.states[page] = st.after_crawl(fetched)
+        self._observe([(page, fetched, changed)])
+        self.states[page] = self.states[page].after_crawl(fetched)
         self._rekey(page, fetched)
 
 
