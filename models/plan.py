@@ -114,7 +114,9 @@ class PageLikelihood:
     (N,2)`` the representative older changed interval without signals ``(weight, length)``,
     ``totals (N,1+S)`` the observed time and each source group's signals in it; ``theta
     (N,d)`` each page's estimate ``(alpha, kappa_1..kappa_S)``, ``gamma (N,S)`` its signal
-    rates; ``usable (N,)`` the pages with a readable record and an observed interval."""
+    rates; ``usable (N,)`` the pages with a readable record and an observed interval;
+    ``unknown (N,4)`` the intervals with signals unknown (time, unchanged time, representative
+    weight and length; None: none)."""
 
     lin: FloatArray
     ring: FloatArray
@@ -124,11 +126,13 @@ class PageLikelihood:
     theta: FloatArray
     gamma: FloatArray
     usable: npt.NDArray[np.bool_]
+    unknown: FloatArray | None = None
 
     def take(self, rows: IntArray) -> PageLikelihood:
         return PageLikelihood(self.lin[rows], self.ring[rows], self.quad_a[rows],
                               self.rep[rows], self.totals[rows], self.theta[rows],
-                              self.gamma[rows], self.usable[rows])
+                              self.gamma[rows], self.usable[rows],
+                              None if self.unknown is None else self.unknown[rows])
 
     def log_likelihood(self, atoms: FloatArray) -> FloatArray:
         """``(N, K)``: each page's log-likelihood, up to a constant per page, of each atom
@@ -136,7 +140,9 @@ class PageLikelihood:
         outcomes' (minus the estimator's objective without its prior,
         :func:`models.estimators._numeric.objective`: unchanged intervals ``-theta . lin``,
         changed ones ``log(1 - e^{-theta . (tau, n)})``) plus the signals' (Poisson counts
-        over the observed time: ``n_s log gamma_s - gamma_s T``)."""
+        over the time with signals recorded: ``n_s log gamma_s - gamma_s T``), and the
+        intervals with signals unknown in the atom's change rate ``Delta = alpha + sum_s
+        gamma_s*(1 - e^{-kappa_s})``: ``-U*Delta + w log(1 - e^{-T*Delta})``."""
         d = self.lin.shape[1]
         theta = atoms[:, :d]
         x = np.einsum("nmd,kd->nkm", self.ring[:, :, :d], theta)
@@ -146,9 +152,15 @@ class PageLikelihood:
                            - 0.5 * np.einsum("kd,nde,ke->nk", theta, self.quad_a, theta))
         xr = np.clip(self.rep[:, 1][:, None] * theta[:, 0][None, :], 1e-300, 700.0)
         out += self.rep[:, 0][:, None] * np.log(-np.expm1(-xr))
-        t = np.maximum(self.totals[:, 0], 1.0)[:, None]
+        unk = np.zeros((self.lin.shape[0], 4)) if self.unknown is None else self.unknown
+        t = np.maximum(self.totals[:, 0] - unk[:, 0], 1.0)[:, None]
         g = np.maximum(atoms[:, d:], 1e-300)
         out += self.totals[:, 1:] @ np.log(g).T - t * g.sum(axis=1)[None, :]
+        if np.any(unk[:, 0] > 0.0):
+            delta = atoms[:, 0] + np.sum(atoms[:, d:] * -np.expm1(-atoms[:, 1:d]), axis=1)
+            out -= unk[:, 1][:, None] * delta[None, :]
+            xu = np.clip(unk[:, 3][:, None] * delta[None, :], 1e-300, 700.0)
+            out += unk[:, 2][:, None] * np.log(-np.expm1(-xu))
         return out
 
 

@@ -1,7 +1,7 @@
 """Online estimators of per-page parameters: change rate, ping-source quality, importance.
 
 Every estimator is ``init() -> state``, ``update(state, observation) -> state``,
-``result(state) -> estimate`` over a small immutable state that serialises to at most 264
+``result(state) -> estimate`` over a small immutable state that serialises to at most 288
 bytes; vectorised versions over many pages live in :mod:`.batch`.
 
 * :mod:`.change_rate` - Cho and Garcia-Molina's irregular-interval MLE from Grimes-Ford

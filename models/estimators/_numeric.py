@@ -10,10 +10,21 @@ representatives), and ``(b, A)`` an optional quadratic term (a Gaussian prior; z
 estimators of this package).  ``F`` is
 convex (``-log(1 - e^-x)`` is convex and ``x`` is linear in ``theta``), so Newton's method with
 a fraction-to-boundary rule and Armijo backtracking converges from any positive start.
+
+Intervals whose signals were not recorded (an imported history: :class:`Unknown`) add
+``f(Delta) = U*Delta - w*log(1 - exp(-T*Delta))`` with ``Delta(theta) = alpha + sum_s
+gamma_s*(1 - exp(-kappa_s))``: the App. E likelihood ``exp(-alpha*tau - kappa.n)`` averaged
+over Poisson counts ``n_s ~ Poisson(gamma_s*tau)`` (``E[e^{-kappa n}] = exp(-gamma*tau*(1 -
+e^{-kappa}))``), i.e. the change model of paper 003 eq. (1) in the page's whole change rate.
+``Delta`` is concave in ``kappa``, so with such intervals ``F`` need not be convex; the Hessian
+used is its Gauss-Newton part plus the curvature of ``Delta`` where that is positive
+(:func:`unknown_terms`), and the gradient is exact, so the fixed point is the mode.
 All functions here work on ``N`` independent problems at once.
 """
 
 from __future__ import annotations
+
+from dataclasses import dataclass
 
 import numpy as np
 import numpy.typing as npt
@@ -47,23 +58,98 @@ def grad_coefficients(x: FloatArray) -> tuple[FloatArray, FloatArray]:
     return c1, c2
 
 
+@dataclass(frozen=True, slots=True)
+class Unknown:
+    """Intervals with signals unknown, per problem: ``gamma (N,S)`` the signal rates (fixed
+    in the fit), ``u (N,)`` their unchanged time, ``(w, t) (N,)`` their representative
+    changed interval (module docstring)."""
+
+    gamma: FloatArray
+    u: FloatArray
+    w: FloatArray
+    t: FloatArray
+
+    def take(self, rows: npt.NDArray[np.intp]) -> Unknown:
+        """The problems ``rows``."""
+        return Unknown(self.gamma[rows], self.u[rows], self.w[rows], self.t[rows])
+
+
+def known_time(totals: FloatArray, unknown: FloatArray) -> FloatArray:
+    """Observed time with signals recorded: ``totals[:, 0]`` (all observed time) less the
+    unknown block's time ``unknown[:, 0]``, at least 0."""
+    out: FloatArray = np.maximum(totals[:, 0] - unknown[:, 0], 0.0)
+    return out
+
+
+def gamma_rates(totals: FloatArray, unknown: FloatArray) -> FloatArray:
+    """Signal rates ``(N,S)``: each source's signals over the time with signals recorded
+    (under a second counts as a second; none recorded: 0)."""
+    t = known_time(totals, unknown)
+    out: FloatArray = np.where((t > 0.0)[:, None],
+                               totals[:, 1:] / np.maximum(t, 1.0)[:, None], 0.0)
+    return out
+
+
+def unknown_of(totals: FloatArray, unknown: FloatArray) -> Unknown | None:
+    """The :class:`Unknown` terms of states' ``totals (N,d)`` and ``unknown (N,4)`` blocks
+    (None where no problem has any, or without sources: ``Delta = alpha`` there, and the
+    intervals are ordinary ones)."""
+    if totals.shape[1] < 2 or not np.any(unknown[:, 0] > 0.0):
+        return None
+    return Unknown(gamma_rates(totals, unknown), unknown[:, 1].copy(), unknown[:, 2].copy(),
+                   unknown[:, 3].copy())
+
+
+def change_rate(theta: FloatArray, gamma: FloatArray) -> FloatArray:
+    """``Delta = alpha + sum_s gamma_s*(1 - exp(-kappa_s))`` (paper 004 Sec. 3, :func:`derive`)."""
+    out: FloatArray = theta[:, 0] + np.sum(gamma * -np.expm1(-theta[:, 1:]), axis=1)
+    return out
+
+
+def unknown_terms(theta: FloatArray, unk: Unknown) -> tuple[FloatArray, FloatArray, FloatArray]:
+    """``f(Delta(theta))`` (module docstring), its gradient ``(N,d)`` and the Hessian used
+    ``(N,d,d)``: ``f''*J J' + max(-f', 0)*diag(0, gamma*e^{-kappa})`` with ``J`` the gradient
+    of ``Delta`` (its other curvature term, negative, left out: a Gauss-Newton step)."""
+    e = np.exp(-theta[:, 1:])
+    delta = theta[:, 0] + np.sum(unk.gamma * (1.0 - e), axis=1)
+    x = np.clip(unk.t * delta, _X_MIN, _X_MAX)
+    c1, c2 = grad_coefficients(x)
+    f = unk.u * delta - unk.w * np.log(-np.expm1(-x))
+    f1 = unk.u - unk.w * unk.t * c1
+    f2 = unk.w * unk.t * unk.t * c2
+    jac = np.concatenate([np.ones((theta.shape[0], 1)), unk.gamma * e], axis=1)
+    grad: FloatArray = f1[:, None] * jac
+    hess: FloatArray = f2[:, None, None] * jac[:, :, None] * jac[:, None, :]
+    curv = np.maximum(-f1, 0.0)[:, None] * unk.gamma * e
+    idx = np.arange(1, theta.shape[1])
+    hess[:, idx, idx] += curv
+    out: FloatArray = f
+    return out, grad, hess
+
+
 def objective(
-    theta: FloatArray, lin: FloatArray, v: FloatArray, w: FloatArray, b: FloatArray, a: FloatArray
+    theta: FloatArray, lin: FloatArray, v: FloatArray, w: FloatArray, b: FloatArray, a: FloatArray,
+    unk: Unknown | None = None,
 ) -> FloatArray:
-    """``F(theta)`` for each of the ``N`` problems (shapes ``(N,d)``, ``(N,M,d)``, ``(N,M)``)."""
+    """``F(theta)`` for each of the ``N`` problems (shapes ``(N,d)``, ``(N,M,d)``, ``(N,M)``),
+    with the :class:`Unknown` terms if given."""
     x = np.einsum("nmd,nd->nm", v, theta)
     log_term = np.log(-np.expm1(-np.clip(x, _X_MIN, _X_MAX)))
     quad = 0.5 * np.einsum("nd,nde,ne->n", theta, a, theta)
     out: FloatArray = (
         np.einsum("nd,nd->n", lin - b, theta) - np.sum(w * log_term, axis=1) + quad
     )
+    if unk is not None:
+        out = out + unknown_terms(theta, unk)[0]
     return out
 
 
 def gradient_hessian(
-    theta: FloatArray, lin: FloatArray, v: FloatArray, w: FloatArray, b: FloatArray, a: FloatArray
+    theta: FloatArray, lin: FloatArray, v: FloatArray, w: FloatArray, b: FloatArray, a: FloatArray,
+    unk: Unknown | None = None,
 ) -> tuple[FloatArray, FloatArray]:
-    """Gradient ``(N,d)`` and Hessian ``(N,d,d)`` of :func:`objective`."""
+    """Gradient ``(N,d)`` and Hessian ``(N,d,d)`` of :func:`objective` (with :class:`Unknown`
+    terms: the Hessian of :func:`unknown_terms`)."""
     x = np.einsum("nmd,nd->nm", v, theta)
     c1, c2 = grad_coefficients(x)
     c1 *= w
@@ -71,6 +157,10 @@ def gradient_hessian(
     grad: FloatArray = lin - b + np.einsum("nde,ne->nd", a, theta) - np.einsum("nm,nmd->nd", c1, v)
     # sum_m c2_m v_m v_m' as one stacked matrix product (10x a three-operand einsum)
     hess: FloatArray = a + np.matmul(np.swapaxes(v * c2[:, :, None], 1, 2), v)
+    if unk is not None:
+        _, ug, uh = unknown_terms(theta, unk)
+        grad = grad + ug
+        hess = hess + uh
     return grad, hess
 
 
@@ -110,10 +200,11 @@ def boundary_fraction(theta: FloatArray, step: FloatArray) -> FloatArray:
 
 
 def newton_step(
-    theta: FloatArray, lin: FloatArray, v: FloatArray, w: FloatArray, b: FloatArray, a: FloatArray
+    theta: FloatArray, lin: FloatArray, v: FloatArray, w: FloatArray, b: FloatArray, a: FloatArray,
+    unk: Unknown | None = None,
 ) -> FloatArray:
     """One Newton step with the fraction-to-boundary rule, no line search (streaming update)."""
-    grad, hess = gradient_hessian(theta, lin, v, w, b, a)
+    grad, hess = gradient_hessian(theta, lin, v, w, b, a, unk)
     step = solve_spd(hess, grad)
     t = boundary_fraction(theta, step)
     out: FloatArray = theta - t[:, None] * step
@@ -130,6 +221,7 @@ def newton_solve(
     *,
     max_iter: int = 100,
     rtol: float = 1e-10,
+    unk: Unknown | None = None,
 ) -> tuple[FloatArray, FloatArray]:
     """Minimise :func:`objective` for every problem; return ``(theta, hessian at theta)``.
 
@@ -138,22 +230,22 @@ def newton_solve(
     """
     theta = np.array(theta0, dtype=np.float64, copy=True)
     theta = np.where(theta > 0.0, theta, 1e-12)
-    f_cur = objective(theta, lin, v, w, b, a)
+    f_cur = objective(theta, lin, v, w, b, a, unk)
     # the problems still running, and their data: shrunk only when some finish (each
     # problem's arithmetic is its own, so this is the same computation as indexing anew)
     idx = np.arange(theta.shape[0])
-    li, vv, ww, bb, aa = lin, v, w, b, a
+    li, vv, ww, bb, aa, uu = lin, v, w, b, a, unk
     th, f0 = theta, f_cur
     for _ in range(max_iter):
         if idx.size == 0:
             break
-        grad, hess = gradient_hessian(th, li, vv, ww, bb, aa)
+        grad, hess = gradient_hessian(th, li, vv, ww, bb, aa, uu)
         step = solve_spd(hess, grad)
         t = boundary_fraction(th, step)
         slope = np.einsum("nd,nd->n", grad, step)
         # Armijo backtracking: the first try (t from the boundary rule) is usually accepted
         cand = th - t[:, None] * step
-        fc = objective(cand, li, vv, ww, bb, aa)
+        fc = objective(cand, li, vv, ww, bb, aa, uu)
         accepted = fc <= f0 - 1e-4 * t * slope + 1e-13 * np.abs(f0)
         new_th = np.where(accepted[:, None], cand, th)
         new_f = np.where(accepted, fc, f0)
@@ -163,7 +255,8 @@ def newton_solve(
             t[~accepted] *= 0.5
             sub = np.flatnonzero(~accepted)
             cand = th[sub] - t[sub, None] * step[sub]
-            fc = objective(cand, li[sub], vv[sub], ww[sub], bb[sub], aa[sub])
+            fc = objective(cand, li[sub], vv[sub], ww[sub], bb[sub], aa[sub],
+                           None if uu is None else uu.take(sub))
             ok = fc <= f0[sub] - 1e-4 * t[sub] * slope[sub] + 1e-13 * np.abs(f0[sub])
             new_th[sub[ok]] = cand[ok]
             new_f[sub[ok]] = fc[ok]
@@ -178,7 +271,8 @@ def newton_solve(
         idx = idx[keep]
         th, f0 = new_th[keep], new_f[keep]
         li, vv, ww, bb, aa = li[keep], vv[keep], ww[keep], bb[keep], aa[keep]
-    _, hess = gradient_hessian(theta, lin, v, w, b, a)
+        uu = None if uu is None else uu.take(np.flatnonzero(keep))
+    _, hess = gradient_hessian(theta, lin, v, w, b, a, unk)
     return theta, hess
 
 

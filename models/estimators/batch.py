@@ -72,7 +72,8 @@ class BatchSignalState:
     ``end_s (N,)`` (``-inf`` before the first interval), ``n_intervals (N,)``,
     ``theta (N,d)``, ``unchanged (N,d)``, ``totals (N,d)``, ``ring (N,K,d+1)``,
     ``ring_len (N,)``, ``ring_pos (N,)``, ``quad_b (N,d)``, ``quad_a (N,d,d)``, ``rep (N,2)``
-    (the representative changed interval without signals: weight, length).
+    (the representative changed interval without signals: weight, length), ``unknown (N,4)``
+    (the intervals with signals unknown: time, unchanged time, representative weight, length).
     """
 
     end_s: nm.FloatArray
@@ -86,6 +87,7 @@ class BatchSignalState:
     quad_b: nm.FloatArray
     quad_a: nm.FloatArray
     rep: nm.FloatArray
+    unknown: nm.FloatArray
 
     @property
     def n_pages(self) -> int:
@@ -112,6 +114,7 @@ class BatchSignalState:
             quad_a,
             ring_capacity,
             (float(self.rep[page, 0]), float(self.rep[page, 1])),
+            tuple(float(x) for x in self.unknown[page]),  # type: ignore[arg-type]
         )
 
 
@@ -154,6 +157,7 @@ def batch_init(estimator: SignalEstimator, n_pages: int) -> BatchSignalState:
         quad_b=np.zeros((n_pages, d)),
         quad_a=np.zeros((n_pages, d, d)),
         rep=np.zeros((n_pages, 2)),
+        unknown=np.zeros((n_pages, 4)),
     )
 
 
@@ -226,9 +230,12 @@ def batch_update(
     pages: IntArray | None = None,
     end_s: nm.FloatArray | None = None,
     prior_rate_per_s: nm.FloatArray | None = None,
+    signals_known: npt.NDArray[np.bool_] | None = None,
 ) -> None:
     """Add one crawl interval to each page in ``pages`` (all pages if ``None``), in place.
-    ``prior_rate_per_s``: each updated page's own prior rate (:func:`prior_scales`).
+    ``prior_rate_per_s``: each updated page's own prior rate (:func:`prior_scales`);
+    ``signals_known``: ``False`` where the interval's signals were not recorded (default:
+    all recorded; ``CrawlInterval.signals_known``).
 
     Parameters are arrays over the updated pages (``n_signals`` is ``(M, S)``); ``pages``
     must not repeat a page.  Validation and semantics are those of
@@ -252,6 +259,14 @@ def batch_update(
         raise ValueError(f"n_signals must be finite counts >= 0 of shape ({m}, {s})")
     if pages is not None and np.unique(np.asarray(idx)).size != m:
         raise ValueError("pages must not repeat a page")
+    known = (np.ones(m, dtype=bool) if signals_known is None
+             else np.asarray(signals_known, dtype=bool))
+    if known.shape != (m,):
+        raise ValueError(f"signals_known must have shape ({m},), got {known.shape}")
+    if np.any(~known & np.any(sig != 0.0, axis=1)):
+        raise ValueError("n_signals must be zeros when signals_known is False")
+    if s == 0:
+        known = np.ones(m, dtype=bool)  # without sources Delta = alpha: ordinary intervals
     # a copy: with pages=None this would be a view, overwritten below before the decay uses it
     prev = state.end_s[idx].copy()
     has_prev = prev > -np.inf
@@ -272,6 +287,7 @@ def batch_update(
     quad_b = state.quad_b[idx]
     quad_a = state.quad_a[idx]
     reps = state.rep[idx]
+    unk = state.unknown[idx]
     if estimator.half_life_s < math.inf:
         lapse = np.where(has_prev & (end > prev), end - prev, 0.0)
         decay = np.exp2(-lapse / estimator.half_life_s)
@@ -281,10 +297,25 @@ def batch_update(
         quad_b *= decay[:, None]
         quad_a *= decay[:, None, None]
         reps[:, 0] *= decay
+        unk[:, :3] *= decay[:, None]
     totals += np.where(informative[:, None], v, 0.0)
-    unchanged += np.where((informative & ~ch)[:, None], v, 0.0)
+    hidden = informative & ~known
+    if hidden.any():
+        # intervals with signals unknown inform Delta only (SignalEstimator.update)
+        h = np.flatnonzero(hidden)
+        unk[h, 0] += tau[h]
+        unk[h, 1] += np.where(ch[h], 0.0, tau[h])
+        hc = h[ch[h]]
+        if hc.size:
+            rows_hc = hc if pages is None else np.asarray(idx)[hc]
+            delta = nm.change_rate(state.theta[rows_hc], nm.gamma_rates(totals[hc], unk[hc]))
+            nw, nt = nm.merge_representative(delta, unk[hc, 2], unk[hc, 3],
+                                             np.ones(hc.size), tau[hc])
+            unk[hc, 2] = nw
+            unk[hc, 3] = nt
+    unchanged += np.where((informative & known & ~ch)[:, None], v, 0.0)
     state.n_intervals[idx] += informative
-    add = informative & ch
+    add = informative & known & ch
     ring_len = state.ring_len[idx]
     ring_pos = state.ring_pos[idx]
     k = estimator.ring_capacity
@@ -304,11 +335,13 @@ def batch_update(
         lin = unchanged[f] + lin_p
         qb, qa = quad_b[f], quad_a[f]
         first = ~((qa[:, 0, 0] > 0.0) | (reps[f, 0] > 0.0))
-        th = nm.newton_step(th, lin, vv, ww, qb, qa)
+        uf = nm.unknown_of(totals[f], unk[f])
+        th = nm.newton_step(th, lin, vv, ww, qb, qa, uf)
         if first.any():
             fi = np.flatnonzero(first)
+            ufi = None if uf is None else uf.take(fi)
             for _ in range(FIRST_EVICTION_STEPS - 1):
-                th[fi] = nm.newton_step(th[fi], lin[fi], vv[fi], ww[fi], qb[fi], qa[fi])
+                th[fi] = nm.newton_step(th[fi], lin[fi], vv[fi], ww[fi], qb[fi], qa[fi], ufi)
         old = ring[f, ring_pos[f]]
         ov, ow = old[:, :d], old[:, d]
         # without signals: into the representative interval; with: the quadratic summary
@@ -340,6 +373,7 @@ def batch_update(
         state.quad_b[idx] = quad_b
         state.quad_a[idx] = quad_a
         state.rep[idx] = reps
+        state.unknown[idx] = unk
         state.ring_len[idx] = ring_len
         state.ring_pos[idx] = ring_pos
 
@@ -357,7 +391,8 @@ def batch_result(
     idx = np.arange(state.n_pages) if pages is None else np.asarray(pages, dtype=np.int64)
     theta, hess = _solve(estimator, state, idx, prior, prior_rate_per_s)
     est = _estimates_from(
-        theta, hess, state.totals[idx], estimator.prior if prior is None else prior
+        theta, hess, state.totals[idx], estimator.prior if prior is None else prior,
+        state.unknown[idx],
     )
     return BatchEstimate(
         alpha_per_s=est["alpha"],
@@ -394,7 +429,7 @@ def _solve(estimator: SignalEstimator, state: BatchSignalState, idx: IntArray,
     ww = np.concatenate([rw, reps[:, :1], w_p], axis=1)
     return nm.newton_solve(
         state.theta[idx], state.unchanged[idx] + lin_p, vv, ww, state.quad_b[idx],
-        state.quad_a[idx],
+        state.quad_a[idx], unk=nm.unknown_of(state.totals[idx], state.unknown[idx]),
     )
 
 
@@ -463,6 +498,7 @@ def states_to_batch(
         quad_b=rows_of("quad_b"),
         quad_a=quad_a,
         rep=np.array([st.rep for st in states], dtype=np.float64).reshape(n, 2),
+        unknown=np.array([st.unknown for st in states], dtype=np.float64).reshape(n, 4),
     )
 
 
@@ -483,12 +519,14 @@ def batch_to_states(state: BatchSignalState, ring_capacity: int) -> list[SignalS
     totals = state.totals.tolist()
     quad_b = state.quad_b.tolist()
     reps = state.rep.tolist()
+    unks = state.unknown.tolist()
     s = d - 1
     return [
         SignalState(
             s, end_s[i], n_int[i], tuple(theta[i]), tuple(unchanged[i]), tuple(totals[i]),
             tuple(map(tuple, ring[i][: lens[i]])), tuple(quad_b[i]), tuple(quad_a[i]),
             ring_capacity, (reps[i][0], reps[i][1]),
+            (unks[i][0], unks[i][1], unks[i][2], unks[i][3]),
         )
         for i in range(n)
     ]
@@ -534,7 +572,9 @@ def update_many(
             end[i] = e
     rates = np.fromiter((np.nan if o.prior_rate_per_s is None else float(o.prior_rate_per_s)
                          for o in intervals), dtype=np.float64, count=m)
-    batch_update(estimator, batch, tau, changed, sig, end_s=end, prior_rate_per_s=rates)
+    known = np.fromiter((bool(o.signals_known) for o in intervals), dtype=bool, count=m)
+    batch_update(estimator, batch, tau, changed, sig, end_s=end, prior_rate_per_s=rates,
+                 signals_known=known)
     result = batch_result(estimator, batch, prior=prior, prior_rate_per_s=rates)
     return batch_to_states(batch, estimator.ring_capacity), result
 
@@ -549,7 +589,7 @@ def _record_dtype(d: int, ring_len: int) -> np.dtype[np.void]:
     if ring_len:
         fields.append(("ring", "<f4", (ring_len, d + 1)))
     fields += [("quad_b", "<f4", (d,)), ("quad_a", "<f4", (d * (d + 1) // 2,)),
-               ("rep", "<f4", (2,))]
+               ("rep", "<f4", (2,)), ("unknown_time", "<f8", (2,)), ("unknown_rep", "<f4", (2,))]
     return np.dtype(fields)
 
 
@@ -602,6 +642,8 @@ def batch_from_bytes(
         qa[:, iu[1], iu[0]] = upper
         state.quad_a[rows] = qa
         state.rep[rows] = arr["rep"]
+        state.unknown[rows, :2] = arr["unknown_time"]
+        state.unknown[rows, 2:] = arr["unknown_rep"]
         ok[rows] = True
     return state, ok
 
@@ -635,6 +677,8 @@ def batch_to_bytes(state: BatchSignalState, ring_capacity: int) -> list[bytes]:
         arr["quad_b"] = state.quad_b[rows]
         arr["quad_a"] = state.quad_a[rows][:, iu[0], iu[1]]
         arr["rep"] = state.rep[rows]
+        arr["unknown_time"] = state.unknown[rows, :2]
+        arr["unknown_rep"] = state.unknown[rows, 2:]
         buf = arr.tobytes()
         size = arr.dtype.itemsize
         for j, r in enumerate(rows.tolist()):

@@ -141,8 +141,9 @@ def grid_log_likelihood(state: BatchSignalState, pages: IntArray | None = None,
     Terms (module docstring): ``-lambda*U - kappa.n_u`` over the unchanged sums, the ring's
     changed intervals ``w log(1 - exp(-(lambda*t + kappa.n)))``, the representative of older
     changed intervals ``w log(1 - exp(-lambda*T))``, and with sources the quadratic summary
-    ``b.theta - theta'A theta/2`` at ``theta = (lambda, kappa)``.  ``kappa`` ``(N, S)`` is
-    each page's source parameters (default: the state's running estimate).
+    ``b.theta - theta'A theta/2`` at ``theta = (lambda, kappa)`` and the intervals with
+    signals unknown in ``Delta = lambda + sum_s gamma_s*(1 - e^{-kappa_s})``.  ``kappa``
+    ``(N, S)`` is each page's source parameters (default: the state's running estimate).
     """
     idx = np.arange(state.n_pages) if pages is None else np.asarray(pages, dtype=np.int64)
     d = state.theta.shape[1]
@@ -170,6 +171,18 @@ def grid_log_likelihood(state: BatchSignalState, pages: IntArray | None = None,
     if r.size:
         term = _log1mexp(np.multiply.outer(rep[r, 1], lam))
         term *= rep[r, 0][:, None]
+        out[r] += term
+    unk = state.unknown[idx]
+    r = np.flatnonzero(unk[:, 0] > 0.0) if d > 1 else np.zeros(0, dtype=np.int64)
+    if r.size:
+        # intervals with signals unknown: -U*Delta + w log(1 - exp(-T*Delta)) at the grid
+        # rates, Delta = lambda + sum_s gamma_s*(1 - e^{-kappa_s}) (models.estimators._numeric)
+        signalled = np.sum(nm.gamma_rates(state.totals[idx][r], unk[r]) * -np.expm1(-kap[r]),
+                           axis=1)
+        delta = np.add.outer(signalled, lam)
+        out[r] -= unk[r, 1][:, None] * delta
+        term = _log1mexp(unk[r, 3][:, None] * delta)
+        term *= unk[r, 2][:, None]
         out[r] += term
     if d > 1:
         qb, qa = state.quad_b[idx], state.quad_a[idx]

@@ -96,7 +96,7 @@ def fit_signal_mle(
         max_iter=200,
     )
     totals = np.concatenate([[total_t], (wt[:, None] * sig).sum(axis=0)])[None, :]
-    est = _estimates_from(theta, hess, totals, pr)
+    est = _estimates_from(theta, hess, totals, pr, np.zeros((1, 4)))
     return _scalar_estimate(est, 0, m)
 
 

@@ -38,7 +38,15 @@ A :class:`SignalState` keeps, with exponential forgetting (weights halve every
   exact at its expansion point and its error is second order in the estimate's drift since
   then.
 
-The state serialises to at most 264 bytes (``SignalState.to_bytes``) whatever the page's age.
+* intervals whose signals were not recorded (an imported history:
+  ``CrawlInterval(signals_known=False)``) as their own block ``unknown = (time, unchanged time,
+  representative (w, T))``: they inform the page's whole change rate ``Delta = alpha +
+  sum_s gamma_s*(1 - exp(-kappa_s))`` only (their likelihood ``exp(-tau*Delta)`` is the App. E
+  one averaged over Poisson signal counts: :mod:`models.estimators._numeric`), their changed
+  ones merged into one representative at the running ``Delta`` as ``rep`` is at ``alpha``,
+  and their time does not count in ``gamma_s = signals / time with signals recorded``.
+
+The state serialises to at most 288 bytes (``SignalState.to_bytes``) whatever the page's age.
 
 Over 600 lines on purpose: the state, its update (ring, eviction into the quadratic
 summary, the Newton step) and the estimate read from it are one derivation over one state
@@ -68,9 +76,13 @@ __all__ = [
 #: The default weak prior (Grimes-Ford points, precision prior centred on 0.5).
 DEFAULT_PRIOR = SignalPrior()
 #: Upper bound on ``len(SignalState.to_bytes())`` for every configuration we accept.
-MAX_STATE_BYTES = 264
-_VERSION = 2
+MAX_STATE_BYTES = 288
+_VERSION = 3
 _HEADER = struct.Struct("<BBBBdI")
+#: the ``unknown`` block: its time and unchanged time (float64), its representative (float32)
+_UNKNOWN = struct.Struct("<2d2f")
+#: an empty ``unknown`` block
+NO_UNKNOWN = (0.0, 0.0, 0.0, 0.0)
 _X_MAX = 700.0
 _X_MIN = 1e-150
 _RIDGE = 1e-12
@@ -84,7 +96,8 @@ def state_size_bytes(n_sources: int, ring_capacity: int) -> int:
     """Serialised size of a full :class:`SignalState` (its maximum)."""
     d = 1 + n_sources
     n_quad = d + d * (d + 1) // 2
-    return _HEADER.size + 4 * d + 8 * d + 8 * d + 4 * ring_capacity * (d + 1) + 4 * n_quad + 8
+    return (_HEADER.size + 4 * d + 8 * d + 8 * d + 4 * ring_capacity * (d + 1) + 4 * n_quad + 8
+            + _UNKNOWN.size)
 
 
 def _default_ring_capacity(n_sources: int) -> int:
@@ -113,6 +126,10 @@ class CrawlInterval:
         The page's own prior change rate (the operator's), if any: the scale-free
         pseudo-intervals then imply it (:meth:`SignalEstimator.prior_scale`) instead of
         following the page's mean crawl interval.
+    signals_known
+        ``False``: the signals during the interval were not recorded (a crawl of an imported
+        history); ``n_signals`` must then be zeros, and the interval informs the page's whole
+        change rate only (module docstring).  Without sources it changes nothing.
     """
 
     interval_s: float
@@ -120,6 +137,7 @@ class CrawlInterval:
     n_signals: tuple[float, ...] = ()
     end_s: float | None = None
     prior_rate_per_s: float | None = None
+    signals_known: bool = True
 
 
 @dataclass(frozen=True, slots=True)
@@ -130,7 +148,8 @@ class SignalState:
     changed interval leaves the ring (warm start and expansion point).  ``ring`` (oldest
     first) holds ``(tau, n_1..n_S, weight)``; ``quad_a`` is the upper triangle of ``A``;
     ``rep`` is the representative ``(weight, length)`` of the older changed intervals
-    without signals (weight 0: none).
+    without signals (weight 0: none); ``unknown`` is ``(time, unchanged time, rep_w, rep_t)``
+    of the intervals with signals unknown.
     """
 
     n_sources: int
@@ -144,6 +163,7 @@ class SignalState:
     quad_a: tuple[float, ...] = ()
     ring_capacity: int = field(default=8)
     rep: tuple[float, float] = (0.0, 0.0)
+    unknown: tuple[float, float, float, float] = NO_UNKNOWN
 
     def to_bytes(self) -> bytes:
         """Pack into at most :data:`MAX_STATE_BYTES` bytes (little-endian struct).
@@ -151,7 +171,8 @@ class SignalState:
         Layout: ``<BBBBdI`` header (version, n_sources, ring capacity, ring length, end_s,
         n_intervals), then float32 ``theta[d]``, float64 ``unchanged[d]``, float64
         ``totals[d]``, float32 ring ``[len][d+1]``, float32 ``quad_b[d]``,
-        ``quad_a[d(d+1)/2]`` and ``rep[2]``, with ``d = 1 + n_sources``.
+        ``quad_a[d(d+1)/2]`` and ``rep[2]``, with ``d = 1 + n_sources``, then ``unknown`` as
+        float64 ``time``, ``unchanged`` and float32 ``rep_w``, ``rep_t``.
         """
         d = 1 + self.n_sources
         head = _HEADER.pack(
@@ -164,7 +185,7 @@ class SignalState:
             *self.theta, *self.unchanged, *self.totals, *flat, *self.quad_b, *self.quad_a,
             *self.rep,
         )
-        return head + body
+        return head + body + _UNKNOWN.pack(*self.unknown)
 
     @classmethod
     def from_bytes(cls, data: bytes) -> SignalState:
@@ -177,8 +198,9 @@ class SignalState:
         d = 1 + s
         nq = d + d * (d + 1) // 2
         fmt = f"<{d}f{2 * d}d{ring_len * (d + 1) + nq + 2}f"
-        if struct.calcsize(fmt) != len(data) - _HEADER.size:
-            raise ValueError(f"data: expected {struct.calcsize(fmt) + _HEADER.size} bytes")
+        if struct.calcsize(fmt) != len(data) - _HEADER.size - _UNKNOWN.size:
+            raise ValueError(
+                f"data: expected {struct.calcsize(fmt) + _HEADER.size + _UNKNOWN.size} bytes")
         vals = struct.unpack_from(fmt, data, _HEADER.size)
         i = 0
         theta = tuple(vals[i : i + d])
@@ -192,7 +214,9 @@ class SignalState:
         quad_b = tuple(vals[i : i + d])
         quad_a = tuple(vals[i + d : i + nq])
         rep = (float(vals[i + nq]), float(vals[i + nq + 1]))
-        return cls(s, end_s, n_int, theta, unchanged, totals, ring, quad_b, quad_a, cap, rep)
+        unk = tuple(float(x) for x in _UNKNOWN.unpack_from(data, len(data) - _UNKNOWN.size))
+        return cls(s, end_s, n_int, theta, unchanged, totals, ring, quad_b, quad_a, cap, rep,
+                   (unk[0], unk[1], unk[2], unk[3]))
 
 
 @dataclass(frozen=True, slots=True)
@@ -235,6 +259,23 @@ def _check_interval(obs: CrawlInterval, n_sources: int) -> None:
             raise ValueError(f"n_signals must be finite counts >= 0, got {obs.n_signals!r}")
     if obs.end_s is not None and not math.isfinite(obs.end_s):
         raise ValueError(f"end_s must be finite, got {obs.end_s!r}")
+    if not obs.signals_known and any(obs.n_signals):
+        raise ValueError(
+            f"n_signals must be zeros when signals_known is False, got {obs.n_signals!r}")
+
+
+def gamma_of(totals: tuple[float, ...] | list[float], unknown_time: float) -> list[float]:
+    """Signal rates from a state's ``totals``: signals over the time with signals recorded
+    (scalar :func:`models.estimators._numeric.gamma_rates`)."""
+    t = max(totals[0] - unknown_time, 0.0)
+    if not t > 0.0:
+        return [0.0] * (len(totals) - 1)
+    return [x / max(t, 1.0) for x in totals[1:]]
+
+
+def change_rate_of(theta: tuple[float, ...], gamma: list[float]) -> float:
+    """``Delta = alpha + sum_s gamma_s*(1 - exp(-kappa_s))`` (paper 004 Sec. 3)."""
+    return theta[0] + sum(g * -math.expm1(-k) for g, k in zip(gamma, theta[1:], strict=True))
 
 
 def _solve_py(h: list[list[float]], g: list[float]) -> list[float]:
@@ -327,7 +368,7 @@ class SignalEstimator:
         time after it ended (``inf`` = no forgetting).
     ring_capacity
         Changed intervals kept exactly (default: the largest ``K <= 8`` such that the state
-        fits in 264 bytes: 8 for ``S <= 2``, 5 for ``S = 3``).
+        fits in 288 bytes: 8 for ``S <= 2``, 5 for ``S = 3``).
 
     Notes
     -----
@@ -459,8 +500,12 @@ class SignalEstimator:
         n_sig = tuple(float(x) for x in obs.n_signals)
         d = 1 + self.n_sources
         rep_w, rep_t = state.rep
+        unk = list(state.unknown)
         if decay != 1.0:
             rep_w *= decay
+            unk[0] *= decay
+            unk[1] *= decay
+            unk[2] *= decay
             unchanged = [u * decay for u in state.unchanged]
             totals = [u * decay for u in state.totals]
             ring = [(*e[:d], e[d] * decay) for e in state.ring]
@@ -476,14 +521,22 @@ class SignalEstimator:
             return SignalState(
                 self.n_sources, end, state.n_intervals, state.theta, tuple(unchanged),
                 tuple(totals), tuple(ring), tuple(quad_b), tuple(quad_a),
-                self.ring_capacity, (rep_w, rep_t),
+                self.ring_capacity, (rep_w, rep_t), (unk[0], unk[1], unk[2], unk[3]),
             )
         theta = state.theta
         v = (tau, *n_sig)
         totals[0] += tau
         for s in range(self.n_sources):
             totals[1 + s] += n_sig[s]
-        if obs.changed:
+        if not obs.signals_known and self.n_sources:
+            # informs Delta only: its own block, changed ones merged at the running Delta
+            unk[0] += tau
+            if obs.changed:
+                unk[2], unk[3] = merge_rep(change_rate_of(theta, gamma_of(totals, unk[0])),
+                                           unk[2], unk[3], 1.0, tau)
+            else:
+                unk[1] += tau
+        elif obs.changed:
             if len(ring) >= self.ring_capacity:
                 summarised = quad_a[0] > 0.0 or rep_w > 0.0
                 steps = EVICTION_STEPS if summarised else FIRST_EVICTION_STEPS
@@ -491,7 +544,7 @@ class SignalEstimator:
                                          obs.prior_rate_per_s)
                 for _ in range(steps):
                     theta = self._newton_step(theta, unchanged, ring, quad_b, quad_a, scale,
-                                              (rep_w, rep_t))
+                                              (rep_w, rep_t), totals, unk)
                 old = ring.pop(0)
                 if any(old[1:d]):
                     self._evict(theta, old, quad_b, quad_a)
@@ -504,7 +557,7 @@ class SignalEstimator:
         return SignalState(
             self.n_sources, end, state.n_intervals + 1, theta, tuple(unchanged),
             tuple(totals), tuple(ring), tuple(quad_b), tuple(quad_a),
-            self.ring_capacity, (rep_w, rep_t),
+            self.ring_capacity, (rep_w, rep_t), (unk[0], unk[1], unk[2], unk[3]),
         )
 
     def _evict(
@@ -544,13 +597,17 @@ class SignalEstimator:
         quad_a: list[float],
         scale: float = 1.0,
         rep: tuple[float, float] = (0.0, 0.0),
+        totals: list[float] | None = None,
+        unknown: list[float] | tuple[float, ...] = NO_UNKNOWN,
     ) -> tuple[float, ...]:
-        """One Newton step with the fraction-to-boundary rule (``_numeric.newton_step``)."""
+        """One Newton step with the fraction-to-boundary rule (``_numeric.newton_step``);
+        ``totals`` and ``unknown``: the state's, for the intervals with signals unknown."""
         d = 1 + self.n_sources
         plin, pent = self.compiled_prior(scale)
         if rep[0] > 0.0:
             pent = (*pent, (rep[1],) + (0.0,) * self.n_sources + (rep[0],))
         expm1 = math.expm1
+        has_unknown = d > 1 and unknown[0] > 0.0 and totals is not None
         if d == 1:
             th = theta[0]
             g = unchanged[0] + plin[0] - quad_b[0] + quad_a[0] * th
@@ -570,7 +627,7 @@ class SignalEstimator:
             if step > 0.0:
                 t = min(1.0, 0.9 * th / step)
             return (th - t * step,)
-        if d == 2:
+        if d == 2 and not has_unknown:
             t0, t1 = theta
             a00, a01, a11 = quad_a
             g0 = unchanged[0] + plin[0] - quad_b[0] + a00 * t0 + a01 * t1
@@ -621,6 +678,15 @@ class SignalEstimator:
                 grad[i] -= w * c1 * vi
                 for j in range(d):
                     a[i][j] += w * c2 * vi * e[j]
+        if has_unknown:
+            assert totals is not None
+            _, ug, uh = nm.unknown_terms(np.array([theta]), nm.Unknown(
+                np.array([gamma_of(totals, unknown[0])]), np.array([unknown[1]]),
+                np.array([unknown[2]]), np.array([unknown[3]])))
+            for i in range(d):
+                grad[i] += float(ug[0, i])
+                for j in range(d):
+                    a[i][j] += float(uh[0, i, j])
         steps = _solve_py(a, grad)
         t = 1.0
         for j in range(d):
@@ -645,27 +711,31 @@ class SignalEstimator:
         w = np.array([[e[d] for e in ents]]) if ents else np.zeros((1, 0))
         b = np.array([state.quad_b])
         a = np.array([_unpack_quad(state.quad_a, d)])
-        theta, hess = nm.newton_solve(np.array([state.theta]), lin, v, w, b, a)
+        totals, unknown = np.array([state.totals]), np.array([state.unknown])
+        theta, hess = nm.newton_solve(np.array([state.theta]), lin, v, w, b, a,
+                                      unk=nm.unknown_of(totals, unknown))
         est = _estimates_from(
-            theta, hess, np.array([state.totals]), self.prior if prior is None else prior
+            theta, hess, totals, self.prior if prior is None else prior, unknown
         )
         return _scalar_estimate(est, 0, state.n_intervals)
 
 
 def _estimates_from(
-    theta: nm.FloatArray, hess: nm.FloatArray, totals: nm.FloatArray, prior: SignalPrior
+    theta: nm.FloatArray, hess: nm.FloatArray, totals: nm.FloatArray, prior: SignalPrior,
+    unknown: nm.FloatArray,
 ) -> dict[str, nm.FloatArray]:
-    """Everything :class:`SignalEstimate` holds, as arrays over ``N`` pages."""
+    """Everything :class:`SignalEstimate` holds, as arrays over ``N`` pages (``unknown``:
+    their ``(N,4)`` blocks of intervals with signals unknown)."""
     s = theta.shape[1] - 1
     cov = nm.covariance(hess)
-    time_s = totals[:, 0]
+    time_s = nm.known_time(totals, unknown)
     counts = totals[:, 1:]
-    # gamma = signals / observed time; observed time under one second counts as one second,
+    # gamma = signals / time with signals recorded; under one second counts as one second,
     # and the standard error counts at least one signal (before any observation: over the
     # prior's unchanged pseudo-interval)
     pos = time_s > 0.0
     safe_t = np.maximum(time_s, 1.0)
-    gamma = np.where(pos[:, None], counts / safe_t[:, None], 0.0)
+    gamma = nm.gamma_rates(totals, unknown)
     t_ref = np.where(pos, safe_t, prior.change.unchanged_interval_s)
     var_gamma = np.maximum(counts, 1.0) / (t_ref**2)[:, None]
     alpha = theta[:, 0]
@@ -680,7 +750,7 @@ def _estimates_from(
         "gamma": gamma,
         "gamma_se": np.sqrt(var_gamma),
         "cov": cov,
-        "time": time_s,
+        "time": totals[:, 0],
     }
     for k, val in der.items():
         out[k] = val

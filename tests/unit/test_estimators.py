@@ -213,7 +213,7 @@ def test_never_nan_and_bounded_bytes(
 
 # --- bounded state ------------------------------------------------------------------------
 @pytest.mark.parametrize(("n_sources", "n_updates"), [(1, 100_000), (3, 10_000)])
-def test_state_stays_within_256_bytes(n_sources: int, n_updates: int) -> None:
+def test_state_stays_within_its_byte_bound(n_sources: int, n_updates: int) -> None:
     rng = np.random.default_rng(11)
     est = SignalEstimator(n_sources, half_life_s=30 * 86400.0)
     sim = simulate_page_intervals(
@@ -405,7 +405,7 @@ def assert_states_close(a: SignalState, b: SignalState, rtol: float) -> None:
     assert (a.n_sources, a.n_intervals, a.ring_capacity, len(a.ring)) == (
         b.n_sources, b.n_intervals, b.ring_capacity, len(b.ring))
     assert a.end_s == b.end_s
-    for name in ("theta", "unchanged", "totals", "quad_b", "quad_a", "rep"):
+    for name in ("theta", "unchanged", "totals", "quad_b", "quad_a", "rep", "unknown"):
         np.testing.assert_allclose(getattr(a, name), getattr(b, name), rtol=rtol, atol=0,
                                    err_msg=name)
     if a.ring:
@@ -414,7 +414,8 @@ def assert_states_close(a: SignalState, b: SignalState, rtol: float) -> None:
 
 def random_interval(rng: np.random.Generator, state: SignalState, n_sources: int) -> CrawlInterval:
     """An interval of every kind: zero-length (with or without signals), 0..3 sources' counts,
-    changed or not, ``end_s`` omitted, after the previous crawl, or the first crawl's time."""
+    changed or not, ``end_s`` omitted, after the previous crawl, or the first crawl's time,
+    signals recorded or (a fifth, without signals) not."""
     kind = rng.integers(8)
     tau = 0.0 if kind == 0 else float(rng.exponential(10 * HOUR))
     sig = tuple(float(x) for x in rng.poisson(rng.choice([0.0, 0.5, 3.0]), n_sources))
@@ -423,6 +424,9 @@ def random_interval(rng: np.random.Generator, state: SignalState, n_sources: int
     if kind >= 5:
         prev = state.end_s if state.end_s > -math.inf else 1e6
         end = prev + tau + float(rng.choice([0.0, rng.exponential(HOUR)]))
+    if rng.random() < 0.2:
+        return CrawlInterval(tau, changed and tau > 0, (0.0,) * n_sources, end_s=end,
+                             signals_known=False)
     return CrawlInterval(tau, changed, sig, end_s=end)
 
 
@@ -443,7 +447,8 @@ def test_update_many_equals_scalar_updates(
     states = [est.init() for _ in range(n_pages)]
     # a third of the pages with their own prior rate (the operator's), as the service has
     rates = [None if i % 3 else float(10.0 ** rng.uniform(-7, -2)) for i in range(n_pages)]
-    seen = {"grow": 0, "first_eviction": 0, "eviction": 0, "unchanged": 0, "empty": 0}
+    seen = {"grow": 0, "first_eviction": 0, "eviction": 0, "unchanged": 0, "empty": 0,
+            "unknown": 0}
     for step in range(n_steps):
         obs = [replace(random_interval(rng, st_, n_sources), prior_rate_per_s=r)
                for st_, r in zip(states, rates, strict=True)]
@@ -451,6 +456,8 @@ def test_update_many_equals_scalar_updates(
             informative = o.interval_s > 0 or any(o.n_signals)
             if not informative:
                 seen["empty"] += 1
+            elif not o.signals_known:
+                seen["unknown"] += 1
             elif not o.changed:
                 seen["unchanged"] += 1
             elif len(st_.ring) < est.ring_capacity:
@@ -488,6 +495,11 @@ def test_update_many_validates_as_the_scalar_update() -> None:
             update_many(est, [est.init(), st_], [CrawlInterval(1.0, False, (0.0,)), o])
     with pytest.raises(ValueError, match="sources"):
         update_many(est, [SignalEstimator(2).init()], [CrawlInterval(1.0, False, (0.0, 0.0))])
+    hidden = CrawlInterval(1.0, True, (2.0,), signals_known=False)
+    with pytest.raises(ValueError, match="signals_known"):
+        est.update(st_, hidden)
+    with pytest.raises(ValueError, match="signals_known"):
+        update_many(est, [st_], [hidden])
     out, res = update_many(est, [], [])
     assert out == [] and res.alpha_per_s.shape == (0,)
 
@@ -651,3 +663,78 @@ def test_models_estimators_are_pure() -> None:
                 continue
             for n in names:
                 assert n.split(".")[0] in allowed, f"{f.name} imports {n}"
+
+
+# --- intervals with signals unknown (an imported history) --------------------------------
+def test_unknown_intervals_give_the_exact_map() -> None:
+    """A page's estimate from recorded intervals and intervals with signals unknown is the
+    mode of the exact posterior: recorded intervals under App. E, unknown ones under
+    ``exp(-tau*Delta)``, ``Delta = alpha + gamma*(1 - e^-kappa)`` with ``gamma`` = signals
+    over recorded time, plus the prior's pseudo-intervals (minimised here by scipy).  The
+    ring holds every recorded changed interval and the unknown changed ones have one length,
+    so the streaming state is exact and so must be the mode."""
+    from scipy.optimize import minimize
+
+    rng = np.random.default_rng(3)
+    est = SignalEstimator(1)
+    st_ = est.init()
+    known: list[tuple[float, bool, float]] = []
+    for i in range(40):
+        ch = i % 5 == 0  # 8 changed: the ring keeps them all
+        n = float(rng.poisson(2.0 if ch else 0.3))
+        known.append((float(rng.exponential(HOUR)), ch, n))
+    hidden = [(600.0, bool(rng.random() < 0.3)) for _ in range(400)]
+    for tau, ch in hidden:
+        st_ = est.update(st_, CrawlInterval(tau, ch, (0.0,), signals_known=False))
+    for tau, ch, n in known:
+        st_ = est.update(st_, CrawlInterval(tau, ch, (n,)))
+    assert len(st_.ring) == 8 and st_.quad_a == (0.0, 0.0, 0.0)
+    r = est.result(st_)
+    t_known = sum(k[0] for k in known)
+    gamma = sum(k[2] for k in known) / t_known
+    assert r.gamma_per_s[0] == pytest.approx(gamma, rel=1e-12)
+    plin, pent = est.compiled_prior(est.prior_scale(st_.totals[0], st_.n_intervals))
+
+    def neg_log_post(th: np.ndarray) -> float:
+        a, k = float(th[0]), float(th[1])
+        delta = a + gamma * -math.expm1(-k)
+        f = plin[0] * a + plin[1] * k
+        for e in pent:
+            f -= e[2] * math.log(-math.expm1(-(a * e[0] + k * e[1])))
+        for tau, ch, n in known:
+            x = a * tau + k * n
+            f += -math.log(-math.expm1(-x)) if ch else x
+        for tau, ch in hidden:
+            f += -math.log(-math.expm1(-tau * delta)) if ch else tau * delta
+        return f
+
+    x0 = np.array([r.alpha_per_s, r.kappa[0]])
+    best = minimize(lambda z: neg_log_post(np.exp(z)), np.log(x0) + 0.3, method="Nelder-Mead",
+                    options={"xatol": 1e-10, "fatol": 1e-12, "maxiter": 4000})
+    np.testing.assert_allclose([r.alpha_per_s, r.kappa[0]], np.exp(best.x), rtol=1e-4)
+    assert neg_log_post(x0) <= best.fun + 1e-9
+
+
+def test_history_with_signals_unknown_keeps_the_ping_quality() -> None:
+    """A long history imported without its pings, then live crawls with pings: declared as
+    signals unknown, the history sets the change rate and leaves recall and precision to the
+    live crawls; fed as intervals in which no source signalled, it makes every change an
+    unsignalled one, so recall collapses."""
+    rng = np.random.default_rng(11)
+    rate = 1.0 / (10 * HOUR)
+    kw = dict(change_rate_per_s=rate, crawl_rate_per_s=rate, recall=(0.6,), precision=(0.4,))
+    past = simulate_page_intervals(rng, n_intervals=6000, **kw)  # type: ignore[arg-type]
+    live = simulate_page_intervals(rng, n_intervals=1500, **kw)  # type: ignore[arg-type]
+    est = SignalEstimator(1)
+    results = {}
+    for known in (False, True):
+        st_ = est.init()
+        for tau, ch in zip(past.interval_s.tolist(), past.changed.tolist(), strict=True):
+            st_ = est.update(st_, CrawlInterval(tau, ch, (0.0,), signals_known=known))
+        results[known] = est.result(feed(est, live, st_))
+    r = results[False]
+    assert r.recall[0] == pytest.approx(0.6, abs=0.08)
+    assert r.precision[0] == pytest.approx(0.4, abs=0.08)
+    assert r.change_rate_per_s == pytest.approx(rate, rel=0.06)
+    assert r.gamma_per_s[0] == pytest.approx(0.6 * rate / 0.4, rel=0.1)
+    assert results[True].recall[0] < 0.3  # the history's time dilutes gamma, alpha takes all

@@ -243,3 +243,36 @@ def test_a_narrow_posterior_is_centred_where_its_density_peaks(shape: float) -> 
     np.testing.assert_allclose(post.mean_per_s, means, rtol=0.01)
     np.testing.assert_allclose(post.mean_log, digamma(shape) - np.log(shape / means),
                                atol=0.01)
+
+
+def test_the_grid_likelihood_counts_intervals_with_signals_unknown_in_delta() -> None:
+    """Intervals whose signals were not recorded enter at each grid rate through the page's
+    whole change rate ``Delta = lambda + gamma*(1 - e^-kappa)`` (``gamma``: signals over the
+    recorded time); one length, so their representative is exact."""
+    rng = np.random.default_rng(5)
+    est = SignalEstimator(1)
+    st = batch_init(est, 2)
+    hidden: list[list[tuple[float, bool]]] = [[], []]
+    for _ in range(30):
+        changed = rng.uniform(size=2) < 0.4
+        batch_update(est, st, np.full(2, 3600.0), changed, np.zeros((2, 1)),
+                     signals_known=np.zeros(2, dtype=bool))
+        for i in range(2):
+            hidden[i].append((3600.0, bool(changed[i])))
+    for _ in range(5):  # recorded: under the ring
+        tau = rng.uniform(0.2, 3.0, 2) * DAY
+        batch_update(est, st, tau, rng.uniform(size=2) < 0.5, rng.poisson(1.0, (2, 1)) * 1.0)
+    kappa = np.array([[0.3], [1.2]])
+    got = grid_log_likelihood(st, kappa=kappa)
+    from models.estimators.host_prior import _GRID
+    for i in range(2):
+        u = st.unchanged[i]
+        want = -_GRID * u[0] - kappa[i, 0] * u[1]
+        for j in range(int(st.ring_len[i])):
+            t, n, w = st.ring[i, j]
+            want = want + w * np.log(-np.expm1(-(_GRID * t + kappa[i, 0] * n)))
+        gamma = st.totals[i, 1] / (st.totals[i, 0] - 30 * 3600.0)
+        delta = _GRID + gamma * -np.expm1(-kappa[i, 0])
+        for t, ch in hidden[i]:
+            want = want + (np.log(-np.expm1(-t * delta)) if ch else -t * delta)
+        np.testing.assert_allclose(got[i], want, rtol=1e-9, atol=1e-9)

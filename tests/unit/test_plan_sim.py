@@ -122,3 +122,23 @@ def test_plan_from_a_few_crawls_predicts_what_the_estimates_achieve() -> None:
     assert np.mean(opt_err) > 0.05 and np.mean(point_err) > 0.05
     assert abs(np.mean(plan_err)) < 0.03
     assert max(abs(e) for e in plan_err) < 0.06
+
+
+def test_intervals_with_signals_unknown_inform_the_change_rate_only() -> None:
+    """A page known only from intervals with signals unknown: every atom of one change rate
+    ``alpha + gamma*(1 - e^-kappa)`` has one likelihood, whatever the split into signalled
+    and unsignalled changes, and it is ``-U*Delta + w log(1 - e^{-T*Delta})``."""
+    z = np.zeros((1, 2))
+    unknown = np.array([[5000.0, 4000.0, 7.0, 50.0]])  # time, unchanged, (w, T)
+    lik = PageLikelihood(z, np.zeros((1, 0, 3)), np.zeros((1, 2, 2)), np.zeros((1, 2)), z, z,
+                         np.zeros((1, 1)), np.ones(1, dtype=bool), unknown)
+    atoms = []
+    for kappa, gamma in ((0.1, 0.002), (2.0, 0.001), (0.5, 0.0)):
+        for delta in (0.003, 0.01):
+            atoms.append((delta - gamma * -np.expm1(-kappa), kappa, gamma))
+    ll = lik.log_likelihood(np.array(atoms))[0]
+    # the signals' Poisson term (no signal in the recorded time, at least a second) aside
+    ll = ll + np.array([a[2] for a in atoms]) * 1.0
+    for k, delta in enumerate((0.003, 0.01) * 3):
+        want = -4000.0 * delta + 7.0 * np.log(-np.expm1(-50.0 * delta))
+        assert ll[k] == pytest.approx(want, rel=1e-12)
