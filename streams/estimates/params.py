@@ -368,7 +368,7 @@ def _estimates_many(
     host = (hm > 0.0) & (hm < np.inf)
     alpha = np.where(host, hm, alpha)
     kappa = h["kappa"].astype(np.float64)
-    gam = gamma_from_totals(h["totals"].astype(np.float64))
+    gam = gamma_from_totals(h["totals"].astype(np.float64), h["unknown_s"].astype(np.float64))
     e[:, 0], e[:, 1] = alpha, h["alpha_se"]
     e[:, 2] = nm.derive(alpha, kappa, gam)["change_rate"]
     e[:, _GAMMA], e[:, _KAPPA] = gam, kappa

@@ -30,6 +30,9 @@ lin           float32x4 ``unchanged - quad_b`` (sums over unchanged intervals, l
 totals        float32x4 observed time, then each group's signals
 quad_a        float32x10 the quadratic summary's matrix (upper triangle)
 rep           float32x2 the representative changed interval without signals ``(w, T)``
+unknown       float32x4 the intervals whose signals are unknown (an imported history):
+                        their total time, their unchanged time, the representative
+                        changed one ``(w, T)`` (``SignalState.unknown``)
 ring          r x (tau float32, counts uint16x3[, weight float32])
 ============  ========  ==============================================================
 
@@ -46,6 +49,8 @@ The layout leaves out, and puts back on reading, only bytes it can put back exac
   (``benchmarks/bench_running_estimate.py``);
 * ``quad_a`` while it is all zero (no changed interval with signals has left the ring) and
   ``rep`` while it is (none without signals has): most pages never need either;
+* ``unknown`` while it is all zero (no interval with signals unknown: a page only a live
+  crawler has seen);
 * the slots of each group with no signal yet (its ``lin`` and ``totals`` entries, the
   ``quad_a`` entries of its row and column, its count in each ring entry: all sums of that
   group's signal counts, zero to the bit until its first signal);
@@ -55,16 +60,22 @@ The layout leaves out, and puts back on reading, only bytes it can put back exac
   whole count below 65,536 has its lowest byte zero, below 256 its two lowest);
 * the ring weights when every one is 1 (no ``estimator_half_life_s``).
 
-The layout is a 13-bit set of flags (:func:`_flags`): ring length (bits 0-2), ``quad_a``
+The layout is a 14-bit set of flags (:func:`_flags`): ring length (bits 0-2), ``quad_a``
 kept (3), ``rep`` kept (4), the groups kept (5-7), ``narrow`` (8), ``low`` (9-10),
-weights kept (11), ``theta`` kept (12).  The layout byte is the index of those flags in
-:data:`_CODES`, the layouts a stream record of the default configuration has (a ring of at
-most :data:`STREAM_RING`, no ``theta``, no weights; with wide counts at most one low byte
-left out); any other layout is the byte :data:`_ESCAPE` followed by the flags as uint16
-(two bytes more: an estimator half-life, a ring longer than the stream's, a state not from
-the stream).  A three-group page with a ring of 2 takes 112 bytes with the quadratic
-summary, 120 with both summaries; a page never pinged with a ring of 2, 56 with the
-representative interval, 48 without (8 of them the ``host`` contribution).
+weights kept (11), ``theta`` kept (12), ``unknown`` kept (13).  The layout byte is the
+index of those flags in :data:`_CODES`, the layouts a stream record of the default
+configuration has (a ring of at most :data:`STREAM_RING`, no ``theta``, no weights; with
+wide counts at most one low byte left out; with ``unknown`` only before any summary, with
+narrow counts and two low bytes left out: an imported page and its first live crawls);
+any other layout is the byte :data:`_ESCAPE` followed by the flags as uint16 (two bytes
+more: an estimator half-life, a ring longer than the stream's, a state not from the
+stream, a page with an imported history once it has a summary, wide counts or a group's
+256th signal).  A
+three-group page with a ring of 2 takes 112 bytes with the quadratic summary, 120 with
+both summaries; a page never pinged with a ring of 2, 56 with the representative
+interval, 48 without (8 of them the ``host`` contribution); a page with an imported
+history never pinged, 56 with an empty ring (16 of them the ``unknown`` block), 64 with a
+ring of 2, 74 with the representative interval as well (the escape layout).
 
 A ring count is a group's signals in one crawl interval, saturating at :data:`COUNT_MAX`
 as the page record's per-source counts do
@@ -72,15 +83,17 @@ as the page record's per-source counts do
 are estimates whose standard errors are far above float32's 6e-8 relative rounding (the
 float64 ``unchanged`` and ``totals`` sums lose at most 6e-8 relative, a crawl interval of a
 second in 190 days of observed time).  Not stored, derived when read: ``gamma_g = totals_g
-/ max(1 s, totals_0)``, ``Delta``, precision and recall (``models.estimators._numeric.derive``,
-paper 004 Sec. 3); ``end_s`` is the page's ``last_crawl`` (the outcome script writes both at
-once).  The other standard errors are only shown by ``recrawl explain``, which solves that
-one page's state again (:func:`streams.estimates.estimation.full_estimates`).
+/ max(1 s, known)`` (0 where ``known`` is 0) with ``known = max(totals_0 - unknown_0, 0)``
+the observed time whose signals are known (``models.estimators._numeric.gamma_rates``),
+``Delta``, precision and recall (``models.estimators._numeric.derive``, paper 004 Sec. 3);
+``end_s`` is the page's ``last_crawl`` (the outcome script writes both at once).  The other
+standard errors are only shown by ``recrawl explain``, which solves that one page's state
+again (:func:`streams.estimates.estimation.full_estimates`).
 
 A record with another version byte, an unknown layout, or a length other than its layout's
 is unreadable: the page's estimator starts again from the prior.
 
-Over 600 lines on purpose: this docstring is the layout's reference (~80 lines), and the
+Over 600 lines on purpose: this docstring is the layout's reference (~95 lines), and the
 one-record and the array codecs read and write the same layouts through the same flags and
 slot tables; split, each would have to be kept in step with the other's byte offsets.
 """
@@ -136,9 +149,10 @@ _MAX_RING = 7
 
 # flags (module docstring)
 _QUAD, _REP, _NARROW, _WEIGHTED, _THETA = 1 << 3, 1 << 4, 1 << 8, 1 << 11, 1 << 12
+_UNKNOWN = 1 << 13
 _KEPT_SHIFT, _LOW_SHIFT = 5, 9
 _ALL_GROUPS = (1 << N_GROUPS) - 1
-_VALID = (1 << 13) - 1
+_VALID = (1 << 14) - 1
 
 
 @dataclass(frozen=True, slots=True)
@@ -174,7 +188,7 @@ def full_dtype(ring: int, weighted: bool = False) -> np.dtype:
         ("host", "<f4", (2,)),
         ("n_intervals", "<u4"), ("alpha", "<f4"), ("alpha_se", "<f4"), ("kappa", "<f4", (g,)),
         ("theta", "<f4", (d,)), ("lin", "<f4", (d,)), ("totals", "<f4", (d,)),
-        ("quad_a", "<f4", (_NQ,)), ("rep", "<f4", (2,)),
+        ("quad_a", "<f4", (_NQ,)), ("rep", "<f4", (2,)), ("unknown", "<f4", (4,)),
     ]
     if ring:
         fields.append(("ring", np.dtype(entry), (ring,)))
@@ -183,25 +197,26 @@ def full_dtype(ring: int, weighted: bool = False) -> np.dtype:
 
 #: the full record's fields before the ring, and a ring entry (without, with its weight), as
 #: in :func:`full_dtype` (``struct``'s ``<`` has no padding): the scalar decode
-_HEAD = struct.Struct(f"<2fI{2 + N_GROUPS}f{3 * _D + _NQ + 2}f")
+_HEAD = struct.Struct(f"<2fI{2 + N_GROUPS}f{3 * _D + _NQ + 2 + 4}f")
 _RING = struct.Struct(f"<f{N_GROUPS}H")
 _RING_W = struct.Struct(f"<f{N_GROUPS}Hf")
 
 
 def _flags(ring: int, quad: bool, rep: bool, kept: int, narrow: bool, low: int,
-           weighted: bool, theta: bool) -> int:
+           weighted: bool, theta: bool, unknown: bool = False) -> int:
     return (ring | _QUAD * quad | _REP * rep | kept << _KEPT_SHIFT | _NARROW * narrow
-            | low << _LOW_SHIFT | _WEIGHTED * weighted | _THETA * theta)
+            | low << _LOW_SHIFT | _WEIGHTED * weighted | _THETA * theta | _UNKNOWN * unknown)
 
 
-def _parsed(flags: int) -> tuple[int, bool, bool, int, bool, int, bool, bool] | None:
-    """``(ring, quad, rep, kept, narrow, low, weighted, theta)`` (None: not a layout)."""
+def _parsed(flags: int) -> tuple[int, bool, bool, int, bool, int, bool, bool, bool] | None:
+    """``(ring, quad, rep, kept, narrow, low, weighted, theta, unknown)`` (None: not a
+    layout)."""
     low = flags >> _LOW_SHIFT & 3
     if flags & ~_VALID or low > 2:
         return None
     return (flags & 7, bool(flags & _QUAD), bool(flags & _REP),
             flags >> _KEPT_SHIFT & _ALL_GROUPS, bool(flags & _NARROW), low,
-            bool(flags & _WEIGHTED), bool(flags & _THETA))
+            bool(flags & _WEIGHTED), bool(flags & _THETA), bool(flags & _UNKNOWN))
 
 
 #: ``(narrow, low)`` of the one-byte layouts: wide counts make ``low`` 2 impossible but
@@ -222,6 +237,11 @@ def _stream_layouts() -> tuple[int, ...]:
                         continue  # a quadratic summary is of intervals with signals
                     for narrow, low in _NARROW_LOW:
                         out.append(_flags(ring, quad, rep, kept, narrow, low, False, False))
+    # with the unknown block (an imported page): before any summary, narrow, both low
+    # bytes left out (the table's room: 24 of the 25 codes left under the escape byte)
+    for ring in range(STREAM_RING + 1):
+        for kept in range(_ALL_GROUPS + 1):
+            out.append(_flags(ring, False, False, kept, True, 2, False, False, True))
     assert len(out) < _ESCAPE
     return tuple(out)
 
@@ -264,6 +284,7 @@ def _slots(ring: int, weighted: bool) -> dict[str, Any]:
         "src": np.concatenate([span("alpha", 4), span("kappa", 4 * N_GROUPS)]),
         "quad": span("quad_a", 4 * _NQ),
         "rep": span("rep", 8),
+        "unknown": span("unknown", 16),
         "groups": tuple(groups),
         "narrow": np.array(sorted(narrow), dtype=np.intp),
         "low": tuple(np.array([totals + 4 * (1 + g) + b for g in range(N_GROUPS)], dtype=np.intp)
@@ -276,7 +297,7 @@ def _kept(flags: int) -> npt.NDArray[np.intp]:
     """The byte positions of the full record a layout keeps, in order."""
     layout = _parsed(flags)
     assert layout is not None
-    ring, quad, rep, kept, narrow, low, weighted, theta = layout
+    ring, quad, rep, kept, narrow, low, weighted, theta, unknown = layout
     s = _slots(ring, weighted)
     drop = np.zeros(full_dtype(ring, weighted).itemsize, dtype=bool)
     if not theta:
@@ -285,6 +306,8 @@ def _kept(flags: int) -> npt.NDArray[np.intp]:
         drop[s["quad"]] = True
     if not rep:
         drop[s["rep"]] = True
+    if not unknown:
+        drop[s["unknown"]] = True
     for g, pos in enumerate(s["groups"]):
         if not kept >> g & 1:
             drop[pos] = True
@@ -391,6 +414,7 @@ def _pack(arr: Any, ring: int, weighted: bool) -> list[bytes]:
     flags |= (mat[:, s["theta"]] != mat[:, s["src"]]).any(axis=1) * _THETA
     flags |= (mat[:, s["quad"]] != 0).any(axis=1) * _QUAD
     flags |= (mat[:, s["rep"]] != 0).any(axis=1) * _REP
+    flags |= (mat[:, s["unknown"]] != 0).any(axis=1) * _UNKNOWN
     for g, pos in enumerate(s["groups"]):
         flags |= (mat[:, pos] != 0).any(axis=1).astype(np.int64) << (_KEPT_SHIFT + g)
     narrow = (mat[:, s["narrow"]] == 0).all(axis=1)
@@ -398,8 +422,9 @@ def _pack(arr: Any, ring: int, weighted: bool) -> list[bytes]:
     low1 = (mat[:, s["low"][0]] == 0).all(axis=1)
     low2 = low1 & (mat[:, s["low"][1]] == 0).all(axis=1)
     low = low1.astype(np.int64) + low2
-    # a wide record of a one-byte layout leaves out at most one low byte (_NARROW_LOW)
-    wide = ~narrow & (flags & (_THETA | _WEIGHTED) == 0) & (ring <= STREAM_RING)
+    # a wide record of a one-byte layout leaves out at most one low byte (_NARROW_LOW);
+    # one-byte layouts with the unknown block are all narrow
+    wide = ~narrow & (flags & (_THETA | _WEIGHTED | _UNKNOWN) == 0) & (ring <= STREAM_RING)
     flags |= np.where(wide, np.minimum(low, 1), low) << _LOW_SHIFT
     out: list[bytes] = [b""] * n
     for f in np.unique(flags).tolist():
@@ -448,6 +473,7 @@ def records_from_batch(batch: BatchSignalState, alpha: npt.NDArray[np.float64],
         arr["totals"] = batch.totals[rows]
         arr["quad_a"] = batch.quad_a[rows][:, _IU[0], _IU[1]]
         arr["rep"] = batch.rep[rows]
+        arr["unknown"] = batch.unknown[rows]
         if ring_len:
             order = (batch.ring_pos[rows, None] + np.arange(ring_len)[None, :]) % k
             ring = np.take_along_axis(batch.ring[rows], order[:, :, None], axis=1)
@@ -483,12 +509,15 @@ def fill_batch(batch: BatchSignalState, rows: npt.NDArray[np.int64], ring_len: i
     qa[:, _IU[1], _IU[0]] = upper
     batch.quad_a[rows] = qa
     batch.rep[rows] = arr["rep"]
+    batch.unknown[rows] = arr["unknown"]
     batch.end_s[rows] = -math.inf if end_s is None else end_s[rows]
 
 
-#: what a rebuild reads of an estimator record (:func:`record_heads`)
+#: what a rebuild reads of an estimator record (:func:`record_heads`); ``unknown_s`` the
+#: time of intervals with signals unknown (the ``unknown`` block's first entry)
 HEADS = np.dtype([("host", "<f4", (2,)), ("n", "<u4"), ("alpha", "<f4"), ("alpha_se", "<f4"),
-                  ("kappa", "<f4", (N_GROUPS,)), ("totals", "<f4", (_D,))])
+                  ("kappa", "<f4", (N_GROUPS,)), ("totals", "<f4", (_D,)),
+                  ("unknown_s", "<f4")])
 
 
 def record_heads(mat: npt.NDArray[np.uint8]) -> npt.NDArray[Any]:
@@ -506,25 +535,31 @@ def record_heads(mat: npt.NDArray[np.uint8]) -> npt.NDArray[Any]:
         heads["n"][rows] = arr["n_intervals"]
         for name in ("host", "alpha", "alpha_se", "kappa", "totals"):
             heads[name][rows] = arr[name]
+        heads["unknown_s"][rows] = arr["unknown"][:, 0]
     return heads
 
 
-def gamma_from_totals(totals: npt.NDArray[np.float64]) -> npt.NDArray[np.float64]:
-    """Signal rates per group from the state's totals ``(N, d)``: signals over observed time
-    (under a second counts as a second), as ``models.estimators.signals._estimates_from``."""
-    t = totals[:, 0]
+def gamma_from_totals(totals: npt.NDArray[np.float64],
+                      unknown_s: npt.NDArray[np.float64] | None = None,
+                      ) -> npt.NDArray[np.float64]:
+    """Signal rates per group from the state's totals ``(N, d)`` and the time of its
+    intervals with signals unknown ``unknown_s`` ``(N,)`` (None: none): signals over the
+    observed time whose signals are known (under a second counts as a second; none: 0), as
+    ``models.estimators._numeric.gamma_rates``."""
+    t = totals[:, 0] if unknown_s is None else np.maximum(totals[:, 0] - unknown_s, 0.0)
     with np.errstate(invalid="ignore", divide="ignore"):
         return np.where((t > 0.0)[:, None], totals[:, 1:] / np.maximum(t, 1.0)[:, None], 0.0)
 
 
 def derived(alpha: float, alpha_se: float, kappa: Sequence[float], totals: Sequence[float],
-            n_intervals: int) -> Estimates:
+            n_intervals: int, unknown_s: float) -> Estimates:
     """The estimates of a record (module docstring: gamma, Delta, precision and recall
-    derived; standard errors other than alpha's not kept: NaN)."""
+    derived; standard errors other than alpha's not kept: NaN); ``unknown_s`` the time of
+    its intervals with signals unknown."""
     nan = (math.nan,) * N_GROUPS
     # scalar twins of gamma_from_totals and models.estimators._numeric.derive (one page:
     # numpy's per-call cost would be most of it)
-    t = totals[0]
+    t = max(totals[0] - unknown_s, 0.0)
     gam = tuple(x / max(t, 1.0) for x in totals[1:]) if t > 0.0 else (0.0,) * N_GROUPS
     precision = tuple(-math.expm1(-k) for k in kappa)
     signalled = [g * p for g, p in zip(gam, precision, strict=True)]
@@ -564,8 +599,9 @@ class EstimatorRecord:
         if a is None:
             return self.estimates
         e = self.estimates
-        return replace(derived(a, e.alpha_se_per_s, e.kappa, self.state.totals, e.n_intervals),
-                       alpha_mean_log=self.host[1])
+        st = self.state
+        return replace(derived(a, e.alpha_se_per_s, e.kappa, st.totals, e.n_intervals,
+                               st.unknown[0]), alpha_mean_log=self.host[1])
 
     def encode(self) -> str:
         """The record as a ``str`` of surrogate-escaped bytes (what a ``surrogateescape``
@@ -590,6 +626,7 @@ class EstimatorRecord:
         arr["theta"] = st.theta
         arr["lin"] = [u - b for u, b in zip(st.unchanged, st.quad_b, strict=True)]
         arr["totals"], arr["quad_a"], arr["rep"] = st.totals, st.quad_a, st.rep
+        arr["unknown"] = st.unknown
         if ring:
             arr["ring"]["tau"] = [x[0] for x in ring]
             arr["ring"]["n"] = [x[1:-1] for x in ring]
@@ -620,10 +657,11 @@ class EstimatorRecord:
                       *(() if weighted else (1.0,))) for j in range(ring_len))
         i = 5 + g  # host (2), n_intervals, alpha, alpha_se, kappa, then theta, lin, totals, ...
         theta, lin, totals = (v[i + k * d : i + (k + 1) * d] for k in range(3))
-        quad_a, rep = v[i + 3 * d : i + 3 * d + _NQ], v[i + 3 * d + _NQ : i + 3 * d + _NQ + 2]
+        j = i + 3 * d + _NQ
+        quad_a, rep, unknown = v[i + 3 * d : j], v[j : j + 2], v[j + 2 : j + 6]
         state = SignalState(g, end_s if math.isfinite(end_s) else -math.inf, v[2], theta, lin,
                             totals, ring, (0.0,) * d, quad_a, max(ring_capacity, ring_len),
-                            (rep[0], rep[1]))
-        est = derived(v[3], v[4], v[5 : 5 + g], totals, v[2])
+                            (rep[0], rep[1]), (unknown[0], unknown[1], unknown[2], unknown[3]))
+        est = derived(v[3], v[4], v[5 : 5 + g], totals, v[2], unknown[0])
         return cls(est, state, (v[0], v[1]))
 

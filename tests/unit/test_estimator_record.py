@@ -13,6 +13,7 @@ import numpy as np
 import pytest
 
 from models.estimators import CrawlInterval, SignalState, states_to_batch
+from models.estimators import _numeric as nm
 from streams.estimates import record as rec_mod
 from streams.estimates.estimation import (
     STREAM_RING,
@@ -26,10 +27,14 @@ from streams.estimates.params import page_params, page_params_many
 from streams.estimates.record import (
     COUNT_MAX,
     VERSION,
+    Estimates,
+    fill_batch,
+    gamma_from_totals,
     raw_bytes,
     record_heads,
     record_sizes,
     records_from_batch,
+    unpack_records,
 )
 from streams.events.records import SOURCES
 from streams.settings import Settings
@@ -38,8 +43,8 @@ from streams.store.page_record import PageState, estimator_part
 HOUR = 3600.0
 D, NQ = 4, 10
 #: the full record's offsets (the docstring's table)
-HOST_AT, N_AT, ALPHA_AT, SE_AT, KAPPA_AT, THETA_AT, LIN_AT, TOTALS_AT, QUAD_AT, REP_AT, RING_AT = (
-    0, 8, 12, 16, 20, 32, 48, 64, 80, 120, 128)
+(HOST_AT, N_AT, ALPHA_AT, SE_AT, KAPPA_AT, THETA_AT, LIN_AT, TOTALS_AT, QUAD_AT, REP_AT,
+ UNKNOWN_AT, RING_AT) = (0, 8, 12, 16, 20, 32, 48, 64, 80, 120, 128, 144)
 
 
 def full_bytes(rec: EstimatorRecord) -> bytes:
@@ -47,8 +52,9 @@ def full_bytes(rec: EstimatorRecord) -> bytes:
     st, e = rec.state, rec.estimates
     weighted = any(x[-1] != 1.0 for x in st.ring)
     lin = [u - b for u, b in zip(st.unchanged, st.quad_b, strict=True)]
-    out = struct.pack("<2fI2f3f4f4f4f10f2f", *rec.host, st.n_intervals, e.alpha_per_s,
-                      e.alpha_se_per_s, *e.kappa, *st.theta, *lin, *st.totals, *st.quad_a, *st.rep)
+    out = struct.pack("<2fI2f3f4f4f4f10f2f4f", *rec.host, st.n_intervals, e.alpha_per_s,
+                      e.alpha_se_per_s, *e.kappa, *st.theta, *lin, *st.totals, *st.quad_a, *st.rep,
+                      *st.unknown)
     for x in st.ring:
         out += struct.pack("<f3H", x[0], *(int(n) for n in x[1:-1]))
         if weighted:
@@ -71,7 +77,7 @@ def expanded(raw: bytes) -> bytes:
     flags, head = flags_of(raw)
     ring, quad, rep = flags & 7, bool(flags >> 3 & 1), bool(flags >> 4 & 1)
     kept, narrow, low = flags >> 5 & 7, bool(flags >> 8 & 1), flags >> 9 & 3
-    weighted, theta = bool(flags >> 11 & 1), bool(flags >> 12 & 1)
+    weighted, theta, unknown = bool(flags >> 11 & 1), bool(flags >> 12 & 1), bool(flags >> 13 & 1)
     entry = 14 if weighted else 10
     size = RING_AT + ring * entry
     drop = [False] * size
@@ -93,6 +99,8 @@ def expanded(raw: bytes) -> bytes:
         drop[QUAD_AT : QUAD_AT + 40] = [True] * 40
     if not rep:
         drop[REP_AT : REP_AT + 8] = [True] * 8
+    if not unknown:
+        drop[UNKNOWN_AT : UNKNOWN_AT + 16] = [True] * 16
     if narrow:
         drop[N_AT + 2] = drop[N_AT + 3] = True
         for r in range(ring):
@@ -124,6 +132,7 @@ def check(record: str | bytes, end_s: float = -math.inf) -> EstimatorRecord:
     assert heads["host"][0].tolist() == list(back.host)
     assert heads["alpha"][0] == np.float32(back.estimates.alpha_per_s)
     assert heads["totals"][0].tolist() == list(back.state.totals)
+    assert heads["unknown_s"][0] == back.state.unknown[0]
     est = Estimation(ring_capacity=max(STREAM_RING, len(back.state.ring)))
     arrays = est.states_of([record], np.array([end_s]))
     assert arrays.page_state(0, est.estimator.ring_capacity) == dataclasses.replace(
@@ -182,13 +191,14 @@ def test_the_summaries_cost_bytes_only_when_present() -> None:
     assert any(signalled.state.quad_a) and signalled.state.rep == (0.0, 0.0)
     assert not any(silent.state.quad_a) and silent.state.rep[0] > 0.0
     # three groups, a ring of 2, narrow counts, the totals' two low bytes zero: the full
-    # record (128 + 2 x 10) less theta (16), the rep (8), the 8 narrow bytes (n_intervals'
-    # high two, each ring count's high byte) and the 6 low bytes of the groups' totals
-    assert len(raw_bytes(last[0])) == 2 + 148 - 16 - 8 - 8 - 6
+    # record (144 + 2 x 10) less theta (16), the rep (8), the unknown block (16), the 8
+    # narrow bytes (n_intervals' high two, each ring count's high byte) and the 6 low bytes
+    # of the groups' totals: the docstring's 112
+    assert len(raw_bytes(last[0])) == 2 + 164 - 16 - 8 - 16 - 8 - 6 == 112
     both = dataclasses.replace(signalled.state, rep=(2.0, HOUR))
-    assert len(EstimatorRecord(signalled.estimates, both).to_bytes()) == 2 + 148 - 16 - 8 - 6
+    assert len(EstimatorRecord(signalled.estimates, both).to_bytes()) == 120
     # no group: quad_a not stored, the rep kept; each group's lin, totals and ring counts go
-    assert len(raw_bytes(last[1])) == 2 + 148 - 16 - 40 - 3 * (8 + 2 * 2) - 2
+    assert len(raw_bytes(last[1])) == 2 + 164 - 16 - 40 - 16 - 3 * (8 + 2 * 2) - 2 == 56
     for r in last:
         check(r)
 
@@ -344,3 +354,132 @@ def test_the_host_mean_is_alpha_once_the_host_prior_is_in_use() -> None:
         assert one.alpha_per_s == want and many.alpha[i] == want
         assert many.delta[i] == pytest.approx(one.change_rate_per_s, rel=1e-12)
         assert many.beta[i] == pytest.approx(one.beta_s, rel=1e-12)
+
+
+def model_state(unknown: list[tuple[float, bool]], live: list[tuple[float, bool, tuple[float, ...]]]
+                ) -> tuple[SignalState, Estimates]:
+    """The model's own state after intervals with signals unknown (an imported history:
+    ``(tau, changed)``), then live ones (``(tau, changed, group counts)``), its mode as
+    ``theta`` (as the stream keeps it), and its estimates."""
+    est = Estimation()
+    st: SignalState = est.estimator.init()
+    end = 1e6
+    for tau, changed in unknown:
+        end += tau
+        st = est.estimator.update(st, CrawlInterval(tau, changed, (0.0,) * 3, end_s=end,
+                                                    signals_known=False))
+    for tau, changed, counts in live:
+        end += tau
+        st = est.estimator.update(st, CrawlInterval(tau, changed, counts, end_s=end))
+    (e,) = est.results([st])
+    return dataclasses.replace(st, theta=(e.alpha_per_s, *e.kappa)), e
+
+
+def f32(xs: tuple[float, ...]) -> tuple[float, ...]:
+    return tuple(float(np.float32(x)) for x in xs)
+
+
+HISTORY = [(HOUR * (1 + 0.3 * (i % 4)), i % 3 == 0) for i in range(12)]
+
+
+def test_an_imported_history_is_kept_on_every_path() -> None:
+    """The ``unknown`` block (time, unchanged time, representative changed interval of the
+    intervals with signals unknown) round-trips through the one-record codec, the array
+    codec (``records_from_batch`` / ``unpack_records`` / ``fill_batch``), the rebuild's
+    heads and the next update: an imported page alone, then with live crawls and pings
+    (one-byte layouts), then with a summary (the escape layout)."""
+    cases = [
+        model_state(HISTORY, []),
+        model_state(HISTORY, [(HOUR, True, (1.0, 0.0, 2.0)), (HOUR, False, (0.0, 0.0, 1.0))]),
+        model_state(HISTORY, [(HOUR, True, (1.0, 0.0, 2.0))] * (STREAM_RING + 2)),
+    ]
+    states = [st for st, _ in cases]
+    for st in states:
+        assert st.unknown[0] > st.unknown[1] > 0.0 and st.unknown[2] > 0.0 < st.unknown[3]
+    raws = [EstimatorRecord(e, st).to_bytes() for st, e in cases]
+    heads = []
+    for (st, _), raw in zip(cases, raws, strict=True):
+        back = check(raw, st.end_s)
+        assert back.state.unknown == f32(st.unknown)
+        flags, head = flags_of(raw)
+        heads.append(head)
+        assert flags >> 13 & 1
+    # an imported page and its first live crawls: one layout byte; with a summary: escape
+    assert heads == [2, 2, 4]
+    assert any(states[2].quad_a)
+    # the array codec writes the same bytes and reads the block back into the arrays
+    batch = states_to_batch(states, STREAM_RING, 3)
+    e_arr = [e for _, e in cases]
+    recs = records_from_batch(batch, np.array([e.alpha_per_s for e in e_arr]),
+                              np.array([e.alpha_se_per_s for e in e_arr]),
+                              np.array([e.kappa for e in e_arr]))
+    assert recs == raws
+    fresh = states_to_batch([Estimation().estimator.init()] * 3, STREAM_RING, 3)
+    for rows, ring_len, arr in unpack_records(recs):
+        fill_batch(fresh, rows, ring_len, arr, None)
+    assert fresh.unknown.tolist() == [list(f32(st.unknown)) for st in states]
+    # the next update sees the block: the same estimates as from the model's own state
+    est = Estimation()
+    for (st, _), raw in zip(cases, raws, strict=True):
+        nxt = CrawlInterval(HOUR, True, (0.0, 1.0, 0.0), end_s=st.end_s + HOUR)
+        (want,) = est.results([est.estimator.update(st, nxt)])
+        (got,) = est.results([est.estimator.update(est.state_of(raw, st.end_s), nxt)])
+        assert got.alpha_per_s == pytest.approx(want.alpha_per_s, rel=1e-4)
+        assert got.change_rate_per_s == pytest.approx(want.change_rate_per_s, rel=1e-4)
+
+
+def test_a_live_page_stores_no_unknown_block() -> None:
+    """A page only a live crawler has seen keeps no ``unknown`` block (its record the size
+    it had without one); the block costs 16 bytes where present, 2 more where its layout
+    is not one of the one-byte layouts."""
+    n = STREAM_RING + 3
+    for _, recs in crawled([(0, 1, 3), (), (2,)], [[True] * n, [i % 2 == 0 for i in range(n)],
+                                                   [False] * n]):
+        for r in recs:
+            back = check(r)
+            flags, head = flags_of(raw_bytes(r))
+            assert back.state.unknown == (0.0,) * 4 and not flags >> 13 & 1
+            with_block = dataclasses.replace(back.state, unknown=(2 * HOUR, HOUR, 1.0, HOUR))
+            raw = EstimatorRecord(back.estimates, with_block).to_bytes()
+            more = 16 + flags_of(raw)[1] - head
+            assert len(raw) == len(raw_bytes(r)) + more
+            assert more == (16 if (flags & 0b11000, flags >> 9 & 3) == (0, 2) else 18)
+            check(raw)
+
+
+def test_signal_rates_use_the_known_time() -> None:
+    """``gamma`` is a group's signals over the observed time whose signals are known (the
+    observed time less the unknown block's), 0 where none is known, on every reader: the
+    decoded estimates, the value estimates, ``estimates_of``, the rebuild's arrays
+    (``page_params_many`` as ``page_params``) and ``gamma_from_totals`` as the model's
+    ``gamma_rates``."""
+    (_, last), = crawled([(0, 1, 3)], [[True] * (STREAM_RING + 4)])[-1:]
+    live = EstimatorRecord.decode(last[0])
+    t = live.state.totals[0]
+    counts = live.state.totals[1:]
+    assert t > 4 * HOUR and any(counts)
+    values = []
+    for u, host in ((3 * HOUR, (0.0, 0.0)), (t - 1.5 * HOUR, (2e-5, -11.0)), (t, (0.0, 0.0)),
+                    (t + HOUR, (0.0, 0.0))):
+        st = dataclasses.replace(live.state, unknown=(u, 0.5 * u, 1.0, HOUR))
+        raw = EstimatorRecord(live.estimates, st, host).to_bytes()
+        back = EstimatorRecord.decode(raw)
+        known = max(float(np.float32(t)) - float(np.float32(u)), 0.0)
+        want = tuple(c / max(known, 1.0) if known > 0.0 else 0.0 for c in counts)
+        assert back.estimates.gamma_per_s == pytest.approx(want, rel=1e-12)
+        assert back.value_estimates.gamma_per_s == back.estimates.gamma_per_s
+        assert estimates_of(raw) == back.value_estimates
+        if known > 0.0:
+            assert back.estimates.gamma_per_s != live.estimates.gamma_per_s
+        values.append(PageState(1.0, None, 2e6, (0, 1, 0, 0, 0)).encode(raw))
+        totals = np.array([back.state.totals], dtype=np.float64)
+        unknown = np.array([back.state.unknown], dtype=np.float64)
+        assert gamma_from_totals(totals, unknown[:, 0]).tolist() == [list(want)]
+        assert gamma_from_totals(totals, unknown[:, 0]).tolist() == nm.gamma_rates(
+            totals, unknown).tolist()
+    many = page_params_many(values, Settings())
+    assert many is not None
+    for i, v in enumerate(values):
+        one = page_params(PageState.decode(v), estimator_part(v), Settings())
+        assert many.gamma[i] == pytest.approx(one.gamma_per_s, rel=1e-12)
+        assert many.delta[i] == pytest.approx(one.change_rate_per_s, rel=1e-12)
