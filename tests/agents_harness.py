@@ -281,6 +281,53 @@ async def case_an_empty_hosts_first_contributions_follow_the_pages_time_scale(
         assert 0.4 < contrib / mle < 2.5
     assert h.rejects == []
 
+async def case_an_outcome_with_signals_unknown_teaches_no_ping_quality(make: Make) -> None:
+    """Two pages pinged alike, each then crawled changed: the outcome with ``signals_known``
+    false (an imported one) adds its interval to the page's unknown block and none of the
+    page's pings to its signal totals; the other counts its ping.  A ``signals_known`` that
+    is not a boolean is a malformed event (rejected, the page unchanged)."""
+    from streams.estimates.record import EstimatorRecord
+    from streams.store.page_record import estimator_part
+
+    h = make()
+    a, b = "https://sk.org/a", "https://sk.org/b"
+    await h.feed("pages", [js(url=a), js(url=b)])
+    t0 = float(int(time.time()) - 1000)  # whole seconds: the page record keeps milliseconds
+
+    async def state(url: str) -> Any:
+        part = estimator_part(await h.store.get_page_raw("sk.org", url))
+        assert part is not None
+        return EstimatorRecord.decode(part).state
+
+    await h.feed("outcomes", [js(url=u, fetched_at=t0, changed=None) for u in (a, b)])
+    await h.feed("pings", [js(url=u, source="indexnow", received_at=t0 + 80.0) for u in (a, b)])
+    await h.feed("outcomes", [
+        js(url=a, fetched_at=t0 + 100.0, changed=True, signals_known=False),
+        js(url=b, fetched_at=t0 + 100.0, changed=True),
+    ])
+    sa, sb = await state(a), await state(b)
+    assert sb.totals[1:] == (0.0, 1.0, 0.0) and sb.unknown == (0.0,) * 4  # push: indexnow
+    assert sa.totals[1:] == (0.0, 0.0, 0.0)
+    assert sa.totals[0] == pytest.approx(100.0, rel=1e-6) == sa.unknown[0]
+    assert sa.unknown[1] == 0.0  # changed: nothing unchanged
+    assert (await h.store.get_page("sk.org", a)).signals == (0,) * 5
+    await h.feed("pings", [js(url=a, source="sitemap", received_at=t0 + 170.0)])
+    await h.feed("outcomes", [
+        js(url=a, fetched_at=t0 + 200.0, changed=False, signals_known="false"),
+        js(url=a, fetched_at=t0 + 200.0, changed=False, signals_known=None),
+    ])
+    assert len(h.rejects) == 2 and all("signals_known" in r["reason"] for r in h.rejects)
+    assert (await h.store.get_page("sk.org", a)).last_crawl_s == pytest.approx(t0 + 100.0,
+                                                                               abs=1e-3)
+    await h.feed("outcomes", [js(url=a, fetched_at=t0 + 200.0, changed=False,
+                                 signals_known=False)])
+    sa = await state(a)
+    assert sa.n_intervals == 2 and sa.totals[1:] == (0.0, 0.0, 0.0)
+    assert sa.unknown[:2] == pytest.approx((200.0, 100.0), rel=1e-6)
+    assert sa.totals[0] == pytest.approx(200.0, rel=1e-6)
+    assert len(h.rejects) == 2
+
+
 def _host_mean(value: str) -> float:
     """The stored (signed) host mean of a page value's estimator record."""
     from streams.estimates.record import EstimatorRecord
@@ -298,6 +345,7 @@ CASES: list[Callable[[Make], Awaitable[None]]] = [
     case_pings_without_an_id_or_a_change_time_each_count_once,
     case_outcome_clears_only_its_own_order_and_resets_signals,
     case_hosts_and_control_are_validated_and_stored,
+    case_an_outcome_with_signals_unknown_teaches_no_ping_quality,
     case_outcomes_keep_the_hosts_prior_sums,
     case_an_empty_hosts_first_contributions_follow_the_pages_time_scale,
 ]

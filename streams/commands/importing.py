@@ -322,8 +322,9 @@ def _outcome_bodies(crawls: Iterator[Any], plan: ImportPlan, order_id: str,
         if c.time_s > latest_s:
             yield f"{c.url}: time {c.time_s:.3f} is in the future"
             continue
+        # a history records no pings: the interval teaches the change rate only
         value = {"url": page[0], "fetched_at": c.time_s, "changed": c.changed,
-                 "order_id": order_id}
+                 "order_id": order_id, "signals_known": False}
         yield page[1].encode(), json.dumps(value).encode()
 
 

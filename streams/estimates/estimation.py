@@ -47,6 +47,13 @@ is its posterior mean under its host's prior, that posterior's quantile read as 
 A crawl whose outcome says ``changed: null`` (the fetcher's first fetch of a URL: nothing to
 compare with) is not an observation; the next interval starts at it, because the fetcher
 compares the next fetch with that one.
+
+A crawl whose outcome says ``signals_known: false`` (``recrawl import``: a history records
+no pings) adds an interval whose signals were not recorded, with no signal counts: it
+informs the page's change rate only, not how the change rate splits into signalled and
+unsignalled changes, and it does not count in the signal rates' observed time
+(:class:`models.estimators.CrawlInterval`'s ``signals_known``: App. E's likelihood
+marginalised over the unrecorded Poisson counts).
 """
 
 from __future__ import annotations
@@ -184,6 +191,17 @@ class Observation:
     #: before this interval (``StateStore.read_outcome_inputs``); None: the record gets no
     #: contribution to a host prior
     host_sums: tuple[float, float, float] | None = None
+    #: False: the pings during the interval were not recorded (an outcome from a history,
+    #: ``recrawl import``): the interval informs the page's change rate only
+    #: (:class:`models.estimators.CrawlInterval`'s ``signals_known``) and carries no signal
+    #: counts (``signals``, the page record's counts since its last crawl, are not this
+    #: interval's: a history's interval is in the past)
+    signals_known: bool = True
+
+    @property
+    def interval_signals(self) -> tuple[int, ...]:
+        """The interval's signal counts per source: ``signals``, or zeros if unknown."""
+        return self.signals if self.signals_known else (0,) * len(self.signals)
 
 
 class Estimation:
@@ -225,13 +243,15 @@ class Estimation:
         fetched = np.fromiter((o.fetched_at_s for o in observations), np.float64, m)
         batch = self.states_of([o.record for o in observations], fetched - tau)
         changed = np.fromiter((o.changed for o in observations), bool, m)
-        signals = np.array([o.signals for o in observations], dtype=np.float64)
+        known = np.fromiter((o.signals_known for o in observations), bool, m)
+        signals = np.array([o.interval_signals for o in observations], dtype=np.float64)
         # a fetch before the stored last crawl (a clock step): the interval follows it
         prev = batch.end_s
         end = np.where(fetched >= prev, fetched, prev + tau)
         rates = _prior_rates(observations)
         batch_update(self.estimator, batch, tau, changed, group_sums(signals.reshape(m, -1)),
-                     end_s=end, prior_rate_per_s=rates)
+                     end_s=end, prior_rate_per_s=rates,
+                     signals_known=None if known.all() else known)
         alpha, alpha_se, kappa = batch_alpha_kappa(self.estimator, batch, rates)
         # the mode is the running estimate from here on (module docstring)
         batch.theta[:, 0], batch.theta[:, 1:] = alpha, kappa
@@ -306,9 +326,10 @@ class Estimation:
             return []
         states = [self.state_of(o.record, o.fetched_at_s - o.interval_s) for o in observations]
         intervals = [
-            CrawlInterval(max(0.0, o.interval_s), o.changed, group_counts(o.signals),
+            CrawlInterval(max(0.0, o.interval_s), o.changed, group_counts(o.interval_signals),
                           end_s=o.fetched_at_s if o.fetched_at_s >= st.end_s else None,
-                          prior_rate_per_s=o.prior_rate_per_s)
+                          prior_rate_per_s=o.prior_rate_per_s,
+                          signals_known=o.signals_known)
             for o, st in zip(observations, states, strict=True)
         ]
         new_states, r = update_many(self.estimator, states, intervals)

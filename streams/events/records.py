@@ -210,6 +210,10 @@ class OutcomeEvent(_Event):
     #: digest of the robots.txt that disallowed it (a late outcome of an older robots.txt
     #: does not block the page again)
     robots_digest: str | None = Field(default=None, max_length=128)
+    #: false: the pings during the interval this outcome ends were not recorded (an outcome
+    #: from a history, ``recrawl import``): the interval teaches the page's change rate, not
+    #: its ping sources' quality (``streams.estimates.estimation.Observation.signals_known``)
+    signals_known: bool = True
 
     @field_validator("fetched_at")
     @classmethod

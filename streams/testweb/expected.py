@@ -90,7 +90,8 @@ class WorkerMirror:
         (``(page, unix time, changed)``, in time order, all before the run's own first
         crawl of the page) as the worker's outcomes agent applies them (in chunks that hold
         a page at most once, every page of a chunk under its host's prior sums as they were
-        before the chunk), then the run's first crawl of every page (``initial_copy``),
+        before the chunk; intervals whose signals are unknown, as ``recrawl import`` sends
+        them), then the run's first crawl of every page (``initial_copy``),
         which, the first fetch the fetcher compares nothing with (``changed: null``),
         observes nothing."""
         first = [st.last_crawl_s for st in self.states]
@@ -113,16 +114,20 @@ class WorkerMirror:
             self._rekey(i, self.offset)
 
     def _apply_chunk(self, chunk: Sequence[tuple[int, float, bool | None]]) -> None:
-        self._observe([(page, t, changed) for page, t, changed in chunk if changed is not None])
+        # imported: the history recorded no pings (the importer's signals_known false)
+        self._observe([(page, t, changed) for page, t, changed in chunk if changed is not None],
+                      signals_known=False)
         for page, t, _changed in chunk:
             if t > self.states[page].last_crawl_s:
                 self.states[page] = self.states[page].after_crawl(t)
 
-    def _observe(self, crawls: Sequence[tuple[int, float, bool]]) -> None:
+    def _observe(self, crawls: Sequence[tuple[int, float, bool]], *,
+                 signals_known: bool = True) -> None:
         """Each crawl's interval since its page's last crawl into the page's estimator, as
         the worker's outcomes agent applies a batch (a page at most once; every page under
         its host's prior sums as they were before the batch); a page never crawled, or a
-        crawl before its last, observes nothing."""
+        crawl before its last, observes nothing.  ``signals_known`` false: imported crawls
+        (the outcomes' ``signals_known``)."""
         obs: list[Observation] = []
         pages: list[int] = []
         for page, t, changed in crawls:
@@ -131,7 +136,8 @@ class WorkerMirror:
                 pages.append(page)
                 obs.append(Observation(self.records[page], t - st.last_crawl_s, st.signals,
                                        changed, t, st.prior_change_rate_per_s,
-                                       self.prior_sums.get(self.hosts[page], (0.0, 0.0, 0.0))))
+                                       self.prior_sums.get(self.hosts[page], (0.0, 0.0, 0.0)),
+                                       signals_known))
         try:
             new = self.estimation.observe(obs)
         except Exception:  # the worker applies the outcomes without their estimates too

@@ -15,7 +15,8 @@ anchored at the run's start ``t0``) in one of two forms ``recrawl import`` reads
 earliest to its latest change), as ``(page, time_s, changed)`` in time order: what the
 simulator's mirror of the worker is fed before the run
 (:class:`streams.testweb.expected.WorkerMirror`), so that it starts from the observations
-the worker imported.
+the worker imported: intervals whose signals are unknown (a history records no pings; the
+importer's outcomes say ``signals_known: false``).
 
 ``python -m streams.testweb.history --history 0 600 --formats changes cdx`` measures what a
 warm start buys in the simulator: the mirror's and the oracle's accuracy on fresh draws of
@@ -83,7 +84,8 @@ def write_history(path: Path, world: World, urls: Sequence[str], past: Sequence[
 
 def history_crawls(path: Path, urls: Sequence[str]) -> list[tuple[int, float, bool | None]]:
     """The crawls an import of ``path`` sends, as ``(page, unix time, changed)`` in time
-    order (``page``: the index of its URL in ``urls``; a URL not there is an error)."""
+    order (``page``: the index of its URL in ``urls``; a URL not there is an error); each
+    interval they end has its signals unknown (the outcomes' ``signals_known: false``)."""
     first, last = math.inf, -math.inf
     for rec in read_history(path, strict=True):
         if type(rec) is Change:

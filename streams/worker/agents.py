@@ -658,7 +658,8 @@ class Agents:
                     observed.append(i)
                     observations.append(Observation(
                         est, o.fetched_at - state.last_crawl_s, state.signals, o.changed,
-                        o.fetched_at, state.prior_change_rate_per_s, sums[o.host]))
+                        o.fetched_at, state.prior_change_rate_per_s, sums[o.host],
+                        o.signals_known))
         new_records: dict[int, str] = {}
         if observations:
             try:

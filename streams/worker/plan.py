@@ -183,7 +183,7 @@ def likelihood_of(values: Sequence[str | bytes]) -> PageLikelihood:
     k = max([ring for _, ring, _ in groups] + [0])
     d = 1 + N_GROUPS
     lin, theta, gamma = np.zeros((n, d)), np.zeros((n, d)), np.zeros((n, N_GROUPS))
-    totals = np.zeros((n, d))
+    totals, unknown = np.zeros((n, d)), np.zeros((n, 4))
     ring, quad, rep = np.zeros((n, k, d + 1)), np.zeros((n, d, d)), np.zeros((n, 2))
     usable = np.zeros(n, dtype=bool)
     iu = np.triu_indices(d)
@@ -192,7 +192,8 @@ def likelihood_of(values: Sequence[str | bytes]) -> PageLikelihood:
         lin[rows] = arr["lin"]
         theta[rows, 0], theta[rows, 1:] = arr["alpha"], arr["kappa"]
         totals[rows] = arr["totals"]
-        gamma[rows] = gamma_from_totals(totals[rows])
+        unknown[rows] = arr["unknown"]
+        gamma[rows] = gamma_from_totals(totals[rows], unknown[rows, 0])
         if length:
             r = arr["ring"]
             ring[rows, :length, 0] = r["tau"]
@@ -205,7 +206,8 @@ def likelihood_of(values: Sequence[str | bytes]) -> PageLikelihood:
         rep[rows] = arr["rep"]
     usable &= (np.isfinite(theta).all(axis=1) & (theta >= 0.0).all(axis=1)
                & np.isfinite(gamma).all(axis=1))
-    return PageLikelihood(lin, ring, quad, rep, totals, theta, gamma, usable)
+    return PageLikelihood(lin=lin, ring=ring, quad_a=quad, rep=rep, totals=totals,
+                          theta=theta, gamma=gamma, usable=usable, unknown=unknown)
 
 
 def _concat(liks: Sequence[PageLikelihood]) -> PageLikelihood:
@@ -214,10 +216,14 @@ def _concat(liks: Sequence[PageLikelihood]) -> PageLikelihood:
     k = max(x.ring.shape[1] for x in liks)
     rings = [np.pad(x.ring, ((0, 0), (0, k - x.ring.shape[1]), (0, 0))) for x in liks]
     return PageLikelihood(
-        np.concatenate([x.lin for x in liks]), np.concatenate(rings),
-        np.concatenate([x.quad_a for x in liks]), np.concatenate([x.rep for x in liks]),
-        np.concatenate([x.totals for x in liks]), np.concatenate([x.theta for x in liks]),
-        np.concatenate([x.gamma for x in liks]), np.concatenate([x.usable for x in liks]))
+        lin=np.concatenate([x.lin for x in liks]), ring=np.concatenate(rings),
+        quad_a=np.concatenate([x.quad_a for x in liks]),
+        rep=np.concatenate([x.rep for x in liks]),
+        totals=np.concatenate([x.totals for x in liks]),
+        theta=np.concatenate([x.theta for x in liks]),
+        gamma=np.concatenate([x.gamma for x in liks]),
+        usable=np.concatenate([x.usable for x in liks]),
+        unknown=np.concatenate([x.unknown for x in liks]))
 
 
 def _readable(value: str | bytes) -> bool:

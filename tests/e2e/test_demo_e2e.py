@@ -77,6 +77,7 @@ def test_the_worker_after_the_demos_import_has_the_mirrors_estimates(
     from streams.demo.inputs import import_history, load_inputs
     from streams.estimates.estimation import full_estimates
     from streams.estimates.params import page_params
+    from streams.estimates.record import EstimatorRecord
     from streams.events.records import host_of
     from streams.store.page_record import PageState, estimator_part
     from streams.store.redis_store import Store
@@ -120,6 +121,11 @@ def test_the_worker_after_the_demos_import_has_the_mirrors_estimates(
         assert got.n_intervals == want.n_intervals == n, url
         # the page's own estimate: the same observations in the same order, the same code
         assert got.change_rate_per_s == pytest.approx(want.change_rate_per_s, rel=1e-6), url
+        # imported intervals, signals unknown, on both sides
+        mine_unknown = EstimatorRecord.decode(estimator_part(value) or "").state.unknown
+        theirs_unknown = EstimatorRecord.decode(mirror.records[i] or "").state.unknown
+        assert mine_unknown[0] > 0.0, url
+        assert mine_unknown == pytest.approx(theirs_unknown, rel=1e-6), url
         # what it orders by: under its host's prior, whose sums the worker and the mirror
         # update in chunks that need not be the same
         mine = page_params(page, estimator_part(value), s)

@@ -147,8 +147,10 @@ def scalar_observe(est: Estimation, observations: list[Observation]) -> list[str
     for o in observations:
         st = est.state_of(o.record, o.fetched_at_s - o.interval_s)
         end = o.fetched_at_s if o.fetched_at_s >= st.end_s else None
+        signals = o.signals if o.signals_known else (0,) * len(o.signals)
         states.append(est.estimator.update(st, CrawlInterval(
-            max(0.0, o.interval_s), o.changed, group_counts(o.signals), end_s=end)))
+            max(0.0, o.interval_s), o.changed, group_counts(signals), end_s=end,
+            signals_known=o.signals_known)))
     return [EstimatorRecord(e, dataclasses.replace(s, theta=(e.alpha_per_s, *e.kappa))).encode()
             for e, s in zip(est.results(states), states, strict=True)]
 
@@ -159,7 +161,7 @@ def assert_records_close(a: str, b: str) -> None:
     ra, rb = EstimatorRecord.decode(a), EstimatorRecord.decode(b)
     sa, sb = ra.state, rb.state
     assert (sa.n_intervals, len(sa.ring), sa.end_s) == (sb.n_intervals, len(sb.ring), sb.end_s)
-    for name in ("theta", "unchanged", "totals", "quad_b", "quad_a"):
+    for name in ("theta", "unchanged", "totals", "quad_b", "quad_a", "unknown"):
         assert getattr(sa, name) == pytest.approx(getattr(sb, name), rel=1e-6), name
     assert [x for e in sa.ring for x in e] == pytest.approx([x for e in sb.ring for x in e],
                                                              rel=1e-6)
@@ -174,7 +176,8 @@ def test_observe_on_arrays_equals_the_page_by_page_update() -> None:
     """``observe`` (stored records -> arrays -> records, no SignalState per page) gives the
     records of ``observe_states`` (update_many on objects) and of the scalar update page by
     page, over pages with randomised histories: new pages, unreadable records, rings filling
-    and evicting, changed or not, 0..5 pings of any source, a fetch before the stored crawl."""
+    and evicting, changed or not, 0..5 pings of any source, a fetch before the stored crawl,
+    signals unknown (an imported interval: its page's pings are not its own)."""
     rng = random.Random(5)
     est = Estimation(half_life_s=200 * HOUR)
     n_pages = 60
@@ -189,7 +192,8 @@ def test_observe_on_arrays_equals_the_page_by_page_update() -> None:
             at = clock[i] - (HOUR if rng.random() < 0.05 else 0.0)  # sometimes before
             record = records[i] if rng.random() > 0.03 else "garbage|%%%"
             signals = tuple(rng.choice([0, 0, 0, 1, 2]) for _ in SOURCES)
-            observations.append(Observation(record, tau, signals, rng.random() < 0.5, at))
+            observations.append(Observation(record, tau, signals, rng.random() < 0.5, at,
+                                            signals_known=rng.random() > 0.2))
         new = est.observe(observations)
         for a, b, c in zip(new, est.observe_states(observations),
                            scalar_observe(est, observations), strict=True):

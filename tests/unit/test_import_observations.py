@@ -3,15 +3,18 @@
 from __future__ import annotations
 
 import itertools
+import json
 import random
 from pathlib import Path
 
 import numpy as np
 import pytest
+from pydantic import ValidationError
 
 from models.sim.trace import complete_history_intervals
-from streams.commands.importing import file_digest, read_pages
-from streams.histories import Capture, Change, Page
+from streams.commands.importing import _outcome_bodies, file_digest, read_pages
+from streams.events.records import OutcomeEvent, validation_reason
+from streams.histories import Capture, Change, Page, read_history
 from streams.histories.observations import (
     EPS_S,
     Crawl,
@@ -124,6 +127,38 @@ def test_the_first_pass_refuses_what_the_worker_refuses_and_merges_nothing(
     assert plan.refused == 2 and plan.changes
     assert (plan.first_s, plan.last_s) == (T0_S + 1, T0_S + 4)
     assert plan.report.bad == 1 and plan.report.first_bad[0].line == plan.report.lines
+
+
+def test_every_imported_outcome_says_its_signals_are_unknown(tmp_path: Path) -> None:
+    """A history records no pings: each outcome the import sends says so, and the worker's
+    model of an outcome reads it as a valid event with ``signals_known`` false."""
+    path = tmp_path / "h.jsonl"
+    write_changes(path, {"https://s.example/a": [T0_S + 10, T0_S + 50],
+                         "https://s.example/b": [T0_S + 30],
+                         "ftp://s.example/c": [T0_S + 40]})
+    plan = read_pages(path, "changes", strict=True)
+    crawls = crawls_of(read_history(path, "changes"), Window(plan.first_s, plan.last_s))
+    bodies = list(_outcome_bodies(in_time_order(crawls), plan, "import-x", T0_S + 3600))
+    sent = [b for b in bodies if not isinstance(b, str)]
+    refused = [b for b in bodies if isinstance(b, str)]
+    assert len(sent) >= 4 and refused and set(refused) == {""}  # ftp: refused
+    for key, value in sent:
+        body = json.loads(value)
+        assert body["signals_known"] is False and key == b"s.example", body
+        event = OutcomeEvent.model_validate_json(value)
+        assert event.signals_known is False and event.order_id == "import-x"
+    # an outcome that does not say (a fetcher's) has its signals known
+    assert OutcomeEvent.model_validate({"url": "https://s.example/a", "fetched_at": 1.0,
+                                        "changed": True}).signals_known is True
+
+
+@pytest.mark.parametrize("value", ["false", 0, None, [False]])
+def test_an_outcome_whose_signals_known_is_not_a_boolean_is_malformed(value: object) -> None:
+    with pytest.raises(ValidationError) as err:
+        OutcomeEvent.model_validate_json(json.dumps(
+            {"url": "https://s.example/a", "fetched_at": 1.0, "changed": True,
+             "signals_known": value}))
+    assert "signals_known" in validation_reason(err.value)
 
 
 def test_the_digest_is_the_bytes(tmp_path: Path) -> None:

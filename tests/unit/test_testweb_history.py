@@ -12,6 +12,7 @@ import numpy as np
 import pytest
 
 from streams.estimates.estimation import Estimation, Observation, full_estimates
+from streams.estimates.record import EstimatorRecord
 from streams.events.records import SOURCES
 from streams.histories.observations import ms
 from streams.settings import Settings
@@ -99,15 +100,28 @@ def test_the_warm_mirror_holds_the_estimator_of_exactly_the_imported_crawls(
             if p != i:
                 continue
             if last is not None and changed is not None:
-                (record,) = est.observe([Observation(record, t - last, (0,) * n, changed, t)])
+                (record,) = est.observe([Observation(record, t - last, (0,) * n, changed, t,
+                                                     signals_known=False)])
             last = t
         want, got = full_estimates(record), full_estimates(mirror.records[i])
         assert want is not None and got is not None
         assert got.n_intervals == want.n_intervals > 0
         assert got.change_rate_per_s == pytest.approx(want.change_rate_per_s, rel=1e-9)
+        # imported: every interval's signals unknown, as the importer's outcomes say
+        state = EstimatorRecord.decode(mirror.records[i] or "").state
+        assert state.unknown[0] == pytest.approx(state.totals[0], rel=1e-6)
+        assert state.unknown[0] > 0.0
+        assert state.unknown == EstimatorRecord.decode(record or "").state.unknown
         # then the run's first crawl, which observes nothing
         assert mirror.states[i].last_crawl_s == T0 + 5.0
         assert mirror.states[i].signals == (0,) * n
+    # a live crawl after the import: its interval's ping counts, its time is known
+    before = EstimatorRecord.decode(mirror.records[0] or "").state
+    mirror.on_ping(0, 10.0, 9.0)
+    mirror.on_crawl(0, 20.0, True, 0.0)
+    after = EstimatorRecord.decode(mirror.records[0] or "").state
+    assert after.unknown == before.unknown and sum(after.totals[1:]) == sum(before.totals[1:]) + 1
+    assert after.totals[0] == pytest.approx(before.totals[0] + 15.0, rel=1e-6)
     late = WorkerMirror(world, Settings(), T0, np.full(len(urls), -1000.0), 2.0)
     with pytest.raises(ValueError, match="not before"):
         late.warm_start(crawls)
