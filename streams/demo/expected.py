@@ -26,7 +26,10 @@ def simulate_run(
     parameter code, :class:`streams.testweb.expected.WorkerMirror`) replaying the run's own
     changes, pings and order times; ``expected_accuracy_oracle``: the same with the true
     parameters; ``*_draws``: mean and standard deviation over ``cfg.sim_runs`` fresh draws
-    of the world's processes at the achieved order rate (what another run would see).
+    of the world's processes at the achieved order rate: other realizations of the world,
+    not another run's (the test web draws its changes and announcements from a generator
+    seeded by the world, :class:`streams.testweb.server.TestWeb`, so every run of one
+    ``--seed`` replays the same realization; the replay is the like-for-like figure).
     """
     record: RunRecord = summary.pop("record")
     lags = record.lags()

@@ -18,7 +18,10 @@ host (``h17.test:PORT``), so the fetcher reaches ``http://h17.test:PORT/p/3`` th
 Each page changes as a Poisson process (rate ``change_rate_per_s``); each change is
 announced with probability ``recall`` after ``Exp(delay_s)``; false announcements arrive as
 a Poisson process of rate ``false_rate_per_s``.  Announcements go through the host's
-channel: IndexNow POSTs to the receiver, or the sitemap's ``lastmod``.
+channel: IndexNow POSTs to the receiver, or the sitemap's ``lastmod``.  The processes draw
+from one generator seeded with ``world.seed + 1`` (or ``seed``) and run in event-time
+order, so every run of one world makes the same changes and announcements at the same
+offsets from its start, however late the event loop handles them.
 """
 
 from __future__ import annotations
