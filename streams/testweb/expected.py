@@ -151,6 +151,22 @@ class WorkerMirror:
                 self.prior_sums[h] = after
             self.records[page] = record
 
+    def estimated(self) -> dict[str, float]:
+        """Means over the pages of the parameters the worker's code gives them now
+        (:func:`streams.estimates.params.page_params`, read as ``(Delta, recall, false-ping
+        rate)`` by :func:`models.conversions.change_params`): ``change_rate_per_s``,
+        ``recall``, ``false_rate_per_s``."""
+        from models.conversions import change_params
+
+        ps = [page_params(st, estimates_of(r), self.settings)
+              for st, r in zip(self.states, self.records, strict=True)]
+        cp = change_params(np.array([p.alpha_per_s for p in ps]),
+                           np.array([p.beta_s for p in ps]),
+                           np.array([p.gamma_per_s for p in ps]))
+        return {"change_rate_per_s": float(np.mean(cp.change_rate)),
+                "recall": float(np.mean(cp.recall)),
+                "false_rate_per_s": float(np.mean(cp.false_signal_rate))}
+
     def _rekey(self, i: int, now_s: float) -> None:
         p = page_params(self.states[i], estimates_of(self.records[i]), self.settings)
         place_page(self.book, i, self.hosts[i], self.states[i], p,
@@ -214,7 +230,8 @@ def _host_index(world: World) -> np.ndarray:
 def _run(world: World, settings: Settings, ev: Events, orders: np.ndarray, *, kind: str,
          offset: float, initial: np.ndarray, t_delay: float, fetch_lag: Any, outcome_lag: Any,
          loop: Loop, start: float, stop: float,
-         history: Sequence[tuple[int, float, bool | None]] = ()) -> float:  # fmt: skip
+         history: Sequence[tuple[int, float, bool | None]] = (),
+         mirrors: list[WorkerMirror] | None = None) -> float:  # fmt: skip
     pol: Any
     if kind == "oracle":
         pol = oracle_policy(world, initial, t_delay)
@@ -223,6 +240,8 @@ def _run(world: World, settings: Settings, ev: Events, orders: np.ndarray, *, ki
                            give_rates=loop.give_rates)
         if history:
             pol.warm_start(history)
+        if mirrors is not None:
+            mirrors.append(pol)
     res = run_timed(ev, pol, orders, fetch_lag=fetch_lag, outcome_lag=outcome_lag,
                     last_crawl=initial, host=_host_index(world),
                     host_rate=loop.host_rate_per_s, host_burst=loop.host_burst,
@@ -235,9 +254,11 @@ def _run(world: World, settings: Settings, ev: Events, orders: np.ndarray, *, ki
 def fresh_draws(world: World, settings: Settings, loop: Loop, *, kind: str = "mirror",
                 runs: int = 4, seed: int = 0, history_s: float = 0.0,
                 history_format: str = "changes",
-                history_crawls_per_s: float | None = None) -> tuple[float, float]:  # fmt: skip
+                history_crawls_per_s: float | None = None,
+                mirrors: list[WorkerMirror] | None = None) -> tuple[float, float]:  # fmt: skip
     """Mean and standard deviation of the accuracy over ``[warmup, duration]`` on ``runs``
-    fresh draws of the test web's processes, orders evenly spaced at ``budget_per_s``.
+    fresh draws of the test web's processes, orders evenly spaced at ``budget_per_s``;
+    ``mirrors``: each draw's :class:`WorkerMirror` after its run is appended to it.
 
     ``history_s > 0``: the mirror starts from an import of the draw's past
     (:func:`streams.testweb.world.past_changes` over ``history_s``, written as
@@ -262,7 +283,7 @@ def fresh_draws(world: World, settings: Settings, loop: Loop, *, kind: str = "mi
         accs.append(_run(world, settings, ev, orders, kind=kind, offset=EPOCH, initial=initial,
                          t_delay=loop.t_delay_s, fetch_lag=loop.fetch_lag_s,
                          outcome_lag=loop.outcome_lag_s, loop=loop, start=loop.warmup_s,
-                         stop=loop.duration_s, history=history))  # fmt: skip
+                         stop=loop.duration_s, history=history, mirrors=mirrors))  # fmt: skip
     sd = float(np.std(accs, ddof=1)) if len(accs) > 1 else 0.0
     return float(np.mean(accs)), sd
 

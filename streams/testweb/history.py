@@ -20,7 +20,9 @@ importer's outcomes say ``signals_known: false``).
 
 ``python -m streams.testweb.history --history 0 600 --formats changes cdx`` measures what a
 warm start buys in the simulator: the mirror's and the oracle's accuracy on fresh draws of
-the demo's default world (``recrawl demo``'s settings) for each history length and form.
+the demo's default world (``recrawl demo``'s settings) for each history length and form
+(``--estimates``: with the mirror's mean estimated change rate, ping recall and false-ping
+rate at the end of the draws).
 """
 
 from __future__ import annotations
@@ -31,6 +33,7 @@ import math
 import sys
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -111,6 +114,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--formats", nargs="+", choices=HISTORY_FORMATS, default=["changes"])
     p.add_argument("--runs", type=int, default=4)
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--estimates", action="store_true",
+                   help="also the mirror's mean estimated change rate, ping recall and "
+                   "false-ping rate at the end of the draws, and the world's true means")
     a = p.parse_args(argv)
     cfg = DemoConfig(seed=a.seed)
     world = generate_world(cfg.seed, n_hosts=cfg.hosts, pages_per_host=cfg.pages_per_host,
@@ -122,11 +128,24 @@ def main(argv: Sequence[str] | None = None) -> int:
                 host_burst=settings.host_burst, host_max_in_flight=0, give_rates=False)
     om, osd = fresh_draws(world, settings, loop, kind="oracle", runs=a.runs, seed=a.seed)
     print(f"oracle: {om:.4f} (sd {osd:.4f})", flush=True)
+    if a.estimates:
+        t = world.arrays()
+        print(f"true means: change rate {np.mean(t['change_rate_per_s']):.4f}/s, recall "
+              f"{np.mean(t['recall']):.3f}, false-ping rate "
+              f"{np.mean(t['false_rate_per_s']):.4f}/s", flush=True)
     for h in a.history:
         for fmt in a.formats if h > 0 else ["-"]:
+            mirrors: list[Any] = []
             m, sd = fresh_draws(world, settings, loop, runs=a.runs, seed=a.seed, history_s=h,
-                                history_format=fmt if h > 0 else "changes")
-            print(f"mirror, history {h:g} s {fmt}: {m:.4f} (sd {sd:.4f})", flush=True)
+                                history_format=fmt if h > 0 else "changes", mirrors=mirrors)
+            line = f"mirror, history {h:g} s {fmt}: {m:.4f} (sd {sd:.4f})"
+            if a.estimates:
+                e = [x.estimated() for x in mirrors]
+                line += (f"; estimated change rate "
+                         f"{np.mean([x['change_rate_per_s'] for x in e]):.4f}/s, recall "
+                         f"{np.mean([x['recall'] for x in e]):.3f}, false-ping rate "
+                         f"{np.mean([x['false_rate_per_s'] for x in e]):.4f}/s")
+            print(line, flush=True)
     return 0
 
 

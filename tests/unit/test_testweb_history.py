@@ -122,6 +122,15 @@ def test_the_warm_mirror_holds_the_estimator_of_exactly_the_imported_crawls(
     after = EstimatorRecord.decode(mirror.records[0] or "").state
     assert after.unknown == before.unknown and sum(after.totals[1:]) == sum(before.totals[1:]) + 1
     assert after.totals[0] == pytest.approx(before.totals[0] + 15.0, rel=1e-6)
+    # what the worker's code makes of the imported pages: their change rates, and no
+    # signal rate yet (no time with signals recorded), so no recall and no false pings
+    true = world.arrays()
+    est_means = WorkerMirror(world, Settings(), T0, np.full(len(urls), 5.0), 2.0,
+                             give_rates=False)
+    est_means.warm_start(crawls)
+    got_means = est_means.estimated()
+    assert 0.5 < got_means["change_rate_per_s"] / np.mean(true["change_rate_per_s"]) < 2.0
+    assert got_means["recall"] == 0.0 == got_means["false_rate_per_s"]
     late = WorkerMirror(world, Settings(), T0, np.full(len(urls), -1000.0), 2.0)
     with pytest.raises(ValueError, match="not before"):
         late.warm_start(crawls)
