@@ -43,8 +43,12 @@ A :class:`SignalState` keeps, with exponential forgetting (weights halve every
   representative (w, T))``: they inform the page's whole change rate ``Delta = alpha +
   sum_s gamma_s*(1 - exp(-kappa_s))`` only (their likelihood ``exp(-tau*Delta)`` is the App. E
   one averaged over Poisson signal counts: :mod:`models.estimators._numeric`), their changed
-  ones merged into one representative at the running ``Delta`` as ``rep`` is at ``alpha``,
-  and their time does not count in ``gamma_s = signals / time with signals recorded``.
+  ones merged into one representative at the running ``Delta`` as ``rep`` is at ``alpha``
+  (exact for one length and for ``Delta*t << 1``, as a complete change log's 1 s changed
+  intervals are; :meth:`SignalEstimator.update` refreshes the running estimate only when a
+  changed interval leaves the ring, the stream sets it to the mode after every update,
+  :mod:`streams.estimates.estimation`), and their time does not count in ``gamma_s =
+  signals / time with signals recorded``.
 
 The state serialises to at most 288 bytes (``SignalState.to_bytes``) whatever the page's age.
 
