@@ -85,14 +85,22 @@ def test_the_grid_likelihood_is_the_interval_likelihood() -> None:
     _, st = _crawl(lam, 6, rng, n_sources=1)  # under the ring: every interval kept exactly
     kappa = np.array([[0.3], [1.2], [0.01]])
     got = grid_log_likelihood(st, kappa=kappa)
-    from models.estimators.host_prior import _GRID
     for i in range(3):
-        u = st.unchanged[i]
-        want = -_GRID * u[0] - kappa[i, 0] * u[1]
-        for j in range(int(st.ring_len[i])):
-            t, n, w = st.ring[i, j]
-            want = want + w * np.log(-np.expm1(-(_GRID * t + kappa[i, 0] * n)))
-        np.testing.assert_allclose(got[i], want, rtol=1e-9, atol=1e-9)
+        np.testing.assert_allclose(got[i], _recorded_loglik(st, i, kappa[i, 0]), rtol=1e-9,
+                                   atol=1e-9)
+
+
+def _recorded_loglik(st: BatchSignalState, i: int, kappa: float) -> np.ndarray:
+    """Page ``i``'s log-likelihood at every grid rate from its unchanged sums and its ring,
+    term by term (one source)."""
+    from models.estimators.host_prior import _GRID
+    u = st.unchanged[i]
+    want = -_GRID * u[0] - kappa * u[1]
+    for j in range(int(st.ring_len[i])):
+        t, n, w = st.ring[i, j]
+        want = want + w * np.log(-np.expm1(-(_GRID * t + kappa * n)))
+    out: np.ndarray = want
+    return out
 
 
 def test_the_hosts_own_prior_estimates_better_than_one_prior_for_both() -> None:
@@ -266,11 +274,7 @@ def test_the_grid_likelihood_counts_intervals_with_signals_unknown_in_delta() ->
     got = grid_log_likelihood(st, kappa=kappa)
     from models.estimators.host_prior import _GRID
     for i in range(2):
-        u = st.unchanged[i]
-        want = -_GRID * u[0] - kappa[i, 0] * u[1]
-        for j in range(int(st.ring_len[i])):
-            t, n, w = st.ring[i, j]
-            want = want + w * np.log(-np.expm1(-(_GRID * t + kappa[i, 0] * n)))
+        want = _recorded_loglik(st, i, kappa[i, 0])
         gamma = st.totals[i, 1] / (st.totals[i, 0] - 30 * 3600.0)
         delta = _GRID + gamma * -np.expm1(-kappa[i, 0])
         for t, ch in hidden[i]:
