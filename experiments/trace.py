@@ -48,7 +48,11 @@ and ``recrawl-cold`` (table only) is ``recrawl`` without that history.  ``--json
 ``--out`` gets ``trace.md`` (the table) and ``trace.png``.  ``--batch K`` groups ``K``
 consecutive crawls into one step at the time of its last (default 1 up to 1000 pages, then
 pages/1000); ``--hedge`` sets the hedge's largest share (0: none); ``--unhedged`` adds
-``recrawl-unhedged`` to the table.
+``recrawl-unhedged`` to the table.  ``--shuffle-pages``: repetition ``r > 0`` runs every
+policy on the pages in a random order (drawn from ``--seed`` and ``r``; repetition 0 keeps the
+file's order), so that ``recrawl`` and ``hindsight`` repeat too: their first crawls, and every
+tie after, follow the pages' order, which without the flag is the file's in every repetition
+while each peer's repetition redraws its own random first order.
 """
 
 from __future__ import annotations
@@ -86,7 +90,7 @@ from models.sim.trace import (
     trace_world,
 )
 
-__all__ = ["NAMES", "POLICIES", "main", "parse_pings", "trace_rows"]
+__all__ = ["NAMES", "POLICIES", "main", "parse_pings", "permute_pages", "trace_rows"]
 
 NAMES = ("trace",)
 #: the policies of ``--json``, in its order
@@ -138,6 +142,28 @@ def _load(path: str) -> tuple[Trace, tuple[np.ndarray, np.ndarray] | None]:
                    float(z["start_s"]), z.get("host"))
         pings = (z["ping_page"], z["ping_day"]) if "ping_page" in z else None
     return tr, pings
+
+
+def permute_pages(trace: Trace, order: np.ndarray,
+                  pings: tuple[np.ndarray, np.ndarray] | None = None
+                  ) -> tuple[Trace, tuple[np.ndarray, np.ndarray] | None]:
+    """``trace`` with page ``k`` the old page ``order[k]`` (``order`` a permutation of the
+    pages): the same changes, importances and hosts under other page numbers, and recorded
+    ``pings`` ``(page, day)`` renumbered with them."""
+    order = np.asarray(order, dtype=np.int64)
+    if np.sort(order).tolist() != list(range(trace.m)):
+        raise ValueError(f"order must be a permutation of the {trace.m} pages")
+    sizes = np.diff(trace.change_start)[order]
+    start = np.concatenate([[0], np.cumsum(sizes)]).astype(np.int64)
+    change = (np.concatenate([trace.changes_of(int(i)) for i in order]) if trace.m
+              else trace.change_time.copy())
+    out = Trace(trace.mu[order], change, start, trace.horizon, trace.start_s,
+                None if trace.host is None else trace.host[order])
+    if pings is None:
+        return out, None
+    new_of = np.empty(trace.m, dtype=np.int64)
+    new_of[order] = np.arange(trace.m)
+    return out, (new_of[np.asarray(pings[0], dtype=np.int64)], np.asarray(pings[1]))
 
 
 def _policy(kind: str, trace: Trace, R: float, learn_days: float, ev: Any,
@@ -217,6 +243,9 @@ def _trace_job(job: Job) -> list[Row]:
         _CACHE.clear()
         _CACHE[path] = _load(path)
     trace, recorded = _CACHE[path]
+    if job.get("shuffle") and job["rep"] > 0:
+        trace, recorded = permute_pages(
+            trace, rng(job["seed"], job["rep"], 3).permutation(trace.m), recorded)
     recall, false, delay = job["pings"] or (0.0, 0.0, 0.0)
     use_pings = job["pings"] is not None or recorded is not None
     ev = trace_events(trace, rng(job["seed"], job["rep"], 1), recall=recall,
@@ -240,8 +269,11 @@ def trace_rows(trace: Trace, budgets: Sequence[float], *, pings: tuple[float, fl
                progress: bool = False, policies: Sequence[str] | None = None,
                hedge: float = HEDGE_SHARE, batch: int | None = None,
                unhedged: bool = False, prior: str = "host",
-               half_life_days: float = HALF_LIFE_DAYS) -> list[Row]:
-    """Accuracy rows ``{budget, policy, rep, accuracy, crawls, seconds}`` of a trace."""
+               half_life_days: float = HALF_LIFE_DAYS,
+               shuffle_pages: bool = False) -> list[Row]:
+    """Accuracy rows ``{budget, policy, rep, accuracy, crawls, seconds}`` of a trace
+    (``shuffle_pages``: repetition ``r > 0`` on the pages in a random order, see the
+    module's ``--shuffle-pages``)."""
     if not 0 <= learn_days < trace.horizon:
         raise ValueError(f"--learn-days must be in [0, {trace.horizon:.4g}) (the window's "
                          f"days), got {learn_days!r}")
@@ -254,13 +286,14 @@ def trace_rows(trace: Trace, budgets: Sequence[float], *, pings: tuple[float, fl
         *(["recrawl-unhedged"] if unhedged else [])]
     with tempfile.TemporaryDirectory(prefix="recrawl-trace-") as tmp:
         path = str(_save(trace, Path(tmp), recorded))
-        # without synthesised pings a repetition redraws only the peers' random first
-        # order and crawl times: recrawl and hindsight would repeat the same run
+        # without synthesised pings or shuffled pages a repetition redraws only the peers'
+        # random first order and crawl times: recrawl and hindsight would repeat the same run
         job_list = [{"path": path, "budget": float(R), "policy": k, "rep": r, "seed": seed,
                      "pings": pings, "learn_days": float(learn_days), "hedge": hedge,
-                     "batch": batch, "prior": prior, "half_life_days": half_life_days}
+                     "batch": batch, "prior": prior, "half_life_days": half_life_days,
+                     "shuffle": shuffle_pages}
                     for R in budgets for r in range(reps) for k in kinds
-                    if r == 0 or pings is not None or k in PEERS]
+                    if r == 0 or pings is not None or shuffle_pages or k in PEERS]
         return run_jobs(_trace_job, job_list, processes=jobs, progress=progress,
                         label="trace")
 
@@ -359,8 +392,13 @@ def _parser() -> argparse.ArgumentParser:
                         f"many days (default {HALF_LIFE_DAYS:g}; inf: never)")
     p.add_argument("--reps", type=int, default=1,
                    help="repetitions: the peers' random first order and crawl times, and "
-                        "--pings' draws (without --pings recrawl and hindsight are "
-                        "deterministic and run once); the table gives mean ± stderr")
+                        "--pings' draws (without --pings or --shuffle-pages recrawl and "
+                        "hindsight are deterministic and run once); the table gives "
+                        "mean ± stderr")
+    p.add_argument("--shuffle-pages", action="store_true",
+                   help="repetitions after the first run every policy on the pages in a "
+                        "random order, so recrawl and hindsight repeat too (their first "
+                        "crawls and ties follow the pages' order)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--jobs", type=int, default=2, help="worker processes (max 2)")
     p.add_argument("--json", type=Path, default=None)
@@ -397,7 +435,8 @@ def main(argv: Sequence[str]) -> int:
                          learn_days=args.learn_days, reps=args.reps, seed=args.seed,
                          jobs=args.jobs, progress=not args.no_progress, hedge=args.hedge,
                          batch=args.batch, unhedged=args.unhedged, prior=args.prior,
-                         half_life_days=args.half_life_days)
+                         half_life_days=args.half_life_days,
+                         shuffle_pages=args.shuffle_pages)
     except ValueError as exc:
         raise SystemExit(f"recrawl experiments trace: {exc}") from None
     acc = summarise(raw, args.budget)
@@ -407,7 +446,8 @@ def main(argv: Sequence[str]) -> int:
             + (f", recorded pings {args.ping_log}" if args.ping_log else ""))
     text = (f"# trace: {args.changes.name}\n\n{what}; recrawl prior {args.prior}, half-life "
             f"{args.half_life_days:g} days; "
-            f"{args.reps} rep(s), seed {args.seed}, "
+            f"{args.reps} rep(s){' over shuffled page orders' if args.shuffle_pages else ''}, "
+            f"seed {args.seed}, "
             f"{time.perf_counter() - t0:.0f} s\n\n"
             + table(acc, args.budget, stderr(raw, args.budget))
             + "\nroom = hindsight - best peer (points); share = (policy - best peer) / room"

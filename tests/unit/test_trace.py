@@ -14,6 +14,7 @@ from experiments.trace import (
     HEDGE_SHARE,
     POLICIES,
     main,
+    permute_pages,
     stderr,
     step_crawls,
     summarise,
@@ -216,6 +217,47 @@ def test_repetitions_rerun_only_what_they_redraw() -> None:
     assert counts == [1, 1, 3]
     pinged = trace_rows(tr, [6], policies=kinds, reps=3, pings=(0.5, 0.1, 0.1))
     assert [len(acc(pinged, k)) for k in kinds] == [3, 3, 3]
+
+
+def test_shuffled_pages_repeat_recrawl_and_hindsight_on_other_page_orders() -> None:
+    rng = np.random.default_rng(8)
+    m = 24
+    p = np.repeat(np.arange(m), rng.poisson(np.linspace(0.5, 30, m)))
+    tr = trace_from_arrays(np.ones(m), p, T0_S + rng.uniform(0, 20 * DAY_S, p.size))
+    kinds = ["recrawl", "hindsight", "uniform"]
+
+    def acc(rows: list, k: str) -> list[float]:
+        return [r["accuracy"] for r in rows if r["policy"] == k]
+
+    plain = trace_rows(tr, [20], policies=kinds)
+    rows = trace_rows(tr, [20], policies=kinds, reps=4, shuffle_pages=True)
+    assert [len(acc(rows, k)) for k in kinds] == [4, 4, 4]
+    # the first repetition keeps the file's order; the others crawl in another order
+    assert acc(rows, "recrawl")[0] == acc(plain, "recrawl")[0]
+    assert acc(rows, "hindsight")[0] == acc(plain, "hindsight")[0]
+    assert len(set(acc(rows, "recrawl"))) > 1 and len(set(acc(rows, "hindsight"))) > 1
+
+
+def test_permuted_pages_keep_their_changes_importances_hosts_and_pings() -> None:
+    rng = np.random.default_rng(9)
+    m = 12
+    p = np.repeat(np.arange(m), rng.poisson(np.linspace(1, 12, m)))
+    tr0 = trace_from_arrays(np.arange(1.0, m + 1), p, T0_S + rng.uniform(0, 9 * DAY_S, p.size))
+    tr = Trace(tr0.mu, tr0.change_time, tr0.change_start, tr0.horizon, tr0.start_s,
+               np.arange(m) % 4)
+    order = rng.permutation(m)
+    # recorded pings exactly at each change: each must still name a page changing then
+    pings = (tr.page_of_change(), tr.change_time.copy())
+    out, moved = permute_pages(tr, order, pings)
+    assert out.host is not None and moved is not None
+    for k in range(m):
+        np.testing.assert_array_equal(out.changes_of(k), tr.changes_of(int(order[k])))
+    np.testing.assert_array_equal(out.mu, tr.mu[order])
+    np.testing.assert_array_equal(out.host, np.arange(m)[order] % 4)
+    np.testing.assert_allclose(average_rates(out), average_rates(tr)[order])
+    assert all(t in out.changes_of(int(k)) for k, t in zip(*moved, strict=True))
+    with pytest.raises(ValueError, match="permutation"):
+        permute_pages(tr, np.zeros(m, dtype=np.int64))
 
 
 def test_warm_start_replaces_the_estimates_at_the_learn_day() -> None:
