@@ -197,16 +197,22 @@ def test_the_table_gives_each_mean_with_its_standard_error_over_repetitions() ->
     assert "±" not in table(acc, [5]).splitlines()[2]
 
 
-def test_repetitions_rerun_only_what_they_redraw() -> None:
+def _spread_trace() -> Trace:
+    """24 pages of one importance with 0.5 to 30 changes on average over 20 days."""
     rng = np.random.default_rng(8)
     m = 24
     p = np.repeat(np.arange(m), rng.poisson(np.linspace(0.5, 30, m)))
-    tr = trace_from_arrays(np.ones(m), p, T0_S + rng.uniform(0, 20 * DAY_S, p.size))
-    kinds = ["recrawl", "hindsight", "uniform"]
+    return trace_from_arrays(np.ones(m), p, T0_S + rng.uniform(0, 20 * DAY_S, p.size))
 
-    def acc(rows: list, k: str) -> list[float]:
-        return [r["accuracy"] for r in rows if r["policy"] == k]
 
+def _accuracies(rows: list, k: str) -> list[float]:
+    """The accuracies of policy ``k`` in trace rows, in their order."""
+    return [r["accuracy"] for r in rows if r["policy"] == k]
+
+
+def test_repetitions_rerun_only_what_they_redraw() -> None:
+    tr, kinds = _spread_trace(), ["recrawl", "hindsight", "uniform"]
+    acc = _accuracies
     # without pings another seed changes the peers' draws, not recrawl or hindsight ...
     a = trace_rows(tr, [6], policies=kinds, seed=0)
     b = trace_rows(tr, [6], policies=kinds, seed=7)
@@ -220,15 +226,8 @@ def test_repetitions_rerun_only_what_they_redraw() -> None:
 
 
 def test_shuffled_pages_repeat_recrawl_and_hindsight_on_other_page_orders() -> None:
-    rng = np.random.default_rng(8)
-    m = 24
-    p = np.repeat(np.arange(m), rng.poisson(np.linspace(0.5, 30, m)))
-    tr = trace_from_arrays(np.ones(m), p, T0_S + rng.uniform(0, 20 * DAY_S, p.size))
-    kinds = ["recrawl", "hindsight", "uniform"]
-
-    def acc(rows: list, k: str) -> list[float]:
-        return [r["accuracy"] for r in rows if r["policy"] == k]
-
+    tr, kinds = _spread_trace(), ["recrawl", "hindsight", "uniform"]
+    acc = _accuracies
     plain = trace_rows(tr, [20], policies=kinds)
     rows = trace_rows(tr, [20], policies=kinds, reps=4, shuffle_pages=True)
     assert [len(acc(rows, k)) for k in kinds] == [4, 4, 4]
