@@ -22,7 +22,9 @@ importer's outcomes say ``signals_known: false``).
 warm start buys in the simulator: the mirror's and the oracle's accuracy on fresh draws of
 the demo's default world (``recrawl demo``'s settings) for each history length and form
 (``--estimates``: with the mirror's mean estimated change rate, ping recall and false-ping
-rate at the end of the draws).
+rate at the end of the draws; ``--duration`` and ``--warmup``: longer draws, scored after a
+longer warm-up, to see how the mirror's gap to the oracle closes as it learns from more live
+crawls).
 """
 
 from __future__ import annotations
@@ -114,16 +116,25 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--formats", nargs="+", choices=HISTORY_FORMATS, default=["changes"])
     p.add_argument("--runs", type=int, default=4)
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--duration", type=float, default=None, metavar="S",
+                   help="seconds of each draw (default: the demo's, 120)")
+    p.add_argument("--warmup", type=float, default=None, metavar="S",
+                   help="seconds not scored at the start of each draw (default: half the "
+                   "duration, as the demo)")
     p.add_argument("--estimates", action="store_true",
                    help="also the mirror's mean estimated change rate, ping recall and "
                    "false-ping rate at the end of the draws, and the world's true means")
     a = p.parse_args(argv)
     cfg = DemoConfig(seed=a.seed)
+    duration = cfg.duration_s if a.duration is None else a.duration
+    warmup = duration / 2 if a.warmup is None else a.warmup
+    if not 0.0 <= warmup < duration:
+        p.error(f"--warmup must be at least 0 and under the duration ({duration:g} s)")
     world = generate_world(cfg.seed, n_hosts=cfg.hosts, pages_per_host=cfg.pages_per_host,
                            time_unit_s=cfg.time_unit_s, sitemap_share=cfg.sitemap_share)
     settings = load_settings().model_copy(update={"t_delay_s": cfg.t_delay_s})
-    loop = Loop(budget_per_s=cfg.budget_per_s, duration_s=cfg.duration_s,
-                warmup_s=cfg.warmup, t_delay_s=cfg.t_delay_s,
+    loop = Loop(budget_per_s=cfg.budget_per_s, duration_s=duration,
+                warmup_s=warmup, t_delay_s=cfg.t_delay_s,
                 poll_interval_s=cfg.poll_interval_s, host_rate_per_s=host_limit_of(cfg, world),
                 host_burst=settings.host_burst, host_max_in_flight=0, give_rates=False)
     om, osd = fresh_draws(world, settings, loop, kind="oracle", runs=a.runs, seed=a.seed)

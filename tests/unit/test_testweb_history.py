@@ -134,3 +134,25 @@ def test_the_warm_mirror_holds_the_estimator_of_exactly_the_imported_crawls(
     late = WorkerMirror(world, Settings(), T0, np.full(len(urls), -1000.0), 2.0)
     with pytest.raises(ValueError, match="not before"):
         late.warm_start(crawls)
+
+
+def test_the_measuring_command_scores_the_window_it_is_given(
+        capsys: pytest.CaptureFixture[str]) -> None:
+    from streams.testweb.history import main
+
+    with pytest.raises(SystemExit) as bad:
+        main(["--duration", "20", "--warmup", "20"])
+    assert bad.value.code == 2
+    assert "--warmup must be" in capsys.readouterr().err
+
+    def scores(warmup: str) -> list[float]:
+        assert main(["--history", "0", "--runs", "1", "--duration", "20",
+                     "--warmup", warmup]) == 0
+        lines = capsys.readouterr().out.splitlines()
+        assert [x.split(":")[0] for x in lines] == ["oracle", "mirror, history 0 s -"]
+        return [float(x.split(": ")[1].split()[0]) for x in lines]
+
+    early, late = scores("2"), scores("15")
+    assert all(0.0 < x < 1.0 for x in early + late)
+    # the same draw scored over another window: a different time average
+    assert early != late
