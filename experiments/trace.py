@@ -38,7 +38,8 @@ hindsight     Greedy given each page's average rate over the scored window (its 
 (:func:`models.sim.trace.trace_events`); ``--ping-log FILE`` reads recorded ones (change
 log lines ``{"url", "time"}``, one per ping).  ``--learn-days D``: the first ``D`` days are
 not scored; ``recrawl`` gets, at ``D``, the estimates of their complete change history (as
-an import of the history would give it; its hedge rescores the learned rates on the crawls
+an import of the history would give it: with pings, intervals whose pings are unknown, since
+a history records none; its hedge rescores the learned rates on the crawls
 so far as the imported ones would have predicted them, :meth:`models.sim.trace.Hedge.rescore`,
 and its floor takes the intervals of Nutch's rule replayed over the history,
 :func:`models.sim.trace.nutch_replay`, if they would have predicted those crawls better),
@@ -213,8 +214,7 @@ def _policy(kind: str, trace: Trace, R: float, learn_days: float, ev: Any,
             def learn(pol: VectorAlgorithm1) -> None:
                 learner = pol.learner
                 assert learner is not None
-                learner.learn_complete(trace, learn_days, EPS_DAYS, ev.ping_page,
-                                       ev.ping_arrival)
+                learner.learn_complete(trace, learn_days, EPS_DAYS)
                 if pol.hedge is not None:
                     # the hedge judges the imported rates, and the intervals Nutch's rule
                     # reaches over the imported history, by how they would have predicted

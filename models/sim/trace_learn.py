@@ -185,15 +185,18 @@ class OnlineRates:
         return out
 
     def update(self, pages: IntArray, tau: FloatArray, changed: npt.NDArray[np.bool_],
-               n_pings: FloatArray, end: FloatArray | None = None) -> None:
+               n_pings: FloatArray, end: FloatArray | None = None,
+               signals_known: npt.NDArray[np.bool_] | None = None) -> None:
         """Add one interval to each of ``pages`` (distinct), ending at ``end`` (default: the
-        page's previous end plus ``tau``)."""
+        page's previous end plus ``tau``); ``signals_known`` false: the interval's pings were
+        not recorded (``n_pings`` must be 0 there)."""
         from models.estimators import batch_update
 
         sig = n_pings[:, None] if self.use_pings else None
         # an imported history may end a hair after a crawl time (sums of many intervals)
         end_s = None if end is None else np.maximum(end * DAY_S, self.state.end_s[pages])
-        batch_update(self.est, self.state, tau * DAY_S, changed, sig, pages=pages, end_s=end_s)
+        batch_update(self.est, self.state, tau * DAY_S, changed, sig, pages=pages, end_s=end_s,
+                     signals_known=signals_known)
         if self.prior == "host":
             self._contribute(pages)
 
@@ -289,11 +292,13 @@ class OnlineRates:
                                np.asarray(nu))
         return a, b, g
 
-    def learn_complete(self, trace: Trace, upto: float, eps: float,
-                       ping_page: IntArray, ping_arrival: FloatArray) -> None:
+    def learn_complete(self, trace: Trace, upto: float, eps: float) -> None:
         """Replace every page's state by its complete history of ``[0, upto]``
-        (:func:`complete_history_intervals`, with the pings that arrived in each interval),
-        one vectorised update per interval rank."""
+        (:func:`complete_history_intervals`), one vectorised update per interval rank, as
+        ``recrawl import`` gives it to a worker: a history records no pings, so with pings
+        every interval is one whose signals are unknown
+        (:class:`models.estimators.CrawlInterval`'s ``signals_known``): it teaches the
+        change rate, not how the changes split into announced and unannounced ones."""
         self.reset()
         taus: list[float] = []
         chg: list[bool] = []
@@ -310,23 +315,15 @@ class OnlineRates:
         own = np.asarray(owner, dtype=np.int64)
         first = np.searchsorted(own, np.arange(trace.m + 1))
         rank = np.arange(own.size) - first[own]
-        end = np.empty_like(tau_a)  # each interval's end: cumulative time within its page
-        csum = np.cumsum(tau_a)
-        base = np.where(first[own] > 0, csum[np.maximum(first[own] - 1, 0)], 0.0)
-        end[:] = csum - base
         n = np.zeros(own.size)
-        if self.use_pings and ping_page.size:
-            sel = ping_arrival <= upto
-            pk = ping_page[sel] * (4.0 * upto + 4.0) + ping_arrival[sel]
-            pk.sort()
-            ek = own * (4.0 * upto + 4.0)
-            n = (np.searchsorted(pk, ek + end, side="right")
-                 - np.searchsorted(pk, ek + end - tau_a, side="right")).astype(np.float64)
+        known = None if not self.use_pings else np.zeros(own.size, dtype=bool)
         prior, self.prior = self.prior, "global"  # the host prior is fitted once, below
         try:
             for r in range(int(rank.max()) + 1):
                 k = np.flatnonzero(rank == r)
-                self.update(own[k], tau_a[k], chg_a[k], n[k])  # ends: previous end + tau
+                # ends: previous end + tau
+                self.update(own[k], tau_a[k], chg_a[k], n[k],
+                            signals_known=None if known is None else known[k])
         finally:
             self.prior = prior
         if self.prior == "host":

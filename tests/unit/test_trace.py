@@ -266,7 +266,7 @@ def test_warm_start_replaces_the_estimates_at_the_learn_day() -> None:
     p = np.repeat(np.arange(m), rng.poisson(rates * 40))
     tr = trace_from_arrays(np.ones(m), p, T0_S + rng.uniform(0, 40 * DAY_S, p.size))
     learner = OnlineRates(m, use_pings=False)
-    learner.learn_complete(tr, 20.0, 1e-5, np.zeros(0, np.int64), np.zeros(0))
+    learner.learn_complete(tr, 20.0, 1e-5)
     got = learner.params()[0]
     want = average_rates(tr, 0.0, 20.0)
     assert np.all(got[:10] > 5 * got[10:].max())  # fast pages are told apart at once
@@ -278,7 +278,7 @@ def test_warm_start_replaces_the_estimates_at_the_learn_day() -> None:
     def learn(pol: VectorAlgorithm1) -> None:
         seen.append(1.0)
         assert pol.learner is not None
-        pol.learner.learn_complete(tr, 20.0, 1e-5, ev.ping_page, ev.ping_arrival)
+        pol.learner.learn_complete(tr, 20.0, 1e-5)
 
     class Spy(VectorAlgorithm1):
         def choose(self, t: float, eligible: object) -> int | None:
@@ -407,14 +407,31 @@ def test_the_replays_learner_forgets_a_busy_past_by_default() -> None:
     page = np.repeat(np.arange(m), 400)
     time_s = T0_S + np.tile(np.arange(1, 401) - 0.5, m) * DAY_S
     tr = trace_from_arrays(np.ones(m), page, time_s, start_s=T0_S, stop_s=T0_S + days * DAY_S)
-    none = np.zeros(0, dtype=np.int64), np.zeros(0)
     default, never = OnlineRates(m, use_pings=False), OnlineRates(
         m, use_pings=False, half_life_days=math.inf)
     for lr in (default, never):
-        lr.learn_complete(tr, float(days), 1.0 / DAY_S, *none)
+        lr.learn_complete(tr, float(days), 1.0 / DAY_S)
     avg = 400 / days
     assert never.params()[0] == pytest.approx(np.full(m, avg), rel=0.1)
     assert (default.params()[0] < avg / 4).all(), default.params()[0]
+
+
+def test_an_import_with_pings_teaches_the_change_rates_and_no_ping_quality() -> None:
+    """As ``recrawl import``: a history records no pings, so with pings the learn window's
+    intervals are ones whose signals are unknown: the same change rates as without pings,
+    no signal counted, every interval's time in the unknown block."""
+    tr = _poisson_trace(5, 80, 50.0)
+    upto = 30.0
+    plain, pinged = OnlineRates(tr.m, use_pings=False), OnlineRates(tr.m, use_pings=True)
+    for lr in (plain, pinged):
+        lr.learn_complete(tr, upto, 1.0 / DAY_S)
+    st = pinged.state
+    assert np.all(st.totals[:, 1:] == 0.0)
+    np.testing.assert_allclose(st.unknown[:, 0], st.totals[:, 0])
+    assert np.all(st.unknown[:, 0] > 0.0)
+    alpha, _kappa, gamma = pinged.change_rates()
+    assert np.all(gamma == 0.0)  # no time with signals recorded
+    np.testing.assert_allclose(alpha, plain.change_rates()[0], rtol=1e-6)
 
 
 def _poisson_trace(seed: int, m: int, days: float, log_median: float = -1.0) -> Trace:
@@ -432,7 +449,7 @@ def test_complete_rates_are_the_rates_an_import_of_the_history_gives(
     tr = _poisson_trace(3, 120, 60.0)
     upto = 40.0
     learner = OnlineRates(tr.m, use_pings=False, half_life_days=half_life_days)
-    learner.learn_complete(tr, upto, 1.0 / DAY_S, np.zeros(0, np.int64), np.zeros(0))
+    learner.learn_complete(tr, upto, 1.0 / DAY_S)
     pages = np.arange(tr.m)
     got = learner.complete_rates(tr, pages, np.full(tr.m, upto))
     np.testing.assert_allclose(got, learner.params()[0], rtol=0.02)
