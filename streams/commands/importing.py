@@ -116,8 +116,16 @@ class ImportPlan:
     last_s: float = -math.inf
     report: ReadReport = field(default_factory=ReadReport)
 
+    @property
+    def window(self) -> Any:
+        """The :class:`streams.histories.observations.Window` a change log's crawls are
+        made over, from its earliest to its latest change; None for captures."""
+        from streams.histories.observations import Window
 
-def read_pages(path: Path, fmt: str, *, strict: bool, start_s: float = 0.0,
+        return Window(self.first_s, self.last_s) if self.changes else None
+
+
+def read_pages(path: Path, fmt: str | None, *, strict: bool, start_s: float = 0.0,
                on_record: Any = None) -> ImportPlan:
     """The first pass (:class:`ImportPlan`); pages are checked with the worker's model."""
     from pydantic import ValidationError
@@ -341,14 +349,13 @@ async def _send_outcomes(producer: Any, settings: Any, args: argparse.Namespace,
     """The second pass; ``(sent in this run, finished, last offset and number sent per
     partition, skip counts)``."""
     from streams.histories import read_history
-    from streams.histories.observations import ImportCounts, Window, crawls_of, in_time_order
+    from streams.histories.observations import ImportCounts, crawls_of, in_time_order
 
     counts = ImportCounts()
     bad = _Refused()
-    window = Window(plan.first_s, plan.last_s) if plan.changes else None
     records = read_history(path, fmt, strict=False, report=ReadReport(), start_s=start_s)
     latest = time.time() + settings.max_future_s
-    bodies = _outcome_bodies(in_time_order(crawls_of(records, window, counts)), plan,
+    bodies = _outcome_bodies(in_time_order(crawls_of(records, plan.window, counts)), plan,
                              f"import-{digest[:16]}", latest)
     topic = settings.topic("outcomes")
     ends: dict[int, int] = {}

@@ -39,8 +39,8 @@ from typing import Any
 
 import numpy as np
 
-from streams.histories import Change, read_history
-from streams.histories.observations import Window, crawls_of, in_time_order
+from streams.histories import read_history
+from streams.histories.observations import crawls_of, in_time_order
 from streams.histories.write import write_cdx, write_changes
 from streams.testweb.world import World
 
@@ -91,11 +91,9 @@ def history_crawls(path: Path, urls: Sequence[str]) -> list[tuple[int, float, bo
     """The crawls an import of ``path`` sends, as ``(page, unix time, changed)`` in time
     order (``page``: the index of its URL in ``urls``; a URL not there is an error); each
     interval they end has its signals unknown (the outcomes' ``signals_known: false``)."""
-    first, last = math.inf, -math.inf
-    for rec in read_history(path, strict=True):
-        if type(rec) is Change:
-            first, last = min(first, rec.time_s), max(last, rec.time_s)
-    window = Window(first, last) if math.isfinite(first) else None
+    from streams.commands.importing import read_pages
+
+    window = read_pages(path, None, strict=True).window  # the importer's first pass
     index = {u: i for i, u in enumerate(urls)}
     out = [(index[c.url], c.time_s, c.changed)
            for c in in_time_order(crawls_of(read_history(path, strict=True), window))]
