@@ -19,6 +19,9 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     p.add_argument("--hosts", type=int, default=20)
     p.add_argument("--pages-per-host", type=int, default=20)
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--web-seed", type=int, default=None, metavar="N",
+                   help="seed of the test web's changes and pings, live and past (default: "
+                   "the world's: every run of one --seed replays the same ones)")
     p.add_argument("--time-unit", type=float, default=10.0, help="real seconds per world unit")
     p.add_argument("--sitemap-share", type=float, default=0.5)
     p.add_argument("--poll-interval", type=float, default=1.0, help="sitemap poll period (s)")
@@ -66,6 +69,7 @@ def run(args: argparse.Namespace) -> int:
         t_delay_s=args.t_delay, sim_runs=args.sim_runs, workers=args.workers,
         kill_at_s=args.kill_at, restart_after_s=args.restart_after,
         history_s=0.0 if args.cold else args.history, history_format=args.history_format,
+        web_seed=args.web_seed,
     )  # fmt: skip
     if not cfg.history_s >= 0 or cfg.history_s == float("inf"):
         print("recrawl demo: --history must be a number of seconds >= 0")

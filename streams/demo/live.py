@@ -153,8 +153,9 @@ async def run_loop(
 
         warm = cfg.history_s > 0
         web = TestWeb(world, indexnow_endpoint=f"http://127.0.0.1:{rport}/indexnow",
-                      port=free_port(),
-                      past=past_changes(world, cfg.history_s) if warm else None)
+                      port=free_port(), seed=cfg.web_seed,
+                      past=past_changes(world, cfg.history_s, seed=cfg.web_seed)
+                      if warm else None)
         history: dict[str, Any] | None = None
         if warm:
             # before the test web starts: no ping reaches the worker while it applies the
@@ -256,6 +257,7 @@ async def run_loop(
                 "history": history,
                 "world": {
                     "pages": len(world.pages), "hosts": len(world.hosts), "seed": world.seed,
+                    "web_seed": cfg.web_seed,
                     "time_unit_s": world.time_unit_s,
                     "changes_per_s": float(world.arrays()["change_rate_per_s"].sum()),
                 },

@@ -22,9 +22,11 @@ from streams.testweb.world import generate_world
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
 
-@pytest.mark.parametrize(("partitions", "history_s"), [(1, 120.0), (2, 0.0)])
+@pytest.mark.parametrize(("partitions", "history_s", "web_seed"),
+                         [(1, 120.0, 7), (2, 0.0, None)])
 def test_live_accuracy_matches_the_simulator(
-    settings: Settings, start_worker, partitions: int, history_s: float
+    settings: Settings, start_worker, partitions: int, history_s: float,
+    web_seed: int | None,
 ) -> None:
     from infra.kafka import create_topics
     from infra.proc import free_port
@@ -42,6 +44,7 @@ def test_live_accuracy_matches_the_simulator(
     cfg = DemoConfig(
         duration_s=60.0, warmup_s=20.0, budget_per_s=8.0, hosts=5, pages_per_host=20,
         seed=11, time_unit_s=5.0, live=False, sim_runs=0, history_s=history_s,
+        web_seed=web_seed,
     )  # fmt: skip
     world = generate_world(
         cfg.seed, n_hosts=cfg.hosts, pages_per_host=cfg.pages_per_host,
@@ -52,9 +55,16 @@ def test_live_accuracy_matches_the_simulator(
     )
     sim = simulate_run(world, s, cfg, summary)
     live, expected = summary["accuracy"], sim["expected_accuracy"]
+    assert summary["world"]["web_seed"] == web_seed
     if history_s:
         h = summary["history"]
         assert h["pages"] == len(world.pages) and h["outcomes"] > h["changes"] > 0, h
+        # another realization of the past with --web-seed (the live one is replayed below)
+        from streams.testweb.world import past_changes
+
+        drawn = [sum(len(c) for c in past_changes(world, history_s, seed=x))
+                 for x in (web_seed, None)]
+        assert h["changes"] == drawn[0] != drawn[1], (h, drawn)
     else:
         assert summary["history"] is None
     print(f"partitions {partitions}: live {live:.4f} expected {expected:.4f} "
