@@ -77,6 +77,27 @@ def test_changes_closer_than_eps_keep_their_order_at_the_millisecond() -> None:
     np.testing.assert_allclose([t for t, _ in got], [t for t, _ in want], rtol=0, atol=1.1e-3)
 
 
+def test_a_change_in_the_previous_changes_millisecond_is_that_change() -> None:
+    url = "https://c.example/x"
+    records: list[Page | Change | Capture] = [
+        Change(url, T0_S), Change(url, T0_S + 10.0), Change(url, T0_S + 10.0004),
+        Change(url, T0_S + 20.0),
+    ]
+    counts = ImportCounts()
+    got = list(crawls_of(records, Window(T0_S, T0_S + 20.0), counts))
+    once = list(crawls_of([r for i, r in enumerate(records) if i != 2],
+                          Window(T0_S, T0_S + 20.0)))
+    assert got == once
+    assert sum(1 for c in got if c.changed) == 2
+    assert counts.same_instant == 1 and counts.out_of_order == 0
+    assert counts.summary() == [
+        "1 changes in the same millisecond as their URL's previous change: one change each"]
+    # before the previous change's millisecond: out of order, skipped, an error
+    late = ImportCounts()
+    list(crawls_of([*records, Change(url, T0_S + 15.0)], Window(T0_S, T0_S + 20.0), late))
+    assert late.same_instant == 1 and late.out_of_order == 1
+
+
 def test_captures_are_crawls_and_out_of_order_ones_are_counted() -> None:
     records: list[Page | Change | Capture] = [
         Page("https://b.example/x", 2.0),
