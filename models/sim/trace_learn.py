@@ -315,15 +315,13 @@ class OnlineRates:
         own = np.asarray(owner, dtype=np.int64)
         first = np.searchsorted(own, np.arange(trace.m + 1))
         rank = np.arange(own.size) - first[own]
-        n = np.zeros(own.size)
-        known = None if not self.use_pings else np.zeros(own.size, dtype=bool)
         prior, self.prior = self.prior, "global"  # the host prior is fitted once, below
         try:
             for r in range(int(rank.max()) + 1):
                 k = np.flatnonzero(rank == r)
-                # ends: previous end + tau
-                self.update(own[k], tau_a[k], chg_a[k], n[k],
-                            signals_known=None if known is None else known[k])
+                none = np.zeros(k.size)  # no ping recorded: signals unknown, with pings
+                self.update(own[k], tau_a[k], chg_a[k], none,  # ends: previous end + tau
+                            signals_known=none.astype(bool) if self.use_pings else None)
         finally:
             self.prior = prior
         if self.prior == "host":

@@ -40,10 +40,13 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from hashlib import blake2b
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from streams.commands._settings import CLIENT_SETTINGS, add_settings_args, settings_from_args
 from streams.histories import FORMATS, Capture, Change, HistoryError, Page, ReadReport
+
+if TYPE_CHECKING:
+    from streams.histories.observations import Window
 
 __all__ = ["ImportPlan", "ImportResult", "file_digest", "import_file", "read_pages", "register",
            "run"]
@@ -117,9 +120,9 @@ class ImportPlan:
     report: ReadReport = field(default_factory=ReadReport)
 
     @property
-    def window(self) -> Any:
-        """The :class:`streams.histories.observations.Window` a change log's crawls are
-        made over, from its earliest to its latest change; None for captures."""
+    def window(self) -> Window | None:
+        """The window a change log's crawls are made over, from its earliest to its latest
+        change; None for captures."""
         from streams.histories.observations import Window
 
         return Window(self.first_s, self.last_s) if self.changes else None
