@@ -38,9 +38,11 @@ hindsight     Greedy given each page's average rate over the scored window (its 
 (:func:`models.sim.trace.trace_events`); ``--ping-log FILE`` reads recorded ones (change
 log lines ``{"url", "time"}``, one per ping).  ``--learn-days D``: the first ``D`` days are
 not scored; ``recrawl`` gets, at ``D``, the estimates of their complete change history (as
-an import of the history would give it: with pings, intervals whose pings are unknown, since
-a history records none; its hedge rescores the learned rates on the crawls
-so far as the imported ones would have predicted them, :meth:`models.sim.trace.Hedge.rescore`,
+an import of the history and its ping log would give it: with pings, the crawls of a
+crawler that fetched each page at every ping of those days and on a grid of its mean gap
+between changes, :func:`models.sim.trace.ping_history_crawls`; its hedge rescores the
+learned rates on the crawls so far as the imported ones would have predicted them,
+:meth:`models.sim.trace.Hedge.rescore`,
 and its floor takes the intervals of Nutch's rule replayed over the history,
 :func:`models.sim.trace.nutch_replay`, if they would have predicted those crawls better),
 the peers run through them as they would have,
@@ -214,7 +216,9 @@ def _policy(kind: str, trace: Trace, R: float, learn_days: float, ev: Any,
             def learn(pol: VectorAlgorithm1) -> None:
                 learner = pol.learner
                 assert learner is not None
-                learner.learn_complete(trace, learn_days, EPS_DAYS)
+                # with pings, those of the imported days as recorded (a ping log)
+                learner.learn_complete(trace, learn_days, EPS_DAYS, pings=(
+                    (ev.ping_page, ev.ping_arrival) if learner.use_pings else None))
                 if pol.hedge is not None:
                     # the hedge judges the imported rates, and the intervals Nutch's rule
                     # reaches over the imported history, by how they would have predicted

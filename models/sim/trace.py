@@ -41,6 +41,7 @@ from models.sim.trace_learn import (
     OnlineRates,
     complete_history_intervals,
     nutch_replay,
+    ping_history_crawls,
 )
 from models.sim.world import World
 
@@ -53,6 +54,7 @@ __all__ = [
     "average_rates",
     "complete_history_intervals",
     "nutch_replay",
+    "ping_history_crawls",
     "trace_events",
     "trace_from_arrays",
     "trace_world",

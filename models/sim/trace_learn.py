@@ -21,7 +21,7 @@ if TYPE_CHECKING:
     from models.sim.trace import Trace
 
 __all__ = ["HALF_LIFE_DAYS", "Hedge", "OnlineRates", "complete_history_intervals",
-           "nutch_replay"]
+           "nutch_replay", "ping_history_crawls"]
 
 FloatArray = npt.NDArray[np.float64]
 IntArray = npt.NDArray[np.int64]
@@ -56,6 +56,42 @@ def complete_history_intervals(changes: FloatArray, start: float, stop: float,
     if stop > prev:
         out.append((stop - prev, False))
     return out
+
+
+def ping_history_crawls(changes: FloatArray, pings: FloatArray, start: float, stop: float
+                        ) -> tuple[FloatArray, npt.NDArray[np.bool_], IntArray]:
+    """A complete change history on ``(start, stop]`` and its recorded pings (arrival times,
+    sorted) as the crawls of a crawler that fetched the page at every ping's arrival and on
+    a fixed grid of period ``(stop - start) / (n + 1)`` (``n`` the page's changes in the
+    window: its mean gap between changes), and at ``stop``.
+
+    Returns the crawl times (ascending, after ``start``, the last ``stop``), whether the page
+    changed since the previous crawl (or ``start``), and ``hi``: the pings of crawl ``k``'s
+    interval are ``pings[hi[k-1]:hi[k]]`` (``hi[-1]`` for ``k = 0``: the first ping after
+    ``start``; pings outside the window are in no interval).
+
+    Why crawls and not the change times: paper 004 App. E's likelihood (``P(no change) =
+    exp(-alpha*tau - sum_s kappa_s*n_s)``) is that of a crawl interval given its signal
+    counts, and it holds for crawl times chosen from what is already known (a ping that has
+    arrived, a fixed grid), as the live worker's are.  The change times' own chop
+    (:func:`complete_history_intervals`) ends an interval at each change, so every ping,
+    which arrives after its change, would fall in the next interval, one in which the page
+    did not change: the pings would look false.  The grid keeps the crawls about one per
+    change, as a scheduler's crawl interval follows the change period (paper 003 Sec. 5),
+    so the history still pins the change rate.
+    """
+    changes = np.asarray(changes, dtype=np.float64)
+    pings = np.asarray(pings, dtype=np.float64)
+    inside = changes[(changes > start) & (changes <= stop)]
+    period = (stop - start) / (inside.size + 1)
+    grid = start + period * np.arange(1, inside.size + 1, dtype=np.float64)
+    arrived = pings[(pings > start) & (pings <= stop)]
+    times = np.unique(np.concatenate([grid[grid < stop], arrived, [stop]]))
+    prev = np.concatenate([[start], times[:-1]])
+    changed = (np.searchsorted(inside, times, side="right")
+               > np.searchsorted(inside, prev, side="right"))
+    hi = np.searchsorted(pings, times, side="right").astype(np.int64)
+    return times, changed, hi
 
 
 def nutch_replay(trace: Trace, upto: float, initial: float, min_interval: float,
@@ -292,36 +328,58 @@ class OnlineRates:
                                np.asarray(nu))
         return a, b, g
 
-    def learn_complete(self, trace: Trace, upto: float, eps: float) -> None:
-        """Replace every page's state by its complete history of ``[0, upto]``
-        (:func:`complete_history_intervals`), one vectorised update per interval rank, as
-        ``recrawl import`` gives it to a worker: a history records no pings, so with pings
-        every interval is one whose signals are unknown
-        (:class:`models.estimators.CrawlInterval`'s ``signals_known``): it teaches the
-        change rate, not how the changes split into announced and unannounced ones."""
+    def learn_complete(self, trace: Trace, upto: float, eps: float,
+                       pings: tuple[IntArray, FloatArray] | None = None) -> None:
+        """Replace every page's state by its complete history of ``[0, upto]``, one
+        vectorised update per interval rank, as ``recrawl import`` gives it to a worker:
+        without pings (or with pings but none recorded, ``pings`` None: the intervals'
+        signals are unknown, :class:`models.estimators.CrawlInterval`'s ``signals_known``,
+        they teach the change rate, not how the changes split into announced and
+        unannounced ones) the intervals of :func:`complete_history_intervals`; with the
+        recorded pings ``(page, arrival day)`` (``recrawl import --ping-log``) the crawls of
+        :func:`ping_history_crawls`, each interval with its ping count."""
         self.reset()
-        taus: list[float] = []
-        chg: list[bool] = []
-        owner: list[int] = []
+        taus: list[FloatArray] = []
+        chg: list[npt.NDArray[np.bool_]] = []
+        cnt: list[FloatArray] = []
+        owner: list[IntArray] = []
+        by_page = None
+        if pings is not None and self.use_pings:
+            pp, pt = np.asarray(pings[0], dtype=np.int64), np.asarray(pings[1], dtype=np.float64)
+            o = np.lexsort((pt, pp))
+            pp, pt = pp[o], pt[o]
+            by_page = (np.searchsorted(pp, np.arange(trace.m + 1)), pt)
         for i in range(trace.m):
-            for tau, c in complete_history_intervals(trace.changes_of(i), 0.0, upto, eps):
-                taus.append(tau)
-                chg.append(c)
-                owner.append(i)
+            if by_page is None:
+                iv = complete_history_intervals(trace.changes_of(i), 0.0, upto, eps)
+                if not iv:
+                    continue
+                taus.append(np.array([t for t, _ in iv]))
+                chg.append(np.array([c for _, c in iv], dtype=bool))
+                cnt.append(np.zeros(len(iv)))
+            else:
+                bounds, pt = by_page
+                mine = pt[bounds[i]:bounds[i + 1]]
+                times, changed, hi = ping_history_crawls(trace.changes_of(i), mine, 0.0, upto)
+                lo = np.concatenate([[np.searchsorted(mine, 0.0, side="right")], hi[:-1]])
+                taus.append(np.diff(np.concatenate([[0.0], times])))
+                chg.append(changed)
+                cnt.append((hi - lo).astype(np.float64))
+            owner.append(np.full(taus[-1].size, i, dtype=np.int64))
         if not taus:
             return
-        tau_a = np.asarray(taus)
-        chg_a = np.asarray(chg, dtype=bool)
-        own = np.asarray(owner, dtype=np.int64)
+        tau_a, chg_a, cnt_a = np.concatenate(taus), np.concatenate(chg), np.concatenate(cnt)
+        own = np.concatenate(owner)
         first = np.searchsorted(own, np.arange(trace.m + 1))
         rank = np.arange(own.size) - first[own]
+        # no ping recorded: with pings, signals unknown
+        known = None if not self.use_pings else np.full(own.size, by_page is not None)
         prior, self.prior = self.prior, "global"  # the host prior is fitted once, below
         try:
             for r in range(int(rank.max()) + 1):
                 k = np.flatnonzero(rank == r)
-                none = np.zeros(k.size)  # no ping recorded: signals unknown, with pings
-                self.update(own[k], tau_a[k], chg_a[k], none,  # ends: previous end + tau
-                            signals_known=none.astype(bool) if self.use_pings else None)
+                self.update(own[k], tau_a[k], chg_a[k], cnt_a[k],  # ends: previous end + tau
+                            signals_known=None if known is None else known[k])
         finally:
             self.prior = prior
         if self.prior == "host":
