@@ -49,6 +49,7 @@ __all__ = [
     "live_ping_ok",
     "run_timed",
     "testweb_events",
+    "testweb_pings",
     "windowed_accuracy",
 ]
 
@@ -88,14 +89,8 @@ def testweb_events(
 ) -> Events:
     """Changes and pings as the test web produces and the producers deliver them.
 
-    Changes of page ``i`` are Poisson(``delta[i]``); each is announced with probability
-    ``lam[i]`` after an ``Exp(mean delay[i])`` time; false announcements are
-    Poisson(``nu[i]``).  A sitemap page's announcement sets ``lastmod = max(lastmod, t)``;
-    a ping (emitted at ``lastmod``) arrives at the first poll ``phase + k *
-    poll_interval`` at which ``lastmod`` has increased (``phase = poll_phase``, or uniform
-    per page if negative).  An IndexNow page's announcement
-    arrives at the next flush ``k * flush_interval`` (its emission time is its arrival: an
-    IndexNow ping carries no change time).  Every arrival is ``lag`` later still.
+    Changes of page ``i`` are Poisson(``delta[i]``) over ``[0, horizon)``; their pings are
+    :func:`testweb_pings`'s.
     """
     m = delta.size
     counts = rng.poisson(delta * horizon)
@@ -104,6 +99,49 @@ def testweb_events(
     order = np.lexsort((ct, cp))
     ct, cp = ct[order], cp[order]
     start = np.searchsorted(cp, np.arange(m + 1)).astype(np.int64)
+    arrival, emitted, page, true = testweb_pings(
+        ct, cp, lam, nu, delay, sitemap, horizon, rng, poll_interval=poll_interval,
+        flush_interval=flush_interval, poll_phase=poll_phase, lag=lag)
+    return Events(
+        change_time=ct,
+        change_start=start,
+        ping_arrival=arrival,
+        ping_emitted=emitted,
+        ping_page=page,
+        ping_true=true,
+        horizon=float(horizon),
+    )
+
+
+def testweb_pings(
+    ct: FloatArray,
+    cp: IntArray,
+    lam: FloatArray,
+    nu: FloatArray,
+    delay: FloatArray,
+    sitemap: BoolArray,
+    horizon: float,
+    rng: np.random.Generator,
+    *,
+    poll_interval: float,
+    flush_interval: float,
+    poll_phase: float = -1.0,
+    lag: float = 0.0,
+) -> tuple[FloatArray, FloatArray, IntArray, BoolArray]:
+    """The pings of changes at ``ct`` of pages ``cp`` (sorted by page, then time) over
+    ``[0, horizon)``, as the test web announces them and the producers deliver them:
+    ``(arrival, emitted, page, true)``, by arrival (those arriving after ``horizon``
+    dropped).
+
+    Each change is announced with probability ``lam[i]`` after an ``Exp(mean delay[i])``
+    time; false announcements are Poisson(``nu[i]``).  A sitemap page's announcement sets
+    ``lastmod = max(lastmod, t)``; a ping (emitted at ``lastmod``) arrives at the first poll
+    ``phase + k * poll_interval`` at which ``lastmod`` has increased (``phase =
+    poll_phase``, or uniform per page if negative).  An IndexNow page's announcement
+    arrives at the next flush ``k * flush_interval`` (its emission time is its arrival: an
+    IndexNow ping carries no change time).  Every arrival is ``lag`` later still.
+    """
+    m = lam.size
     signalled = rng.uniform(size=ct.size) < lam[cp]
     d = delay[cp[signalled]]
     ann_t = ct[signalled] + np.where(d > 0, rng.exponential(np.where(d > 0, d, 1.0)), 0.0)
@@ -152,15 +190,8 @@ def testweb_events(
     a_arr = np.array(arr, dtype=np.float64)
     keep = a_arr <= horizon
     ordr = np.argsort(a_arr[keep], kind="stable")
-    return Events(
-        change_time=ct,
-        change_start=start,
-        ping_arrival=a_arr[keep][ordr],
-        ping_emitted=np.array(emi, dtype=np.float64)[keep][ordr],
-        ping_page=np.array(pg, dtype=np.int64)[keep][ordr],
-        ping_true=np.array(tru, dtype=bool)[keep][ordr],
-        horizon=float(horizon),
-    )
+    return (a_arr[keep][ordr], np.array(emi, dtype=np.float64)[keep][ordr],
+            np.array(pg, dtype=np.int64)[keep][ordr], np.array(tru, dtype=bool)[keep][ordr])
 
 
 class TimedPolicy:

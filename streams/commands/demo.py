@@ -52,6 +52,9 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     p.add_argument("--history-format", choices=("changes", "cdx"), default="changes",
                    help="the past as a change log (complete, default) or as an earlier "
                    "crawler's CDX captures (round robin at the budget)")
+    p.add_argument("--no-ping-log", action="store_true",
+                   help="import the history without the ping log of its past pings (the "
+                   "worker then learns each page's ping quality from live crawls only)")
     p.add_argument("--cold", action="store_true",
                    help="no history: the worker starts from its priors (same as --history 0)")
     p.add_argument("--json", help="write the summary here")
@@ -69,7 +72,7 @@ def run(args: argparse.Namespace) -> int:
         t_delay_s=args.t_delay, sim_runs=args.sim_runs, workers=args.workers,
         kill_at_s=args.kill_at, restart_after_s=args.restart_after,
         history_s=0.0 if args.cold else args.history, history_format=args.history_format,
-        web_seed=args.web_seed,
+        web_seed=args.web_seed, history_pings=not args.no_ping_log,
     )  # fmt: skip
     if not cfg.history_s >= 0 or cfg.history_s == float("inf"):
         print("recrawl demo: --history must be a number of seconds >= 0")

@@ -47,6 +47,7 @@ from streams.histories import FORMATS, Capture, Change, HistoryError, Page, Read
 
 if TYPE_CHECKING:
     from streams.histories.observations import Window
+    from streams.histories.pings import PingIndex
 
 __all__ = ["ImportPlan", "ImportResult", "file_digest", "import_file", "read_pages", "register",
            "run"]
@@ -80,6 +81,10 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     p.add_argument("--start", type=float, default=None, metavar="UNIX_S",
                    help="Kolobov et al. folder: when the collection started (default: so "
                    "that its last crawl is at the first run's time)")
+    p.add_argument("--ping-log", type=Path, default=None, metavar="PINGS",
+                   help="the pings the history's pages received (JSON Lines, one "
+                   '{"url", "time", "source"} per ping): each interval is sent with its '
+                   "pings, so the worker learns each page's ping quality too")
     p.add_argument("--wait-s", type=float, default=300.0, metavar="S",
                    help="how long to wait for the worker to consume the page events "
                    "(default 300)")
@@ -118,6 +123,17 @@ class ImportPlan:
     first_s: float = math.inf
     last_s: float = -math.inf
     report: ReadReport = field(default_factory=ReadReport)
+    #: a change log's changes per URL, and those in the millisecond of the earliest change
+    changes_per_url: dict[str, int] = field(default_factory=dict)
+    _at_first: dict[str, int] = field(default_factory=dict)
+    #: the ping log's pings of the file's pages (``--ping-log``), and what reading it found
+    pings: PingIndex | None = None
+    ping_report: ReadReport | None = None
+
+    def changes_after_start(self) -> dict[str, int]:
+        """Each URL's changes after the window's start (the grid of
+        :func:`streams.histories.observations.crawls_of` with a ping log)."""
+        return {u: n - self._at_first.get(u, 0) for u, n in self.changes_per_url.items()}
 
     @property
     def window(self) -> Window | None:
@@ -149,6 +165,12 @@ def read_pages(path: Path, fmt: str | None, *, strict: bool, start_s: float = 0.
         importance.setdefault(rec.url, 1.0)
         if type(rec) is Change:
             plan.changes = True
+            plan.changes_per_url[rec.url] = plan.changes_per_url.get(rec.url, 0) + 1
+            c, first = round(rec.time_s, 3), round(plan.first_s, 3)
+            if c < first:
+                plan._at_first = {rec.url: 1}
+            elif c == first:
+                plan._at_first[rec.url] = plan._at_first.get(rec.url, 0) + 1
         plan.first_s = min(plan.first_s, rec.time_s)
         plan.last_s = max(plan.last_s, rec.time_s)
     seen: dict[str, str] = {}
@@ -165,6 +187,15 @@ def read_pages(path: Path, fmt: str | None, *, strict: bool, start_s: float = 0.
         seen[ev.url] = url
         plan.pages[url] = (ev.url, ev.host, imp)
     return plan
+
+
+def read_ping_log(plan: ImportPlan, path: Path, *, strict: bool) -> None:
+    """The ping log's pings of the plan's pages into ``plan.pings``."""
+    from streams.histories.pings import PingIndex
+
+    plan.ping_report = ReadReport(str(path))
+    plan.pings = PingIndex.read(path, {u for u, p in plan.pages.items() if p is not None},
+                                plan.ping_report, strict=strict)
 
 
 def _refuse(plan: ImportPlan, url: str, reason: str) -> None:
@@ -189,7 +220,8 @@ class ImportResult:
 
 
 async def import_file(settings: Any, path: Path, fmt: str | None = None, *,
-                      wait_s: float = 300.0, strict: bool = False) -> ImportResult:
+                      wait_s: float = 300.0, strict: bool = False,
+                      ping_log: Path | None = None) -> ImportResult:
     """``recrawl import PATH`` from code (the same steps and output), against the worker
     that ``settings`` address: returns once the worker's consumer group has committed every
     outcome sent (``applied``) or ``wait_s`` has passed."""
@@ -197,7 +229,7 @@ async def import_file(settings: Any, path: Path, fmt: str | None = None, *,
 
     fmt = fmt or guess_format(path)
     args = argparse.Namespace(file=path, format=fmt, strict=strict, limit=None, again=False,
-                              start=None, wait_s=wait_s)
+                              start=None, wait_s=wait_s, ping_log=ping_log)
     return await _import(settings, args, path, fmt)
 
 
@@ -207,6 +239,9 @@ def run(args: argparse.Namespace) -> int:
     path: Path = args.file
     if not path.exists():
         print(f"recrawl import: no such file {path}", file=sys.stderr)
+        return 2
+    if args.ping_log is not None and not args.ping_log.is_file():
+        print(f"recrawl import: no such ping log {args.ping_log}", file=sys.stderr)
         return 2
     if args.limit is not None and args.limit < 0:
         print("recrawl import: --limit must be >= 0", file=sys.stderr)
@@ -241,6 +276,8 @@ async def _import(settings: Any, args: argparse.Namespace, path: Path, fmt: str
     timeout = settings.connect_timeout_s
     await check_redis(settings.redis_url, timeout)
     digest = file_digest(path, fmt) + ("" if args.start is None else f"@{args.start!r}")
+    if args.ping_log is not None:  # the same history with its pings is another import
+        digest += "+" + file_digest(args.ping_log, "ping-log")
     key = f"{settings.key_prefix}:import:{digest}"
     redis = connect(settings.redis_url, decode_responses=True, socket_timeout=timeout)
     try:
@@ -267,6 +304,16 @@ async def _import(settings: Any, args: argparse.Namespace, path: Path, fmt: str
                 print(f"recrawl import: {exc} (--strict: nothing sent)", file=sys.stderr)
                 return ImportResult(1)
             bar.update(task, total=plan.records, completed=plan.records)
+            if args.ping_log is not None:
+                task = bar.add_task(f"reading {args.ping_log.name}", total=None)
+                try:
+                    await asyncio.to_thread(read_ping_log, plan, args.ping_log,
+                                            strict=args.strict)
+                except HistoryError as exc:
+                    bar.stop()
+                    print(f"recrawl import: {exc} (--strict: nothing sent)", file=sys.stderr)
+                    return ImportResult(1)
+                bar.update(task, total=1, completed=1)
         if math.isnan(start_s):  # the collection ends now: its last crawl is this run's time
             start_s = float(math.floor(time.time() - max(plan.last_s, 0.0)))
             await redis.hset(key, "start_s", repr(start_s))
@@ -322,6 +369,8 @@ async def _send_pages(producer: Any, settings: Any, plan: ImportPlan) -> dict[in
 def _outcome_bodies(crawls: Iterator[Any], plan: ImportPlan, order_id: str,
                     latest_s: float) -> Iterator[tuple[bytes, bytes] | str]:
     """``(key, value)`` of each crawl's outcome, or why the worker would refuse it."""
+    from streams.events.records import SOURCES
+
     for c in crawls:
         page = plan.pages.get(c.url)
         if page is None:
@@ -333,9 +382,12 @@ def _outcome_bodies(crawls: Iterator[Any], plan: ImportPlan, order_id: str,
         if c.time_s > latest_s:
             yield f"{c.url}: time {c.time_s:.3f} is in the future"
             continue
-        # a history records no pings: the interval teaches the change rate only
-        value = {"url": page[0], "fetched_at": c.time_s, "changed": c.changed,
-                 "order_id": order_id, "signals_known": False}
+        value: dict[str, Any] = {"url": page[0], "fetched_at": c.time_s,
+                                 "changed": c.changed, "order_id": order_id}
+        if c.signals is None:  # no ping log: the interval teaches the change rate only
+            value["signals_known"] = False
+        else:
+            value["signals"] = {SOURCES[k]: n for k, n in enumerate(c.signals) if n}
         yield page[1].encode(), json.dumps(value).encode()
 
 
@@ -358,7 +410,9 @@ async def _send_outcomes(producer: Any, settings: Any, args: argparse.Namespace,
     bad = _Refused()
     records = read_history(path, fmt, strict=False, report=ReadReport(), start_s=start_s)
     latest = time.time() + settings.max_future_s
-    bodies = _outcome_bodies(in_time_order(crawls_of(records, plan.window, counts)), plan,
+    crawls = crawls_of(records, plan.window, counts, pings=plan.pings,
+                       changes_per_url=plan.changes_after_start())
+    bodies = _outcome_bodies(in_time_order(crawls), plan,
                              f"import-{digest[:16]}", latest)
     topic = settings.topic("outcomes")
     ends: dict[int, int] = {}
@@ -444,6 +498,10 @@ def _summary(path: Path, plan: ImportPlan, counts: tuple[Any, _Refused], done_be
              sent: int, finished: bool, applied: bool, settings: Any) -> int:
     skips, bad = counts
     print(plan.report.summary())
+    if plan.ping_report is not None and plan.pings is not None:
+        print(plan.ping_report.summary())
+        print(f"{plan.pings.pings} pings of the history's pages"
+              + (f", {plan.pings.skipped} of other URLs skipped" if plan.pings.skipped else ""))
     pages = sum(1 for p in plan.pages.values() if p is not None)
     print(f"{pages} pages, {plan.records} records read; {sent} outcomes sent to "
           f"{settings.topic('outcomes')}" + (f" after {done_before} sent before" if done_before
@@ -463,5 +521,6 @@ def _summary(path: Path, plan: ImportPlan, counts: tuple[Any, _Refused], done_be
     elif not applied:
         print("the worker has not applied every outcome yet (it goes on: the import is "
               "done, and a re-run sends nothing)")
-    trouble = plan.report.bad or plan.refused or skips.out_of_order or bad.count
+    trouble = (plan.report.bad or plan.refused or skips.out_of_order or bad.count
+               or (plan.ping_report is not None and plan.ping_report.bad))
     return 1 if trouble else 0

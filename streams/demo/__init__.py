@@ -4,7 +4,8 @@ Starts (or reuses) Kafka and Redis, a ``recrawl worker`` subprocess, and in this
 the test web (:mod:`streams.testweb`), the IndexNow receiver and the sitemap poller (the
 real producers, fed by the test web's announcements), and the reference fetcher.  Unless
 ``history_s`` is 0 (``--cold``), writes the test web's past (``history_s`` seconds of each
-page's changes before the start) into the run's folder as a history file and imports it
+page's changes before the start) into the run's folder as a history file, with the ping
+log of the pings the test web sent for them, and imports both
 into the worker with ``recrawl import``'s code (warm start, :func:`.inputs.import_history`)
 before anything else reaches it.  Loads
 the world's pages, host limits and the budget into the input topics, runs for

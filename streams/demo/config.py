@@ -60,6 +60,10 @@ class DemoConfig:
     #: the history file's form: ``changes`` (a change log, complete) or ``cdx`` (an earlier
     #: crawler's captures, round robin at the budget: incomplete)
     history_format: str = "changes"
+    #: import the history with its ping log (:func:`streams.testweb.world.past_pings`: the
+    #: pings the test web sent for its past changes; ``recrawl import --ping-log``); false:
+    #: the history alone (``--no-ping-log``), each interval's signals unknown
+    history_pings: bool = True
     #: The seed of the test web's changes and pings, live and past (``--web-seed``); None:
     #: the world's (its past from ``seed``, its live processes from ``seed + 1``), so every
     #: run of one ``seed`` replays one realization of them

@@ -48,7 +48,8 @@ def simulate_run(
     if cfg.sim_runs > 0:
         m, sd = fresh_draws(world, settings, loop, runs=cfg.sim_runs, seed=cfg.seed,
                             history_s=cfg.history_s, history_format=cfg.history_format,
-                            history_crawls_per_s=cfg.budget_per_s)
+                            history_crawls_per_s=cfg.budget_per_s,
+                            history_pings=cfg.history_pings)
         om, osd = fresh_draws(world, settings, loop, kind="oracle", runs=cfg.sim_runs,
                               seed=cfg.seed)  # fmt: skip
         out.update({"expected_accuracy_draws": m, "expected_accuracy_draws_sd": sd,

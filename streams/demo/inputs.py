@@ -17,6 +17,7 @@ from streams.demo.config import DemoConfig, host_limit_of
 from streams.fetcher.client import SafeClient
 from streams.settings import Settings
 from streams.store.redis_conn import AsyncRedis
+from streams.testweb.expected import Imported
 from streams.testweb.server import TestWeb
 
 __all__ = ["import_history", "initial_crawl", "load_inputs"]
@@ -84,28 +85,39 @@ async def initial_crawl(
 
 
 async def import_history(settings: Settings, web: TestWeb, cfg: DemoConfig, folder: Path
-                         ) -> tuple[dict[str, Any], list[tuple[int, float, bool | None]]]:
+                         ) -> tuple[dict[str, Any], list[Imported]]:
     """The warm start: write the test web's past (``cfg.history_s`` seconds before now,
     :func:`streams.testweb.world.past_changes` as the web was given it) into ``folder`` as a
-    history file, and import it into the running worker with ``recrawl import``'s code
+    history file, with (``cfg.history_pings``) the ping log of the pings the web sent for
+    those changes (:func:`streams.testweb.world.past_pings`, seeded as the past), and import
+    them into the running worker with ``recrawl import``'s code
     (:func:`streams.commands.importing.import_file`: page events, then the crawl outcomes,
     through Kafka), returning once the worker has applied every outcome.  The worker must
     not order (budget 0) meanwhile: a page's live crawl would make its older imported
     outcomes stale.  Returns what the summary reports and the crawls sent, as ``(page,
-    unix time, changed)`` in time order, for the simulator's mirror of the worker."""
+    unix time, changed, signals)`` in time order, for the simulator's mirror of the
+    worker."""
     from streams.commands.importing import import_file
-    from streams.testweb.history import history_crawls, history_name, write_history
+    from streams.testweb.history import PING_LOG, history_crawls, history_name, write_history
+    from streams.testweb.world import past_pings
 
     if web.past is None:
         raise ValueError("the test web has no past to import (TestWeb(past=...))")
     folder.mkdir(parents=True, exist_ok=True)
     path = folder / history_name(cfg.history_format)
     anchor = time.time()
+    log = folder / PING_LOG if cfg.history_pings else None
+    pings = past_pings(web.world, list(web.past), cfg.history_s,
+                       poll_interval_s=cfg.poll_interval_s,
+                       flush_interval_s=web.flush_interval_s,
+                       seed=cfg.web_seed) if cfg.history_pings else None
     write_history(path, web.world, web.urls(), web.past, anchor, cfg.history_s,
-                  fmt=cfg.history_format, crawls_per_s=cfg.budget_per_s)
-    crawls = history_crawls(path, web.urls())
+                  fmt=cfg.history_format, crawls_per_s=cfg.budget_per_s, pings=pings,
+                  ping_log=log)
+    crawls = history_crawls(path, web.urls(), log)
     started = time.monotonic()
-    result = await import_file(settings, path, cfg.history_format, wait_s=300.0)
+    result = await import_file(settings, path, cfg.history_format, wait_s=300.0,
+                               ping_log=log)
     took = time.monotonic() - started
     if result.code != 0 or not result.applied:
         raise RuntimeError(f"the demo's history import failed (exit {result.code}, applied "
@@ -116,5 +128,7 @@ async def import_history(settings: Settings, web: TestWeb, cfg: DemoConfig, fold
     info = {"history_s": cfg.history_s, "format": cfg.history_format, "file": str(path),
             "pages": result.pages, "records": result.records, "outcomes": result.sent,
             "intervals": sum(1 for c in crawls if c[2] is not None),
-            "changes": int(sum(len(c) for c in web.past)), "import_s": took}
+            "changes": int(sum(len(c) for c in web.past)), "import_s": took,
+            "ping_log": None if log is None else str(log),
+            "pings": None if pings is None else int(sum(len(p) for p in pings))}
     return info, crawls

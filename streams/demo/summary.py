@@ -51,7 +51,9 @@ def print_summary(summary: dict[str, Any]) -> None:
     h = summary.get("history")
     rows.append(("warm start (imported history)", "none (cold)" if not h else
                  f"{h['history_s']:.0f} s of {h['format']}: {h['pages']} pages, "
-                 f"{h['intervals']} intervals ({h['changes']} changes) in {h['import_s']:.0f} s"))
+                 f"{h['intervals']} intervals ({h['changes']} changes"
+                 + ("" if h.get("pings") is None else f", {h['pings']} pings")
+                 + f") in {h['import_s']:.0f} s"))
     rows.append(("workers", str(summary.get("workers", 1))))
     for kill in summary.get("worker_kills", []):
         again = kill.get("ready_again_at_s")

@@ -13,7 +13,7 @@ import functools
 import hashlib
 import math
 import re
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 from aiokafka.partitioner import murmur2
 from pydantic import (
@@ -63,6 +63,8 @@ __all__ = [
 #: Ping sources, in the order of the per-source counters kept for each page.
 SOURCES: tuple[str, ...] = ("sitemap", "indexnow", "websub", "cdn", "other")
 Source = Literal["sitemap", "indexnow", "websub", "cdn", "other"]
+#: the most pings of one source a page record counts between two crawls (uint16)
+SIGNAL_COUNT_MAX = 65535
 
 _HOST_RE = re.compile(r"^[a-z0-9]([a-z0-9\-_.]*[a-z0-9])?$|^[0-9a-f:.]+$")
 
@@ -214,11 +216,30 @@ class OutcomeEvent(_Event):
     #: from a history, ``recrawl import``): the interval teaches the page's change rate, not
     #: its ping sources' quality (``streams.estimates.estimation.Observation.signals_known``)
     signals_known: bool = True
+    #: the pings of each source during the interval this outcome ends, as recorded elsewhere
+    #: (a history's ping log, ``recrawl import --ping-log``; a source not listed: none);
+    #: absent, the pings the worker received for the page since its last crawl
+    signals: dict[Source, Annotated[int, Field(ge=0, le=SIGNAL_COUNT_MAX)]] | None = None
 
     @field_validator("fetched_at")
     @classmethod
     def _not_future(cls, v: float, info: ValidationInfo) -> float | None:
         return _check_time(v, info, "fetched_at")
+
+    @model_validator(mode="after")
+    def _signals_known(self) -> OutcomeEvent:
+        if self.signals is not None and not self.signals_known:
+            raise ValueError("signals are the interval's recorded pings: they cannot come "
+                             "with signals_known false")
+        return self
+
+    def interval_signals(self, pending: tuple[int, ...]) -> tuple[int, ...]:
+        """The interval's ping counts per source (``SOURCES`` order): ``signals`` when
+        given, else ``pending`` (the page's counts since its last crawl)."""
+        if self.signals is None:
+            return pending
+        given: dict[Any, int] = self.signals
+        return tuple(given.get(src, 0) for src in SOURCES)
 
 
 #: Who sets a host's capacity: the operator (the default, and the only one before sources

@@ -81,20 +81,22 @@ def load_trace(path: str | Path, fmt: str | None = None, *, strict: bool = False
 
 def load_pings(path: str | Path, loaded: LoadedTrace, *, strict: bool = False
                ) -> tuple[np.ndarray, np.ndarray, ReadReport]:
-    """Recorded pings in the change-log format (one ``{"url", "time"}`` line per ping) as
+    """Recorded pings, a ping log (:mod:`streams.histories.pings`: one ``{"url", "time",
+    "source"}`` line per ping; the replay has one source, so ``source`` is not used), as
     ``(page, day)`` arrays on the trace's clock; pings of unknown URLs are skipped."""
+    from streams.histories.pings import read_pings
+
     index = {u: k for k, u in enumerate(loaded.urls)}
     report = ReadReport()
     pages = array("q")
     days = array("d")
     start = loaded.trace.start_s
-    for rec in read_history(path, "changes", strict=strict, report=report):
-        if isinstance(rec, Change):
-            k = index.get(rec.url)
-            if k is None:
-                report.skipped += 1
-                continue
-            pages.append(k)
-            days.append((rec.time_s - start) / 86400.0)
+    for rec in read_pings(path, report, strict=strict):
+        k = index.get(rec.url)
+        if k is None:
+            report.skipped += 1
+            continue
+        pages.append(k)
+        days.append((rec.time_s - start) / 86400.0)
     return (np.frombuffer(pages, dtype=np.int64).copy(),
             np.frombuffer(days, dtype=np.float64).copy(), report)

@@ -18,7 +18,7 @@ from pathlib import Path
 
 from streams.histories.kolobov import DAY_S, HISTORY, IMPORTANCE, URLS
 
-__all__ = ["write_cdx", "write_changes", "write_kolobov", "write_warc"]
+__all__ = ["write_cdx", "write_changes", "write_kolobov", "write_ping_log", "write_warc"]
 
 Observations = Mapping[str, Sequence[tuple[float, bool | None]]]
 
@@ -34,6 +34,19 @@ def write_changes(path: Path, changes: Mapping[str, Iterable[float]],
             f.write(json.dumps(page) + "\n")
             for t in times:
                 f.write(json.dumps({"url": url, "time": t}) + "\n")
+
+
+def write_ping_log(path: Path, pings: Mapping[str, Iterable[float]],
+                   source: Mapping[str, str] | None = None) -> None:
+    """A ping log (:mod:`streams.histories.pings`): each URL's ping times, with its
+    ``source`` where given (else none: the reader's default), in time order over all URLs."""
+    rows = sorted((float(t), url) for url, times in pings.items() for t in times)
+    with open(path, "w", encoding="utf-8") as f:
+        for t, url in rows:
+            line: dict[str, object] = {"url": url, "time": t}
+            if source is not None and url in source:
+                line["source"] = source[url]
+            f.write(json.dumps(line) + "\n")
 
 
 def _versions(obs: Sequence[tuple[float, bool | None]]) -> list[tuple[int, int]]:

@@ -44,6 +44,11 @@ from streams.store.host_prior import swapped
 from streams.store.page_record import PageState
 from streams.testweb.world import World
 
+#: an imported crawl: ``(page, unix time, changed, signals)`` (``signals``: the interval's
+#: recorded pings per source, None: not recorded;
+#: :func:`streams.testweb.history.history_crawls`)
+Imported = tuple[int, float, bool | None, tuple[int, ...] | None]
+
 __all__ = ["EPOCH", "Loop", "RunRecord", "WorkerMirror", "fresh_draws", "oracle_policy", "replay"]
 
 #: Fresh draws run in "epoch" seconds from here (the worker treats time 0 as never).
@@ -85,22 +90,22 @@ class WorkerMirror:
         for i in range(len(world.pages)):
             self._rekey(i, offset)
 
-    def warm_start(self, crawls: Sequence[tuple[int, float, bool | None]]) -> None:
+    def warm_start(self, crawls: Sequence[Imported]) -> None:
         """Start from an imported history: each page uncrawled, then the history's crawls
-        (``(page, unix time, changed)``, in time order, all before the run's own first
-        crawl of the page) as the worker's outcomes agent applies them (in chunks that hold
-        a page at most once, every page of a chunk under its host's prior sums as they were
-        before the chunk; intervals whose signals are unknown, as ``recrawl import`` sends
-        them), then the run's first crawl of every page (``initial_copy``),
-        which, the first fetch the fetcher compares nothing with (``changed: null``),
-        observes nothing."""
+        (``(page, unix time, changed, signals)``, in time order, all before the run's own
+        first crawl of the page) as the worker's outcomes agent applies them (in chunks that
+        hold a page at most once, every page of a chunk under its host's prior sums as they
+        were before the chunk; each interval with its recorded pings, or, ``signals`` None,
+        with its signals unknown, as ``recrawl import`` sends them), then the run's first
+        crawl of every page (``initial_copy``), which, the first fetch the fetcher compares
+        nothing with (``changed: null``), observes nothing."""
         first = [st.last_crawl_s for st in self.states]
         n = len(SOURCES)
         self.states = [PageState(st.importance, st.prior_change_rate_per_s, 0.0, (0,) * n)
                        for st in self.states]  # fmt: skip
-        chunk: list[tuple[int, float, bool | None]] = []
+        chunk: list[Imported] = []
         for crawl in crawls:
-            page, t, _changed = crawl
+            page, t = crawl[0], crawl[1]
             if t >= first[page]:
                 raise ValueError(f"page {page}: an imported crawl at {t} is not before the "
                                  f"run's first crawl ({first[page]})")
@@ -113,31 +118,37 @@ class WorkerMirror:
             self.states[i] = self.states[i].after_crawl(t)
             self._rekey(i, self.offset)
 
-    def _apply_chunk(self, chunk: Sequence[tuple[int, float, bool | None]]) -> None:
-        # imported: the history recorded no pings (the importer's signals_known false)
-        self._observe([(page, t, changed) for page, t, changed in chunk if changed is not None],
-                      signals_known=False)
-        for page, t, _changed in chunk:
+    def _apply_chunk(self, chunk: Sequence[Imported]) -> None:
+        # imported: each interval with its recorded pings (the outcome's signals), or its
+        # signals unknown (no ping log: the outcome's signals_known false)
+        self._observe([(page, t, changed, (0,) * len(SOURCES) if sig is None else sig)
+                       for page, t, changed, sig in chunk if changed is not None],
+                      known=[sig is not None for _p, _t, changed, sig in chunk
+                             if changed is not None])
+        for page, t, _changed, _sig in chunk:
             if t > self.states[page].last_crawl_s:
                 self.states[page] = self.states[page].after_crawl(t)
 
-    def _observe(self, crawls: Sequence[tuple[int, float, bool]], *,
-                 signals_known: bool = True) -> None:
+    def _observe(self, crawls: Sequence[tuple[int, float, bool, tuple[int, ...] | None]], *,
+                 known: Sequence[bool] | None = None) -> None:
         """Each crawl's interval since its page's last crawl into the page's estimator, as
         the worker's outcomes agent applies a batch (a page at most once; every page under
         its host's prior sums as they were before the batch); a page never crawled, or a
-        crawl before its last, observes nothing.  ``signals_known`` false: imported crawls
-        (the outcomes' ``signals_known``)."""
+        crawl before its last, observes nothing.  A crawl's signals: the interval's
+        (an imported outcome's ``signals``), or None: the page's since its last crawl;
+        ``known`` false: imported crawls without a ping log (the outcomes'
+        ``signals_known``)."""
         obs: list[Observation] = []
         pages: list[int] = []
-        for page, t, changed in crawls:
+        for k, (page, t, changed, sig) in enumerate(crawls):
             st = self.states[page]
             if st.crawled and t >= st.last_crawl_s:
                 pages.append(page)
-                obs.append(Observation(self.records[page], t - st.last_crawl_s, st.signals,
+                obs.append(Observation(self.records[page], t - st.last_crawl_s,
+                                       st.signals if sig is None else sig,
                                        changed, t, st.prior_change_rate_per_s,
                                        self.prior_sums.get(self.hosts[page], (0.0, 0.0, 0.0)),
-                                       signals_known))
+                                       True if known is None else known[k]))
         try:
             new = self.estimation.observe(obs)
         except Exception:  # the worker applies the outcomes without their estimates too
@@ -187,7 +198,7 @@ class WorkerMirror:
 
     def on_crawl(self, page: int, t: float, changed: bool, last_modified: float) -> None:
         fetched = t + self.offset
-        self._observe([(page, fetched, changed)])
+        self._observe([(page, fetched, changed, None)])
         self.states[page] = self.states[page].after_crawl(fetched)
         self._rekey(page, fetched)
 
@@ -230,7 +241,7 @@ def _host_index(world: World) -> np.ndarray:
 def _run(world: World, settings: Settings, ev: Events, orders: np.ndarray, *, kind: str,
          offset: float, initial: np.ndarray, t_delay: float, fetch_lag: Any, outcome_lag: Any,
          loop: Loop, start: float, stop: float,
-         history: Sequence[tuple[int, float, bool | None]] = (),
+         history: Sequence[Imported] = (),
          mirrors: list[WorkerMirror] | None = None) -> float:  # fmt: skip
     pol: Any
     if kind == "oracle":
@@ -254,7 +265,7 @@ def _run(world: World, settings: Settings, ev: Events, orders: np.ndarray, *, ki
 def fresh_draws(world: World, settings: Settings, loop: Loop, *, kind: str = "mirror",
                 runs: int = 4, seed: int = 0, history_s: float = 0.0,
                 history_format: str = "changes",
-                history_crawls_per_s: float | None = None,
+                history_crawls_per_s: float | None = None, history_pings: bool = True,
                 mirrors: list[WorkerMirror] | None = None) -> tuple[float, float]:  # fmt: skip
     """Mean and standard deviation of the accuracy over ``[warmup, duration]`` on ``runs``
     fresh draws of the test web's processes, orders evenly spaced at ``budget_per_s``;
@@ -264,7 +275,8 @@ def fresh_draws(world: World, settings: Settings, loop: Loop, *, kind: str = "mi
     (:func:`streams.testweb.world.past_changes` over ``history_s``, written as
     ``history_format`` by :func:`streams.testweb.history.write_history`, an earlier
     crawler's CDX at ``history_crawls_per_s``, default the loop's budget, and read back as
-    the importer reads it); the oracle needs no history."""
+    the importer reads it), with its ping log (:func:`streams.testweb.world.past_pings`)
+    unless ``history_pings`` is false; the oracle needs no history."""
     a = world.arrays()
     sitemap = np.array([p.channel == "sitemap" for p in world.pages])
     orders = np.arange(1, int(loop.duration_s * loop.budget_per_s) + 1) / loop.budget_per_s
@@ -276,10 +288,11 @@ def fresh_draws(world: World, settings: Settings, loop: Loop, *, kind: str = "mi
                             a["delay_s"], sitemap, loop.duration_s, rng,
                             poll_interval=loop.poll_interval_s,
                             flush_interval=loop.flush_interval_s, lag=loop.ping_lag_s)  # fmt: skip
-        history: list[tuple[int, float, bool | None]] = []
+        history: list[Imported] = []
         if history_s > 0 and kind != "oracle":
             history = _drawn_history(world, history_s, seed + 1000 * r, history_format,
-                                     history_crawls_per_s or loop.budget_per_s)
+                                     history_crawls_per_s or loop.budget_per_s, loop,
+                                     pings=history_pings)
         accs.append(_run(world, settings, ev, orders, kind=kind, offset=EPOCH, initial=initial,
                          t_delay=loop.t_delay_s, fetch_lag=loop.fetch_lag_s,
                          outcome_lag=loop.outcome_lag_s, loop=loop, start=loop.warmup_s,
@@ -289,21 +302,25 @@ def fresh_draws(world: World, settings: Settings, loop: Loop, *, kind: str = "mi
 
 
 def _drawn_history(world: World, history_s: float, seed: int, fmt: str,
-                   crawls_per_s: float) -> list[tuple[int, float, bool | None]]:
-    """The crawls an import of a drawn past gives (through a written file, as the demo)."""
+                   crawls_per_s: float, loop: Loop, *, pings: bool) -> list[Imported]:
+    """The crawls an import of a drawn past (and its ping log) gives (through written
+    files, as the demo)."""
     import tempfile
     from pathlib import Path
 
-    from streams.testweb.history import history_crawls, history_name, write_history
-    from streams.testweb.world import past_changes
+    from streams.testweb.history import PING_LOG, history_crawls, history_name, write_history
+    from streams.testweb.world import past_changes, past_pings
 
     urls = [p.url(1) for p in world.pages]
     past = past_changes(world, history_s, seed=seed)
+    pinged = past_pings(world, past, history_s, poll_interval_s=loop.poll_interval_s,
+                        flush_interval_s=loop.flush_interval_s, seed=seed) if pings else None
     with tempfile.TemporaryDirectory() as tmp:
         path = Path(tmp) / history_name(fmt)
+        log = Path(tmp) / PING_LOG if pings else None
         write_history(path, world, urls, past, EPOCH, history_s, fmt=fmt,
-                      crawls_per_s=crawls_per_s)
-        return history_crawls(path, urls)
+                      crawls_per_s=crawls_per_s, pings=pinged, ping_log=log)
+        return history_crawls(path, urls, log)
 
 
 @dataclass
@@ -319,9 +336,10 @@ class RunRecord:
     pings: list[tuple[int, float, float | None]] = field(default_factory=list)
     #: (issued_at, fetched_at, reported_at) of every order fetched after ``t0``
     orders: list[tuple[float, float, float]] = field(default_factory=list)
-    #: (page, fetched_at, changed) of every crawl the worker imported before the run, in
-    #: time order (:func:`streams.testweb.history.history_crawls`; empty: a cold start)
-    history: list[tuple[int, float, bool | None]] = field(default_factory=list)
+    #: (page, fetched_at, changed, signals) of every crawl the worker imported before the
+    #: run, in time order (:func:`streams.testweb.history.history_crawls`; empty: a cold
+    #: start)
+    history: list[Imported] = field(default_factory=list)
 
     def events(self) -> Events:
         t0 = self.t0

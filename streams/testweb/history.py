@@ -12,11 +12,13 @@ anchored at the run's start ``t0``) in one of two forms ``recrawl import`` reads
 
 :func:`history_crawls` reads a written file back into the crawls the importer sends
 (:func:`~streams.histories.observations.crawls_of`, the change log's window from its
-earliest to its latest change), as ``(page, time_s, changed)`` in time order: what the
-simulator's mirror of the worker is fed before the run
+earliest to its latest change), with the ping log written beside it (``pings.jsonl``:
+:func:`streams.testweb.world.past_pings`, the pings the test web sent for its past
+changes, as ``recrawl import --ping-log`` reads it), as ``(page, time_s, changed,
+signals)`` in time order: what the simulator's mirror of the worker is fed before the run
 (:class:`streams.testweb.expected.WorkerMirror`), so that it starts from the observations
-the worker imported: intervals whose signals are unknown (a history records no pings; the
-importer's outcomes say ``signals_known: false``).
+the worker imported (without a ping log, intervals whose signals are unknown: the
+importer's outcomes then say ``signals_known: false``).
 
 ``python -m streams.testweb.history --history 0 600 --formats changes cdx`` measures what a
 warm start buys in the simulator: the mirror's and the oracle's accuracy on fresh draws of
@@ -24,7 +26,7 @@ the demo's default world (``recrawl demo``'s settings) for each history length a
 (``--estimates``: with the mirror's mean estimated change rate, ping recall and false-ping
 rate at the end of the draws; ``--duration`` and ``--warmup``: longer draws, scored after a
 longer warm-up, to see how the mirror's gap to the oracle closes as it learns from more live
-crawls).
+crawls; ``--no-ping-log``: the history without its ping log).
 """
 
 from __future__ import annotations
@@ -41,12 +43,14 @@ import numpy as np
 
 from streams.histories import read_history
 from streams.histories.observations import crawls_of, in_time_order
-from streams.histories.write import write_cdx, write_changes
+from streams.histories.write import write_cdx, write_changes, write_ping_log
 from streams.testweb.world import World
 
-__all__ = ["HISTORY_FORMATS", "history_crawls", "history_name", "write_history"]
+__all__ = ["HISTORY_FORMATS", "PING_LOG", "history_crawls", "history_name", "write_history"]
 
 HISTORY_FORMATS = ("changes", "cdx")
+#: the history's ping log's name in the run's folder
+PING_LOG = "pings.jsonl"
 
 
 def history_name(fmt: str) -> str:
@@ -59,10 +63,19 @@ def history_name(fmt: str) -> str:
 
 def write_history(path: Path, world: World, urls: Sequence[str], past: Sequence[np.ndarray],
                   t0: float, history_s: float, *, fmt: str = "changes",
-                  crawls_per_s: float = 10.0) -> None:
+                  crawls_per_s: float = 10.0, pings: Sequence[np.ndarray] | None = None,
+                  ping_log: Path | None = None) -> None:
     """Write the pages' ``past`` changes (seconds relative to ``t0``, the run's start) as a
-    change log or an earlier crawler's CDX (module docstring)."""
+    change log or an earlier crawler's CDX (module docstring); with ``pings`` (each page's
+    past ping arrivals, relative to ``t0``: :func:`streams.testweb.world.past_pings`) also
+    their ping log at ``ping_log``, each ping under its host's channel."""
     history_name(fmt)
+    if pings is not None:
+        if ping_log is None:
+            raise ValueError("pings need a ping_log path")
+        write_ping_log(ping_log, {u: (t0 + np.asarray(p)).tolist()
+                                  for u, p in zip(urls, pings, strict=True)},
+                       source={u: p.channel for u, p in zip(urls, world.pages, strict=True)})
     if fmt == "changes":
         write_changes(path, {u: (t0 + np.asarray(c)).tolist() for u, c in zip(urls, past,
                                                                               strict=True)},
@@ -87,16 +100,22 @@ def write_history(path: Path, world: World, urls: Sequence[str], past: Sequence[
     write_cdx(path, obs)
 
 
-def history_crawls(path: Path, urls: Sequence[str]) -> list[tuple[int, float, bool | None]]:
-    """The crawls an import of ``path`` sends, as ``(page, unix time, changed)`` in time
-    order (``page``: the index of its URL in ``urls``; a URL not there is an error); each
-    interval they end has its signals unknown (the outcomes' ``signals_known: false``)."""
-    from streams.commands.importing import read_pages
+def history_crawls(path: Path, urls: Sequence[str], ping_log: Path | None = None
+                   ) -> list[tuple[int, float, bool | None, tuple[int, ...] | None]]:
+    """The crawls an import of ``path`` (with ``ping_log``, as ``recrawl import
+    --ping-log``) sends, as ``(page, unix time, changed, signals)`` in time order
+    (``page``: the index of its URL in ``urls``; a URL not there is an error; ``signals``:
+    the interval's pings per source, None without a ping log: the outcomes' ``signals_known:
+    false``)."""
+    from streams.commands.importing import read_pages, read_ping_log
 
-    window = read_pages(path, None, strict=True).window  # the importer's first pass
+    plan = read_pages(path, None, strict=True)  # the importer's first pass
+    if ping_log is not None:
+        read_ping_log(plan, ping_log, strict=True)
     index = {u: i for i, u in enumerate(urls)}
-    out = [(index[c.url], c.time_s, c.changed)
-           for c in in_time_order(crawls_of(read_history(path, strict=True), window))]
+    crawls = crawls_of(read_history(path, strict=True), plan.window, pings=plan.pings,
+                       changes_per_url=plan.changes_after_start())
+    out = [(index[c.url], c.time_s, c.changed, c.signals) for c in in_time_order(crawls)]
     out.sort(key=lambda x: x[1])
     return out
 
@@ -122,6 +141,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--estimates", action="store_true",
                    help="also the mirror's mean estimated change rate, ping recall and "
                    "false-ping rate at the end of the draws, and the world's true means")
+    p.add_argument("--no-ping-log", action="store_true",
+                   help="import the history without its ping log (each interval's signals "
+                   "unknown)")
     a = p.parse_args(argv)
     cfg = DemoConfig(seed=a.seed)
     duration = cfg.duration_s if a.duration is None else a.duration
@@ -146,7 +168,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         for fmt in a.formats if h > 0 else ["-"]:
             mirrors: list[Any] = []
             m, sd = fresh_draws(world, settings, loop, runs=a.runs, seed=a.seed, history_s=h,
-                                history_format=fmt if h > 0 else "changes", mirrors=mirrors)
+                                history_format=fmt if h > 0 else "changes",
+                                history_pings=not a.no_ping_log, mirrors=mirrors)
             line = f"mirror, history {h:g} s {fmt}: {m:.4f} (sd {sd:.4f})"
             if a.estimates:
                 e = [x.estimated() for x in mirrors]

@@ -17,14 +17,16 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["CHANNELS", "PAST_STREAM", "PageSpec", "World", "generate_world", "key_for_host",
-           "past_changes"]
+__all__ = ["CHANNELS", "PAST_PING_STREAM", "PAST_STREAM", "PageSpec", "World", "generate_world",
+           "key_for_host", "past_changes", "past_pings"]
 
 CHANNELS = ("indexnow", "sitemap")
 
 #: the random stream of a world's past (:func:`past_changes`), apart from the world's
 #: own draw and the test web's live processes
 PAST_STREAM = 1
+#: the random stream of the pings of a world's past (:func:`past_pings`)
+PAST_PING_STREAM = 2
 
 
 @dataclass(frozen=True, slots=True)
@@ -150,3 +152,34 @@ def past_changes(world: World, history_s: float, seed: int | None = None) -> lis
         n = rng.poisson(p.change_rate_per_s * history_s)
         out.append(np.sort(rng.uniform(-history_s, 0.0, n)))
     return out
+
+
+def past_pings(world: World, past: list[np.ndarray], history_s: float, *,
+               poll_interval_s: float = 1.0, flush_interval_s: float = 0.2,
+               seed: int | None = None) -> list[np.ndarray]:
+    """Each page's pings over the ``history_s`` seconds before the run's start: their
+    arrival times at the worker, relative to the start (in ``[-history_s, 0]``, sorted), for
+    the page's ``past`` changes (:func:`past_changes`), as the live test web announces
+    changes and its producers deliver the pings (:func:`models.sim.live.testweb_pings`: the
+    page's recall, false pings and delay, its host's sitemap polls at ``poll_interval_s``
+    or IndexNow flushes at ``flush_interval_s``): the ping log a worker that had been
+    watching the site would have kept.  Deterministic: the world's seed (or ``seed``)
+    fixes it."""
+    from models.sim.live import testweb_pings
+
+    if len(past) != len(world.pages):
+        raise ValueError(f"past has {len(past)} pages, the world {len(world.pages)}")
+    rng = np.random.default_rng([world.seed if seed is None else seed, PAST_PING_STREAM])
+    t = world.arrays()
+    m = len(world.pages)
+    cp = np.repeat(np.arange(m, dtype=np.int64), [len(c) for c in past])
+    ct = (np.concatenate([np.asarray(c, dtype=np.float64) for c in past]) + history_s
+          if m else np.zeros(0))
+    sitemap = np.array([p.channel == "sitemap" for p in world.pages], dtype=bool)
+    arrival, _emitted, page, _true = testweb_pings(
+        ct, cp, t["recall"], t["false_rate_per_s"], t["delay_s"], sitemap, history_s, rng,
+        poll_interval=poll_interval_s, flush_interval=flush_interval_s)
+    order = np.lexsort((arrival, page))
+    arrival, page = arrival[order], page[order]
+    bounds = np.searchsorted(page, np.arange(m + 1))
+    return [arrival[bounds[i]:bounds[i + 1]] - history_s for i in range(m)]

@@ -657,7 +657,8 @@ class Agents:
                 if state.crawled and float(f"{o.fetched_at:.3f}") > state.last_crawl_s:
                     observed.append(i)
                     observations.append(Observation(
-                        est, o.fetched_at - state.last_crawl_s, state.signals, o.changed,
+                        est, o.fetched_at - state.last_crawl_s,
+                        o.interval_signals(state.signals), o.changed,
                         o.fetched_at, state.prior_change_rate_per_s, sums[o.host],
                         o.signals_known))
         new_records: dict[int, str] = {}

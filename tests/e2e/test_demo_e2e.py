@@ -80,8 +80,9 @@ def test_the_worker_after_the_demos_import_has_the_mirrors_estimates(
     settings: Settings, start_worker
 ) -> None:
     """The demo's import (:func:`streams.demo.inputs.import_history`, through Kafka into a
-    real worker) leaves each page with the estimator record the simulator's mirror computes
-    from the crawls it was told the import sent; those crawls are the file's, read back."""
+    real worker, with the ping log of the past's pings) leaves each page with the
+    estimator record the simulator's mirror computes from the crawls it was told the import
+    sent; those crawls are the files', read back."""
     import numpy as np
 
     from streams.demo.inputs import import_history, load_inputs
@@ -114,8 +115,10 @@ def test_the_worker_after_the_demos_import_has_the_mirrors_estimates(
         return info, crawls, values
 
     info, crawls, values = asyncio.run(go())
+    pinged = 0.0
     assert info["outcomes"] == len(crawls) > info["changes"] > len(world.pages)
-    first = max(t for _, t, _ in crawls) + 1.0  # the run's first crawl, after the history
+    assert info["pings"] > len(world.pages) and info["ping_log"]
+    first = max(c[1] for c in crawls) + 1.0  # the run's first crawl, after the history
     mirror = WorkerMirror(world, s, 0.0, np.full(len(world.pages), first), 2.0,
                           give_rates=False)
     mirror.warm_start(crawls)
@@ -123,22 +126,25 @@ def test_the_worker_after_the_demos_import_has_the_mirrors_estimates(
     for i, (url, value) in enumerate(zip(web.urls(), values, strict=True)):
         assert value is not None, url
         page = PageState.decode(value)
-        last = max(t for p, t, _ in crawls if p == i)
+        last = max(c[1] for c in crawls if c[0] == i)
         assert page.last_crawl_s == pytest.approx(last, abs=1e-3), url
         got, want = full_estimates(estimator_part(value)), full_estimates(mirror.records[i])
         assert got is not None and want is not None, url
-        n = sum(1 for p, _, c in crawls if p == i and c is not None)
+        n = sum(1 for c in crawls if c[0] == i and c[2] is not None)
         assert got.n_intervals == want.n_intervals == n, url
         # the page's own estimate: the same observations in the same order, the same code
         assert got.change_rate_per_s == pytest.approx(want.change_rate_per_s, rel=1e-6), url
-        # imported intervals, signals unknown, on both sides
-        mine_unknown = EstimatorRecord.decode(estimator_part(value) or "").state.unknown
-        theirs_unknown = EstimatorRecord.decode(mirror.records[i] or "").state.unknown
-        assert mine_unknown[0] > 0.0, url
-        assert mine_unknown == pytest.approx(theirs_unknown, rel=1e-6), url
+        # imported intervals with their recorded pings, on both sides
+        mine_state = EstimatorRecord.decode(estimator_part(value) or "").state
+        theirs_state = EstimatorRecord.decode(mirror.records[i] or "").state
+        assert mine_state.unknown[0] == 0.0 == theirs_state.unknown[0], url
+        assert mine_state.totals == pytest.approx(theirs_state.totals, rel=1e-6), url
+        assert got.kappa == pytest.approx(want.kappa, rel=1e-5, abs=1e-7), url
+        pinged += sum(mine_state.totals[1:])
         # what it orders by: under its host's prior, whose sums the worker and the mirror
         # update in chunks that need not be the same
         mine = page_params(page, estimator_part(value), s)
         theirs = page_params(PageState(page.importance, None, page.last_crawl_s,
                                        page.signals), mirror.records[i], s)
         assert mine.change_rate_per_s == pytest.approx(theirs.change_rate_per_s, rel=0.05), url
+    assert pinged == sum(sum(c[3]) for c in crawls if c[2] is not None and c[3]) > 0

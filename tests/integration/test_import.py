@@ -279,3 +279,82 @@ def test_strict_unreachable_and_unknown_inputs_exit_with_their_status(
     (tmp_path / "history.txt").write_text("x\n")
     unknown = run_import(settings, str(tmp_path / "history.txt"))
     assert unknown.returncode == 2 and "cannot tell the format" in unknown.stderr
+
+
+def test_a_change_log_imported_with_its_ping_log_teaches_the_pings_quality(
+        settings: Settings, start_worker: Any, tmp_path: Path) -> None:
+    """Each interval reaches the worker with its recorded pings: the stored estimates are
+    what the worker's estimator code computes from the crawls of
+    :func:`models.sim.trace.ping_history_crawls` with their ping counts, and a page whose
+    every change was pinged is learned as announced."""
+    import json
+
+    from models.sim.trace import ping_history_crawls
+
+    _obs, truth = simulated_history(m=16, days=10.0, seed=12, median_rate=2.0)
+    rng = np.random.default_rng(13)
+    urls = sorted(truth)
+    pings: dict[str, np.ndarray] = {}
+    with open(tmp_path / "pings.jsonl", "w") as fh:
+        for k, u in enumerate(urls):
+            c = np.asarray(truth[u])
+            # even pages: every change pinged ten minutes later; odd: pings at random
+            t = (c + 600.0 if k % 2 == 0
+                 else rng.uniform(c.min(initial=0) if c.size else 0, c.max(initial=0) + 1,
+                                  c.size))
+            t = np.round(np.sort(t), 3)
+            pings[u] = t
+            for x in t.tolist():
+                fh.write(json.dumps({"url": u, "time": x, "source": "indexnow"}) + "\n")
+        fh.write(json.dumps({"url": "https://elsewhere.example/", "time": 1e9}) + "\n")
+    path = tmp_path / "changes.jsonl"
+    write_changes(path, truth)
+    times = [t for ts in truth.values() for t in ts]
+    start, stop = min(times), max(times)
+    start_worker(settings)
+    done = run_import(settings, str(path), "--ping-log", str(tmp_path / "pings.jsonl"))
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "1 of other URLs skipped" in done.stdout, done.stdout
+    values = stored(settings, urls)
+    # the worker's estimator code in-process, on the same crawls and counts
+    src = SOURCES.index("indexnow")
+    est = Estimation()
+    records: dict[str, str | None] = dict.fromkeys(urls)
+    per_url = {}
+    for u in urls:
+        c = np.round(np.asarray(truth[u]), 3)
+        t, ch, hi = ping_history_crawls(c, pings[u], round(start, 3), round(stop, 3))
+        lo = np.concatenate([[np.searchsorted(pings[u], round(start, 3), side="right")],
+                             hi[:-1]])
+        ends = np.round(t, 3)
+        taus = np.diff(np.concatenate([[round(start, 3)], ends]))
+        per_url[u] = [(float(a), bool(b), float(e), int(n)) for a, b, e, n in
+                      zip(taus, ch, ends, hi - lo, strict=True)]
+    for k in range(max(len(v) for v in per_url.values())):
+        batch = [u for u in urls if len(per_url[u]) > k]
+        obs = []
+        for u in batch:
+            tau, changed, end, n = per_url[u][k]
+            sig = [0] * len(SOURCES)
+            sig[src] = n
+            obs.append(Observation(records[u], tau, tuple(sig), changed, end))
+        records.update(zip(batch, est.observe(obs), strict=True))
+    recall = {}
+    for u in urls:
+        value = values[u]
+        assert value is not None, u
+        got = full_estimates(estimator_part(value))
+        want = full_estimates(records[u])
+        assert got is not None and want is not None
+        assert got.n_intervals == want.n_intervals == len(per_url[u]), u
+        state = EstimatorRecord.decode(estimator_part(value) or "").state
+        assert state.unknown[0] == 0.0, u  # every interval's pings are known
+        assert got.change_rate_per_s == pytest.approx(want.change_rate_per_s, rel=1e-5), u
+        assert got.gamma_per_s == pytest.approx(want.gamma_per_s, rel=1e-5), u
+        assert got.kappa == pytest.approx(want.kappa, rel=1e-4, abs=1e-6), u
+        recall[u] = got.recall[1]  # the push group: indexnow
+    busy = [u for u in urls if len(truth[u]) >= 10]
+    even = [recall[u] for k, u in enumerate(urls) if k % 2 == 0 and u in busy]
+    odd = [recall[u] for k, u in enumerate(urls) if k % 2 == 1 and u in busy]
+    assert len(even) >= 3 and len(odd) >= 3, (even, odd)
+    assert min(even) > max(odd), (even, odd)

@@ -205,3 +205,136 @@ def test_time_order_interleaves_urls_and_keeps_each_urls_order() -> None:
     first = got[:25]
     assert all(a.url != b.url for a, b in itertools.pairwise(first))
     assert [c.time_s for c in first] == sorted(c.time_s for c in first)
+
+
+def _ping_index(tmp_path: Path, pings: dict[str, list[tuple[float, str]]]):
+    from streams.histories.pings import PingIndex
+    from streams.histories.records import ReadReport
+
+    path = tmp_path / "pings.jsonl"
+    with open(path, "w") as fh:
+        for url, ps in pings.items():
+            for t, src in ps:
+                fh.write(json.dumps({"url": url, "time": t, "source": src}) + "\n")
+    return PingIndex.read(path, set(pings), ReadReport(), strict=True)
+
+
+def test_a_change_log_with_pings_gives_the_crawls_the_trace_experiment_learns_from(
+        tmp_path: Path) -> None:
+    """Per URL, the crawls equal :func:`models.sim.trace.ping_history_crawls` of its
+    changes and pings (times to the ms, changed flags, ping counts), whatever the order in
+    which the file interleaves the URLs."""
+    from models.sim.trace import ping_history_crawls
+    from streams.events.records import SOURCES
+
+    rng = np.random.default_rng(11)
+    changes: dict[str, list[float]] = {}
+    pings: dict[str, list[tuple[float, str]]] = {}
+    for i in range(30):
+        url = f"https://p.example/{i}"
+        n = int(rng.integers(0, 25))
+        changes[url] = sorted({round(T0_S + float(x), 3) for x in rng.uniform(0, 5000, n)})
+        k = int(rng.integers(0, 30))
+        pings[url] = sorted((round(T0_S + float(x), 3), SOURCES[int(s)]) for x, s in
+                            zip(rng.uniform(-100, 5100, k), rng.integers(0, 2, k), strict=True))
+    records: list[Page | Change | Capture] = [Page(u, 1.0) for u in changes]
+    mixed = sorted((Change(u, t) for u, ts in changes.items() for t in ts),
+                   key=lambda c: c.time_s)
+    records += mixed
+    times = [t for ts in changes.values() for t in ts]
+    window = Window(min(times), max(times))
+    per_url = {u: sum(1 for t in ts if t > window.start_s) for u, ts in changes.items()}
+    got = list(crawls_of(records, window, pings=_ping_index(tmp_path, pings),
+                         changes_per_url=per_url))
+    assert intervals(got)  # every URL's crawls come in time order, the first unchanged
+    for url in changes:
+        mine = [c for c in got if c.url == url]
+        assert mine[0].time_s == round(window.start_s, 3) and mine[0].signals is None
+        pt = np.array([t for t, _ in pings[url]])
+        want_t, want_c, hi = ping_history_crawls(np.array(changes[url]), pt,
+                                                 window.start_s, window.stop_s)
+        np.testing.assert_allclose([c.time_s for c in mine[1:]], want_t, atol=1e-3, rtol=0)
+        assert [c.changed for c in mine[1:]] == want_c.tolist()
+        lo = np.concatenate([[np.searchsorted(pt, window.start_s, side="right")], hi[:-1]])
+        assert [sum(c.signals or ()) for c in mine[1:]] == (hi - lo).tolist()
+        # per source: each ping counted once, under its own source
+        for s in range(2):
+            inside = sum(1 for t, src in pings[url]
+                         if window.start_s < t <= window.stop_s and src == SOURCES[s])
+            assert sum((c.signals or (0,) * 5)[s] for c in mine[1:]) == inside
+
+
+def test_captures_with_pings_count_each_intervals_pings_per_source(tmp_path: Path) -> None:
+    url = "https://q.example/a"
+    index = _ping_index(tmp_path, {url: [(T0_S + 1, "indexnow"), (T0_S + 5, "indexnow"),
+                                         (T0_S + 5.5, "sitemap"), (T0_S + 20, "cdn"),
+                                         (T0_S + 31, "indexnow")]})
+    caps = [Capture(url, T0_S + 2, None), Capture(url, T0_S + 10, True),
+            Capture(url, T0_S + 20, False), Capture(url, T0_S + 30, True)]
+    got = list(crawls_of(caps, pings=index))
+    assert [c.changed for c in got] == [None, True, False, True]
+    assert got[0].signals is None
+    assert [c.signals for c in got[1:]] == [(1, 1, 0, 0, 0), (0, 0, 0, 1, 0), (0, 0, 0, 0, 0)]
+
+
+def test_the_ping_log_reader_reports_bad_lines_with_their_numbers(tmp_path: Path) -> None:
+    from streams.histories import HistoryError
+    from streams.histories.pings import Ping, parse_ping_line, read_pings
+    from streams.histories.records import ReadReport
+
+    path = tmp_path / "p.jsonl"
+    path.write_text('{"url": "https://r.example/", "time": 5}\n'
+                    '\n'
+                    '{"url": "https://r.example/", "time": "5"}\n'
+                    '{"url": "https://r.example/", "time": 6, "source": "rss"}\n'
+                    '{"url": "https://r.example/", "time": 7, "source": "websub", "x": 1}\n'
+                    '{"url": "https://r.example/", "time": 8.5, "source": "websub"}\n')
+    report = ReadReport()
+    got = list(read_pings(path, report, strict=False))
+    assert got == [Ping("https://r.example/", 5.0, 4), Ping("https://r.example/", 8.5, 2)]
+    assert report.bad == 3 and [b.line for b in report.first_bad] == [3, 4, 5]
+    assert "source" in report.first_bad[1].reason and "x" in report.first_bad[2].reason
+    with pytest.raises(HistoryError, match=":3:"):
+        list(read_pings(path, ReadReport(), strict=True))
+    # the published schema names the same keys, and only those
+    schema = json.loads((Path(__file__).resolve().parents[2] / "docs" / "schemas"
+                         / "ping-log.json").read_text())
+    assert set(schema["required"]) == {"url", "time"}
+    assert set(schema["properties"]) == {"url", "time", "source"}
+    assert schema["properties"]["source"]["enum"] == ["sitemap", "indexnow", "websub", "cdn",
+                                                      "other"]
+    assert parse_ping_line('{"url": "u", "time": 1}') == Ping("u", 1.0, 4)
+
+
+def test_an_outcome_carries_its_intervals_recorded_pings() -> None:
+    base = {"url": "https://s.example/a", "fetched_at": 1.0, "changed": True}
+    ev = OutcomeEvent.model_validate({**base, "signals": {"indexnow": 2, "cdn": 1}})
+    assert ev.interval_signals((9, 9, 9, 9, 9)) == (0, 2, 0, 1, 0)
+    assert OutcomeEvent.model_validate(base).interval_signals((1, 0, 0, 0, 3)) == (1, 0, 0, 0, 3)
+    for bad, field_name in (({"signals": {"rss": 1}}, "signals"),
+                            ({"signals": {"cdn": -1}}, "signals"),
+                            ({"signals": {"cdn": 70000}}, "signals"),
+                            ({"signals": {"cdn": 1.5}}, "signals"),
+                            ({"signals": {"cdn": 1}, "signals_known": False}, "signals")):
+        with pytest.raises(ValidationError) as err:
+            OutcomeEvent.model_validate_json(json.dumps({**base, **bad}))
+        assert field_name in validation_reason(err.value), bad
+
+
+def test_an_import_with_a_ping_log_sends_each_intervals_pings(tmp_path: Path) -> None:
+    path = tmp_path / "h.jsonl"
+    write_changes(path, {"https://s.example/a": [T0_S + 10, T0_S + 50],
+                         "https://s.example/b": [T0_S + 30]})
+    plan = read_pages(path, "changes", strict=True)
+    plan.pings = _ping_index(tmp_path, {"https://s.example/a": [(T0_S + 12, "indexnow")]})
+    assert plan.changes_after_start() == {"https://s.example/a": 1, "https://s.example/b": 1}
+    crawls = crawls_of(read_history(path, "changes"), plan.window, pings=plan.pings,
+                       changes_per_url=plan.changes_after_start())
+    bodies = [json.loads(b[1]) for b in _outcome_bodies(in_time_order(crawls), plan,
+                                                         "import-x", T0_S + 3600)
+              if not isinstance(b, str)]
+    ends = [b for b in bodies if b["changed"] is not None]
+    assert all("signals_known" not in b and isinstance(b["signals"], dict) for b in ends)
+    assert [b["signals"] for b in ends if b["signals"]] == [{"indexnow": 1}]
+    for b in ends:
+        assert OutcomeEvent.model_validate(b).signals_known is True
