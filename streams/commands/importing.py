@@ -313,7 +313,8 @@ async def _import(settings: Any, args: argparse.Namespace, path: Path, fmt: str
                     bar.stop()
                     print(f"recrawl import: {exc} (--strict: nothing sent)", file=sys.stderr)
                     return ImportResult(1)
-                bar.update(task, total=1, completed=1)
+                got = plan.pings.pings if plan.pings is not None else 0
+                bar.update(task, total=got, completed=got)
         if math.isnan(start_s):  # the collection ends now: its last crawl is this run's time
             start_s = float(math.floor(time.time() - max(plan.last_s, 0.0)))
             await redis.hset(key, "start_s", repr(start_s))

@@ -48,12 +48,15 @@ A crawl whose outcome says ``changed: null`` (the fetcher's first fetch of a URL
 compare with) is not an observation; the next interval starts at it, because the fetcher
 compares the next fetch with that one.
 
-A crawl whose outcome says ``signals_known: false`` (``recrawl import``: a history records
-no pings) adds an interval whose signals were not recorded, with no signal counts: it
-informs the page's change rate only, not how the change rate splits into signalled and
-unsignalled changes, and it does not count in the signal rates' observed time
+A crawl whose outcome says ``signals_known: false`` (``recrawl import`` without a ping log:
+a history alone records no pings) adds an interval whose signals were not recorded, with no
+signal counts: it informs the page's change rate only, not how the change rate splits into
+signalled and unsignalled changes, and it does not count in the signal rates' observed time
 (:class:`models.estimators.CrawlInterval`'s ``signals_known``: App. E's likelihood
-marginalised over the unrecorded Poisson counts).
+marginalised over the unrecorded Poisson counts).  A crawl whose outcome gives
+``signals`` (``recrawl import --ping-log``: the interval's pings as recorded) adds its
+interval with those counts instead of the page record's (the pings received since its last
+crawl: :meth:`streams.events.records.OutcomeEvent.interval_signals`).
 """
 
 from __future__ import annotations

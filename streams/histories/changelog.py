@@ -40,8 +40,9 @@ def _number(v: Any) -> bool:
     return isinstance(v, int | float) and not isinstance(v, bool) and math.isfinite(v)
 
 
-def parse_change_line(text: str) -> Page | Change | str | None:
-    """The record of one line, ``None`` for a blank line, or the reason it is bad."""
+def url_object(text: str) -> dict[str, Any] | str | None:
+    """One JSON Lines line as an object with a non-empty string ``url``, ``None`` for a
+    blank line, or the reason it is not one (a change log's and a ping log's lines)."""
     if not text or text.isspace():
         return None
     try:
@@ -53,6 +54,15 @@ def parse_change_line(text: str) -> Page | Change | str | None:
     url = obj.get("url")
     if not isinstance(url, str) or not url:
         return "'url' missing or not a non-empty string"
+    return obj
+
+
+def parse_change_line(text: str) -> Page | Change | str | None:
+    """The record of one line, ``None`` for a blank line, or the reason it is bad."""
+    obj = url_object(text)
+    if obj is None or isinstance(obj, str):
+        return obj
+    url = obj["url"]
     if "time" in obj:
         if not obj.keys() <= _CHANGE_KEYS:
             return f"unknown keys for a change: {sorted(set(obj) - _CHANGE_KEYS)}"

@@ -24,7 +24,6 @@ interval needs the pings of its URL.
 
 from __future__ import annotations
 
-import json
 from array import array
 from collections.abc import Container, Iterator
 from dataclasses import dataclass, field
@@ -34,7 +33,7 @@ import numpy as np
 import numpy.typing as npt
 
 from streams.events.records import SOURCES
-from streams.histories.changelog import _number
+from streams.histories.changelog import _number, url_object
 from streams.histories.records import ReadReport
 
 __all__ = ["Ping", "PingIndex", "parse_ping_line", "read_pings"]
@@ -42,7 +41,6 @@ __all__ = ["Ping", "PingIndex", "parse_ping_line", "read_pings"]
 #: a ping whose line gives no source
 DEFAULT_SOURCE = "other"
 _KEYS = frozenset({"url", "time", "source"})
-_decode = json.JSONDecoder().decode
 
 
 @dataclass(frozen=True)
@@ -56,17 +54,10 @@ class Ping:
 
 def parse_ping_line(text: str) -> Ping | str | None:
     """The ping of one line, ``None`` for a blank line, or the reason it is bad."""
-    if not text or text.isspace():
-        return None
-    try:
-        obj = _decode(text)
-    except json.JSONDecodeError as exc:
-        return f"not JSON: {exc.msg} at column {exc.colno}"
-    if not isinstance(obj, dict):
-        return f"not a JSON object: {type(obj).__name__}"
-    url = obj.get("url")
-    if not isinstance(url, str) or not url:
-        return "'url' missing or not a non-empty string"
+    obj = url_object(text)
+    if obj is None or isinstance(obj, str):
+        return obj
+    url = obj["url"]
     extra = set(obj) - _KEYS
     if extra:
         return f"unknown keys for a ping: {sorted(extra)}"
