@@ -236,7 +236,6 @@ def _crawls_with_pings(records: Iterable[Page | Change | Capture], window: Windo
         assert window is not None
         start = ms(window.start_s)
         t, src = pings.of(url)
-        t = np.round(t, 3)
         n = changes_per_url.get(url, 0)
         u = urls[url] = _Url(start, start, t, src, int(np.searchsorted(t, start, "right")),
                              window.start_s, (window.stop_s - window.start_s) / (n + 1), n)
@@ -247,7 +246,7 @@ def _crawls_with_pings(records: Iterable[Page | Change | Capture], window: Windo
             t = ms(rec.time_s)
             seen = caps.get(rec.url)
             times, src = pings.of(rec.url)
-            hi = int(np.searchsorted(np.round(times, 3), t, side="right"))
+            hi = int(np.searchsorted(times, t, side="right"))
             if seen is None:
                 caps[rec.url] = (t, hi)
                 yield Crawl(rec.url, t, None)

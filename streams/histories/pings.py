@@ -93,7 +93,9 @@ def read_pings(path: str | Path, report: ReadReport, *, strict: bool) -> Iterato
 @dataclass
 class PingIndex:
     """The pings of a set of URLs, per URL in time order: :meth:`of` gives a URL's arrival
-    times and sources.  ``skipped``: pings of other URLs (not in the history)."""
+    times, rounded to the millisecond (an import's resolution,
+    :func:`streams.histories.observations.ms`), and sources.  ``skipped``: pings of other
+    URLs (not in the history)."""
 
     _times: dict[str, npt.NDArray[np.float64]] = field(default_factory=dict)
     _sources: dict[str, npt.NDArray[np.int8]] = field(default_factory=dict)
@@ -118,7 +120,8 @@ class PingIndex:
             times.append(p.time_s)
             sources.append(p.source)
         own = np.frombuffer(owner, dtype=np.int_) if owner else np.zeros(0, dtype=np.int_)
-        t = np.frombuffer(times, dtype=np.float64) if times else np.zeros(0)
+        # to the ms as ``observations.ms`` rounds (Python's correctly rounded ``round``)
+        t = np.fromiter((round(x, 3) for x in times), np.float64, len(times))
         s = np.frombuffer(sources, dtype=np.int8) if sources else np.zeros(0, dtype=np.int8)
         order = np.lexsort((t, own))
         bounds = np.searchsorted(own[order], np.arange(len(index) + 1))
@@ -130,7 +133,7 @@ class PingIndex:
         return out
 
     def of(self, url: str) -> tuple[npt.NDArray[np.float64], npt.NDArray[np.int8]]:
-        """``url``'s ping times (ascending) and sources (indices into ``SOURCES``)."""
+        """``url``'s ping times (ms, ascending) and sources (indices into ``SOURCES``)."""
         t = self._times.get(url)
         if t is None:
             return np.zeros(0), np.zeros(0, dtype=np.int8)
