@@ -19,7 +19,7 @@ at ``t = 0`` is already in the initial copy.
 learned online by :class:`~models.sim.trace_learn.OnlineRates` (``recrawl``: the App. E
 estimator of :mod:`models.estimators`, batched), fast enough for 10^5 pages and 10^6
 crawls; the learning parts (the learner, the hedge and
-:func:`~models.sim.trace_learn.complete_history_intervals`, a page's complete change
+:func:`~models.sim.trace_history.complete_history_intervals`, a page's complete change
 history as the crawl intervals an estimator consumes, which a policy can swap in at a
 given time: ``--learn-days``) are in :mod:`models.sim.trace_learn`.
 """
@@ -35,13 +35,12 @@ import numpy.typing as npt
 from models.decision.pings import PingRule, ping_ok
 from models.sim.events import Events
 from models.sim.policies import Algorithm1, set_origins
+from models.sim.trace_history import complete_history_intervals, ping_history_crawls
 from models.sim.trace_learn import (
     HALF_LIFE_DAYS,
     Hedge,
     OnlineRates,
-    complete_history_intervals,
     nutch_replay,
-    ping_history_crawls,
 )
 from models.sim.world import World
 

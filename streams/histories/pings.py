@@ -17,7 +17,8 @@ Blank lines are skipped; anything else that is not a ping is a bad line, reporte
 its line number (``--strict``: the first one stops the command).
 
 Memory: :class:`PingIndex` keeps the pings of the URLs asked for, 9 bytes a ping plus one
-entry per URL, and about 35 bytes a ping while it reads them (10^7 pings: about 350 MB),
+entry per URL (12 bytes a ping over 10^4 URLs), and 46 bytes a ping at the peak of the read
+(``benchmarks/bench_ping_log.py``),
 since a history file's URLs come in any order (a CDX index is sorted by URL) and each
 interval needs the pings of its URL.
 """
