@@ -51,9 +51,8 @@ def ping_history_crawls(changes: FloatArray, pings: FloatArray, start: float, st
     window: its mean gap between changes), and at ``stop``.
 
     Returns the crawl times (ascending, after ``start``, the last ``stop``), whether the page
-    changed since the previous crawl (or ``start``), and ``hi``: the pings of crawl ``k``'s
-    interval are ``pings[hi[k-1]:hi[k]]`` (``hi[-1]`` for ``k = 0``: the first ping after
-    ``start``; pings outside the window are in no interval).
+    changed since the previous crawl (or ``start``), and the pings in each crawl's interval
+    (pings outside the window are in none).
 
     Why crawls and not the change times: paper 004 App. E's likelihood (``P(no change) =
     exp(-alpha*tau - sum_s kappa_s*n_s)``) is that of a crawl interval given its signal
@@ -75,5 +74,5 @@ def ping_history_crawls(changes: FloatArray, pings: FloatArray, start: float, st
     prev = np.concatenate([[start], times[:-1]])
     changed = (np.searchsorted(inside, times, side="right")
                > np.searchsorted(inside, prev, side="right"))
-    hi = np.searchsorted(pings, times, side="right").astype(np.int64)
-    return times, changed, hi
+    counts = np.diff(np.searchsorted(pings, np.concatenate([[start], times]), side="right"))
+    return times, changed, counts.astype(np.int64)

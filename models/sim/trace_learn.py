@@ -268,13 +268,14 @@ class OnlineRates:
     def learn_complete(self, trace: Trace, upto: float, eps: float,
                        pings: tuple[IntArray, FloatArray] | None = None) -> None:
         """Replace every page's state by its complete history of ``[0, upto]``, one
-        vectorised update per interval rank, as ``recrawl import`` gives it to a worker:
-        without pings (or with pings but none recorded, ``pings`` None: the intervals'
-        signals are unknown, :class:`models.estimators.CrawlInterval`'s ``signals_known``,
-        they teach the change rate, not how the changes split into announced and
-        unannounced ones) the intervals of :func:`complete_history_intervals`; with the
-        recorded pings ``(page, arrival day)`` (``recrawl import --ping-log``) the crawls of
-        :func:`ping_history_crawls`, each interval with its ping count."""
+        vectorised update per interval rank, as ``recrawl import`` gives it to a worker.
+
+        With the history's pings ``(page, arrival day)`` (``recrawl import --ping-log``):
+        the crawls of :func:`ping_history_crawls`, each interval with its ping count.
+        Without them: the intervals of :func:`complete_history_intervals`, whose signals,
+        if the learner uses pings, are unknown (:class:`models.estimators.CrawlInterval`'s
+        ``signals_known``): they teach the change rate, not how the changes split into
+        announced and unannounced ones."""
         self.reset()
         taus: list[FloatArray] = []
         chg: list[npt.NDArray[np.bool_]] = []
@@ -297,11 +298,10 @@ class OnlineRates:
             else:
                 bounds, pt = by_page
                 mine = pt[bounds[i]:bounds[i + 1]]
-                times, changed, hi = ping_history_crawls(trace.changes_of(i), mine, 0.0, upto)
-                lo = np.concatenate([[np.searchsorted(mine, 0.0, side="right")], hi[:-1]])
+                times, changed, n = ping_history_crawls(trace.changes_of(i), mine, 0.0, upto)
                 taus.append(np.diff(np.concatenate([[0.0], times])))
                 chg.append(changed)
-                cnt.append((hi - lo).astype(np.float64))
+                cnt.append(n.astype(np.float64))
             owner.append(np.full(taus[-1].size, i, dtype=np.int64))
         if not taus:
             return

@@ -323,13 +323,11 @@ def test_a_change_log_imported_with_its_ping_log_teaches_the_pings_quality(
     per_url = {}
     for u in urls:
         c = np.round(np.asarray(truth[u]), 3)
-        t, ch, hi = ping_history_crawls(c, pings[u], round(start, 3), round(stop, 3))
-        lo = np.concatenate([[np.searchsorted(pings[u], round(start, 3), side="right")],
-                             hi[:-1]])
+        t, ch, counts = ping_history_crawls(c, pings[u], round(start, 3), round(stop, 3))
         ends = np.round(t, 3)
         taus = np.diff(np.concatenate([[round(start, 3)], ends]))
         per_url[u] = [(float(a), bool(b), float(e), int(n)) for a, b, e, n in
-                      zip(taus, ch, ends, hi - lo, strict=True)]
+                      zip(taus, ch, ends, counts, strict=True)]
     for k in range(max(len(v) for v in per_url.values())):
         batch = [u for u in urls if len(per_url[u]) > k]
         obs = []
